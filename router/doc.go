@@ -1,0 +1,12 @@
+// Package router is kvmesh's OpenAI-compatible, cache-aware HTTP proxy. It
+// owns request rendering (canonical prompt units and message boundaries),
+// the backend set (health, load signals from in-flight counts, ORCA headers
+// and scraped Prometheus metrics), the selection policies behind one Policy
+// interface, the reverse proxy itself (streaming, retries before the first
+// byte), the debug and explanation surfaces, and its metrics.
+//
+// router reads claims from a tree.Index and writes what it learns through a
+// small Learner interface that the mesh (or a local, unreplicated learner)
+// satisfies. It may import tree. It must not import mesh, crdt, transport or
+// cmd.
+package router
