@@ -1,0 +1,32 @@
+// Package workload builds the request streams that kvmesh's benchmark harness
+// replays through router arms against simulated (kvmesh-sim) or real
+// vLLM/SGLang backends.
+//
+// It owns:
+//   - deterministic synthetic text: every text block id maps to a fixed stream
+//     of lowercase pseudo-words (text.go), so the same workload always renders
+//     byte-identical request bodies and shared prefixes are shared byte for byte;
+//   - OpenAI /v1/chat/completions body rendering with an exact prompt-token
+//     count under kvmesh-sim's tokenization rule (chat.go);
+//   - the Mooncake trace loader (mooncake.go, mooncake_line.go) and its
+//     infinite-cache bound and working set (bound.go);
+//   - synthetic generators modelled on common benchmarks: MultiTurn (vLLM
+//     multi-turn), SharedPrefix (SGLang generated-shared-prefix), LongDocument
+//     (vLLM / LMCache long-document QA) and HotPrefix (Zipf-skewed groups).
+//
+// Tokenization rule (kvmesh-sim): tokens are the whitespace-separated words of
+// the prompt after its chat template; each chat message adds 2 tokens (a role
+// marker before and an end marker after) and one generation-prompt token is
+// added at the end. A request with W content words in M messages therefore has
+// W + 2M + 1 prompt tokens. Request.PromptTokens is that count, exactly.
+//
+// Memory: a Request holds a compact recipe (a few spans of block ids per
+// message) rather than its text; Request.BodyBytes and Request.AppendBody
+// render the body on demand. Synthetic generators materialise every Body (tens
+// of MB at their defaults); LoadMooncake does not unless asked, because the
+// whole Mooncake trace renders to about 0.9 GB of JSON.
+//
+// This package must not be imported by kvmesh's own packages (tree, crdt,
+// transport, mesh, router) and imports nothing from kvmesh itself: it only
+// produces bytes and numbers.
+package workload
