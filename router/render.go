@@ -1,0 +1,265 @@
+package router
+
+import (
+	"math"
+	"sync"
+
+	"github.com/valyala/fastjson"
+)
+
+// Endpoint is the kind of OpenAI API request a body belongs to; it decides
+// which fields Render reads.
+type Endpoint uint8
+
+const (
+	EndpointChat        Endpoint = iota // POST /v1/chat/completions: "messages"
+	EndpointCompletions                 // POST /v1/completions: "prompt"
+	EndpointResponses                   // POST /v1/responses: "instructions" + "input"
+	EndpointEmbeddings                  // POST /v1/embeddings: "input" (or vLLM's chat-style "messages")
+)
+
+func (e Endpoint) String() string {
+	switch e {
+	case EndpointChat:
+		return "chat"
+	case EndpointCompletions:
+		return "completions"
+	case EndpointResponses:
+		return "responses"
+	case EndpointEmbeddings:
+		return "embeddings"
+	}
+	return "unknown"
+}
+
+// EndpointForPath maps a request path to its Endpoint; ok is false for paths
+// Render does not understand (they are proxied without a prompt).
+func EndpointForPath(path string) (e Endpoint, ok bool) {
+	switch path {
+	case "/v1/chat/completions":
+		return EndpointChat, true
+	case "/v1/completions":
+		return EndpointCompletions, true
+	case "/v1/responses":
+		return EndpointResponses, true
+	case "/v1/embeddings":
+		return EndpointEmbeddings, true
+	}
+	return 0, false
+}
+
+// UnitFormat says how to read Prompt.Units. Two renderings of different
+// formats may hold equal bytes with different meanings, so whoever derives
+// cache keys from Units must fold the format into the key's seed.
+type UnitFormat uint8
+
+const (
+	// FormatMessages: framed messages (chat, responses, chat-style
+	// embeddings); see the format description in render_format.go.
+	FormatMessages UnitFormat = iota
+	// FormatText: the raw bytes of a completions/embeddings text prompt,
+	// segments concatenated without separators (Ends marks them).
+	FormatText
+	// FormatTokens: 4-byte little-endian token ids from a completions or
+	// embeddings prompt given as ids; 16 tokens are 64 bytes.
+	FormatTokens
+)
+
+// Prompt is one request's canonical rendering; reused across requests (Reset keeps capacity).
+type Prompt struct {
+	Model     string
+	CacheSalt string // body field "cache_salt" (vLLM), "" if absent
+	Stream    bool
+	Units     []byte // canonical rendering (byte mode)
+	Ends      []int  // offset in Units where each message ends, ascending; the last equals len(Units)
+	MaxTokens int    // max_tokens / max_completion_tokens / max_output_tokens if present, else 0
+
+	Endpoint Endpoint   // the kind of request rendered
+	Format   UnitFormat // how to read Units; fold it into cache-key seeds
+	// HasTools is true when Units starts with a tools segment (the request's
+	// tool definitions); Ends[0] is then that segment's end and the messages'
+	// ends follow.
+	HasTools bool
+
+	// Last strings handed out for Model and CacheSalt: a pooled Prompt that
+	// sees the same model again reuses the string instead of allocating.
+	modelCache, saltCache string
+}
+
+// Reset clears p for the next request, keeping its buffers' capacity.
+func (p *Prompt) Reset() {
+	p.Model, p.CacheSalt, p.Stream = "", "", false
+	p.Units, p.Ends = p.Units[:0], p.Ends[:0]
+	p.MaxTokens = 0
+	p.Endpoint, p.Format, p.HasTools = 0, 0, false
+}
+
+// Messages returns how many messages (or prompt segments) Ends delimits,
+// not counting a leading tools segment.
+func (p *Prompt) Messages() int {
+	if p.HasTools {
+		return len(p.Ends) - 1
+	}
+	return len(p.Ends)
+}
+
+func (p *Prompt) setModel(b []byte) {
+	if string(b) != p.modelCache { // the comparison does not allocate
+		p.modelCache = string(b)
+	}
+	p.Model = p.modelCache
+}
+
+func (p *Prompt) setSalt(b []byte) {
+	if string(b) != p.saltCache {
+		p.saltCache = string(b)
+	}
+	p.CacheSalt = p.saltCache
+}
+
+// maxPooledBody: a parser that has held a body larger than this is dropped
+// instead of pooled, so one huge request does not pin its buffers forever.
+const maxPooledBody = 1 << 20
+
+// renderer holds one Render call's parser and scratch space; pooled.
+type renderer struct {
+	parser  fastjson.Parser
+	p       *Prompt
+	scratch []byte     // canonical JSON of parts and items that get hashed
+	tmp     []byte     // raw JSON text of the string being rendered (see peek)
+	tmp2    []byte     // a second one, for the responses input held while instructions render
+	kvs     []sortedKV // stack of object members being sorted by key
+}
+
+var rendererPool = sync.Pool{New: func() any { return new(renderer) }}
+
+// Render parses an OpenAI request body of the given endpoint kind and fills p, reusing p's buffers.
+// Errors are *APIError with Status 400 (malformed JSON, wrong field types, missing model or messages).
+//
+// Render never panics on any input and, once p's buffers and the internal
+// parser pool have grown to the workload, allocates nothing.
+func Render(ep Endpoint, body []byte, p *Prompt) error {
+	p.Reset()
+	p.Endpoint = ep
+	r := rendererPool.Get().(*renderer)
+	r.p = p
+	err := r.render(ep, body)
+	r.p = nil
+	if len(body) <= maxPooledBody && cap(r.scratch) <= maxPooledBody {
+		rendererPool.Put(r)
+	}
+	if err != nil {
+		p.Units, p.Ends = p.Units[:0], p.Ends[:0]
+		return err
+	}
+	return nil
+}
+
+func (r *renderer) render(ep Endpoint, body []byte) error {
+	root, err := r.parser.ParseBytes(body)
+	if err != nil {
+		return badRequest("", "request body is not valid JSON: %v", err)
+	}
+	obj, err := root.Object()
+	if err != nil {
+		return badRequest("", "request body must be a JSON object, not %s", root.Type())
+	}
+	if err := r.common(obj, ep); err != nil {
+		return err
+	}
+	switch ep {
+	case EndpointChat:
+		return r.chat(obj)
+	case EndpointCompletions:
+		return r.textPrompt(obj, "prompt")
+	case EndpointResponses:
+		return r.responses(obj)
+	case EndpointEmbeddings:
+		if isAbsent(obj.Get("input")) && !isAbsent(obj.Get("messages")) {
+			return r.chat(obj) // vLLM's chat-style embeddings request
+		}
+		return r.textPrompt(obj, "input")
+	}
+	return badRequest("", "unknown endpoint kind %d", ep)
+}
+
+// common reads the fields every endpoint shares: model, cache_salt, stream
+// and the output-token limit.
+func (r *renderer) common(obj *fastjson.Object, ep Endpoint) error {
+	p := r.p
+	model, ok := optString(obj.Get("model"))
+	if !ok {
+		return badRequest("model", "model must be a string")
+	}
+	if len(model) == 0 {
+		return badRequest("model", "missing required parameter: model")
+	}
+	p.setModel(model)
+	salt, ok := optString(obj.Get("cache_salt"))
+	if !ok {
+		return badRequest("cache_salt", "cache_salt must be a string")
+	}
+	if len(salt) > 0 {
+		p.setSalt(salt)
+	}
+	if v := obj.Get("stream"); !isAbsent(v) {
+		switch v.Type() {
+		case fastjson.TypeTrue:
+			p.Stream = true
+		case fastjson.TypeFalse:
+		default:
+			return badRequest("stream", "stream must be a boolean")
+		}
+	}
+	keys := [2]string{"max_completion_tokens", "max_tokens"}
+	if ep == EndpointResponses {
+		keys = [2]string{"max_output_tokens", ""}
+	}
+	for _, k := range keys {
+		if k == "" {
+			continue
+		}
+		n, present, ok := optCount(obj.Get(k))
+		if !ok {
+			return badRequest(k, "%s must be a non-negative integer", k)
+		}
+		if present {
+			p.MaxTokens = n
+			break
+		}
+	}
+	return nil
+}
+
+// isAbsent reports whether a member is missing or JSON null; Render treats
+// the two alike everywhere.
+func isAbsent(v *fastjson.Value) bool { return v == nil || v.Type() == fastjson.TypeNull }
+
+// optString returns an optional string member's unescaped bytes (nil when
+// absent or null); ok is false when the member has another type.
+func optString(v *fastjson.Value) (s []byte, ok bool) {
+	if isAbsent(v) {
+		return nil, true
+	}
+	if v.Type() != fastjson.TypeString {
+		return nil, false
+	}
+	b, _ := v.StringBytes()
+	return b, true
+}
+
+// optCount reads an optional non-negative integer such as max_tokens. 100.0
+// is accepted as 100, as the Python servers behind us accept it.
+func optCount(v *fastjson.Value) (n int, present, ok bool) {
+	if isAbsent(v) {
+		return 0, false, true
+	}
+	if v.Type() != fastjson.TypeNumber {
+		return 0, true, false
+	}
+	f, err := v.Float64()
+	if err != nil || f < 0 || f > math.MaxInt32 || f != math.Trunc(f) {
+		return 0, true, false
+	}
+	return int(f), true, true
+}
