@@ -1,0 +1,133 @@
+package transport
+
+import (
+	"errors"
+	"os"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/rs/zerolog"
+)
+
+// Receive side of QUIC: accept connections, accept a unidirectional stream
+// per message, read and check the frame, queue it on Inbound.
+
+// acceptLoop accepts connections until Close.
+func (q *QUIC) acceptLoop() {
+	defer q.wg.Done()
+	for {
+		conn, err := q.ln.Accept(q.ctx)
+		if err != nil {
+			if q.ctx.Err() == nil {
+				q.log.Error().Err(err).Msg("transport: accept failed, no longer accepting peers")
+			}
+			return
+		}
+		q.mu.Lock()
+		if q.aborted {
+			q.mu.Unlock()
+			_ = conn.CloseWithError(codeShutdown, "shutting down")
+			continue
+		}
+		q.inConns[conn] = struct{}{}
+		q.wg.Add(1)
+		q.mu.Unlock()
+		go q.serveConn(conn)
+	}
+}
+
+// peerName is the verified node name of the peer of conn.
+func peerName(conn *quic.Conn) (string, error) {
+	certs := conn.ConnectionState().TLS.PeerCertificates
+	if len(certs) == 0 {
+		return "", errors.New("transport: peer presented no certificate")
+	}
+	return NodeName(certs[0])
+}
+
+// serveConn accepts the streams of one incoming connection until it ends.
+func (q *QUIC) serveConn(conn *quic.Conn) {
+	defer q.wg.Done()
+	gauge := q.m.conns.WithLabelValues("inbound")
+	gauge.Inc()
+	defer func() {
+		gauge.Dec()
+		q.mu.Lock()
+		delete(q.inConns, conn)
+		q.mu.Unlock()
+	}()
+	// The handshake verified the chain; the name was checked there too, so
+	// this only fails if that invariant breaks.
+	from, err := peerName(conn)
+	if err != nil {
+		q.log.Error().Err(err).Str("remote", conn.RemoteAddr().String()).Msg("transport: closing connection")
+		_ = conn.CloseWithError(codeNoName, "certificate carries no node name")
+		return
+	}
+	q.log.Debug().Str("peer_name", from).Str("remote", conn.RemoteAddr().String()).Msg("transport: accepted connection")
+	// slots bounds the messages of this peer that are being read or are
+	// waiting for room on Inbound. Without it a slow consumer would let
+	// goroutines and buffers pile up (a fully read stream returns its QUIC
+	// credit to the sender at once). With it, unaccepted streams keep their
+	// credit, so a sender outrunning the consumer blocks in Send.
+	slots := make(chan struct{}, q.cfg.MaxIncomingStreams)
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-q.ctx.Done():
+			return
+		case <-conn.Context().Done():
+			return
+		}
+		str, err := conn.AcceptUniStream(q.ctx)
+		if err != nil {
+			q.log.Debug().Str("peer_name", from).Err(err).Msg("transport: inbound connection ended")
+			return
+		}
+		q.wg.Add(1)
+		go q.readMessage(from, str, slots)
+	}
+}
+
+// readMessage reads one message from its stream and queues it. A bad or
+// oversized message costs only its stream: the stream is cancelled (which
+// tells the sender to stop and returns flow-control credit), the connection
+// and the other messages on it carry on.
+func (q *QUIC) readMessage(from string, str *quic.ReceiveStream, slots <-chan struct{}) {
+	defer q.wg.Done()
+	defer func() { <-slots }()
+	_ = str.SetReadDeadline(time.Now().Add(q.cfg.ReadTimeout))
+	data, err := readFrame(str, q.cfg.MaxMessageBytes)
+	if err != nil {
+		str.CancelRead(streamRejected)
+		if q.ctx.Err() != nil {
+			return // shutting down: not the peer's fault
+		}
+		reason, lvl := classifyReadError(err)
+		q.m.recvErrors.WithLabelValues(reason).Inc()
+		q.log.WithLevel(lvl).Str("peer_name", from).Str("reason", reason).Err(err).Msg("transport: message dropped")
+		return
+	}
+	select {
+	case q.inbound <- Message{From: from, Data: data}:
+		q.m.msgsRecv.Inc()
+		q.m.bytesRecv.Add(float64(len(data)))
+	case <-q.ctx.Done():
+	}
+}
+
+// classifyReadError maps a readFrame error to a metric reason and a log
+// level: protocol problems are the peer's bug or misconfiguration and are
+// logged loudly; a connection going away mid-message is routine.
+func classifyReadError(err error) (string, zerolog.Level) {
+	switch {
+	case errors.Is(err, ErrMessageTooLarge):
+		return reasonTooLarge, zerolog.ErrorLevel
+	case errors.Is(err, errMalformed):
+		return reasonMalformed, zerolog.WarnLevel
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return reasonTimeout, zerolog.WarnLevel
+	default:
+		return reasonRead, zerolog.DebugLevel
+	}
+}
