@@ -116,7 +116,6 @@ func newEngine(cfg *Config, log zerolog.Logger, hooks engineHooks) *engine {
 	}
 	e.timer.Stop()
 	e.publish()
-	go e.run()
 	return e
 }
 
@@ -203,6 +202,7 @@ func (e *engine) simNow() float64 {
 	return time.Since(e.start).Seconds() * e.cfg.TimeScale
 }
 
+// run is the engine loop; New starts it on its own goroutine.
 func (e *engine) run() {
 	defer close(e.exited)
 	idle := true

@@ -62,10 +62,15 @@ func New(cfg Config) (*Instance, error) {
 	ttft, e2e := newHistograms(cfg.Models[0])
 	in.eng = newEngine(&in.cfg, in.log, engineHooks{ttft: ttft.Observe, e2e: e2e.Observe})
 	if err := in.reg.Register(newCollector(in, cfg.Models[0])); err != nil {
-		in.eng.close()
 		return nil, fmt.Errorf("sim: registering metrics: %w", err)
 	}
-	in.reg.MustRegister(ttft, e2e)
+	if err := in.reg.Register(ttft); err != nil {
+		return nil, fmt.Errorf("sim: registering metrics: %w", err)
+	}
+	if err := in.reg.Register(e2e); err != nil {
+		return nil, fmt.Errorf("sim: registering metrics: %w", err)
+	}
+	go in.eng.run()
 
 	in.mux.HandleFunc("POST "+ChatPath, func(w http.ResponseWriter, r *http.Request) { in.serveGenerate(w, r, chatEndpoint) })
 	in.mux.HandleFunc("POST "+CompletionPath, func(w http.ResponseWriter, r *http.Request) { in.serveGenerate(w, r, completionEndpoint) })
