@@ -178,7 +178,7 @@ func DefaultConfig() Config {
 }
 
 // Validate reports every problem with c, joined into one error.
-func (c *Config) Validate() error {
+func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if strings.TrimSpace(c.Name) == "" {

@@ -10,6 +10,11 @@ import (
 
 // serveGenerate handles POST /v1/chat/completions and /v1/completions.
 func (in *Instance) serveGenerate(w http.ResponseWriter, r *http.Request, ep endpoint) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeError(w, &apiError{status: http.StatusMethodNotAllowed, typ: "MethodNotAllowed", msg: r.Method + " is not allowed; use POST"})
+		return
+	}
 	if in.eng.isDown() {
 		writeError(w, errorFor(errRestarting))
 		return

@@ -72,8 +72,8 @@ func New(cfg Config) (*Instance, error) {
 	}
 	go in.eng.run()
 
-	in.mux.HandleFunc("POST "+ChatPath, func(w http.ResponseWriter, r *http.Request) { in.serveGenerate(w, r, chatEndpoint) })
-	in.mux.HandleFunc("POST "+CompletionPath, func(w http.ResponseWriter, r *http.Request) { in.serveGenerate(w, r, completionEndpoint) })
+	in.mux.HandleFunc(ChatPath, func(w http.ResponseWriter, r *http.Request) { in.serveGenerate(w, r, chatEndpoint) })
+	in.mux.HandleFunc(CompletionPath, func(w http.ResponseWriter, r *http.Request) { in.serveGenerate(w, r, completionEndpoint) })
 	in.mux.HandleFunc("GET /v1/models", in.handleModels)
 	in.mux.HandleFunc("GET /health", in.handleHealth)
 	in.mux.Handle("GET /metrics", promhttp.HandlerFor(in.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
