@@ -1,0 +1,131 @@
+package tree
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+)
+
+// BackendState says whether a backend's claims may match.
+type BackendState uint8
+
+const (
+	// BackendActive is a serving backend: its current-generation claims match.
+	BackendActive BackendState = 1
+	// BackendRemoved is a backend taken out of the fleet: none of its claims
+	// match, and the entry stays so the removal wins over late updates.
+	BackendRemoved BackendState = 2
+)
+
+func (s BackendState) String() string {
+	switch s {
+	case BackendActive:
+		return "active"
+	case BackendRemoved:
+		return "removed"
+	}
+	return fmt.Sprintf("BackendState(%d)", uint8(s))
+}
+
+// BackendEntry is one backend's registry record. Replicas join entries by
+// the greater (Gen, Time, Origin), the same last-writer-wins rule as claims,
+// so "backend B restarted" or "was removed" reaches every node.
+type BackendEntry struct {
+	Name   string
+	Gen    uint16
+	State  BackendState
+	Time   Timestamp
+	Origin NodeID
+}
+
+// dominates orders registry entries: generation first, then time, origin and
+// state for a total order.
+func (a BackendEntry) dominates(b BackendEntry) bool {
+	if a.Gen != b.Gen {
+		return genAfter(a.Gen, b.Gen)
+	}
+	if a.Time != b.Time {
+		return a.Time > b.Time
+	}
+	if a.Origin != b.Origin {
+		return a.Origin > b.Origin
+	}
+	return a.State > b.State
+}
+
+// ErrTooManyBackends is returned when the registry is full.
+var ErrTooManyBackends = errors.New("tree: backend registry is full (raise MaxBackends)")
+
+// registry maps backend names to dense ids and holds each backend's current
+// generation and state. Writers hold Index.mu; lookups read live[] without a
+// lock.
+type registry struct {
+	entries []BackendEntry       // by BackendID; guarded by Index.mu
+	byName  map[string]BackendID // guarded by Index.mu
+	// live[id] packs gen (low 16 bits) and state (next 8) for lock-free reads.
+	live []atomic.Uint32
+	// active counts BackendActive entries; lookups stop early once every
+	// active backend has matched.
+	active atomic.Int32
+}
+
+func newRegistry(max int) registry {
+	return registry{byName: make(map[string]BackendID), live: make([]atomic.Uint32, max)}
+}
+
+func pack(gen uint16, st BackendState) uint32 { return uint32(gen) | uint32(st)<<16 }
+
+// matches reports whether a claim of generation gen for backend id may match.
+func (r *registry) matches(id BackendID, gen uint16) bool {
+	return r.live[id].Load() == pack(gen, BackendActive)
+}
+
+// stale reports whether a claim of generation gen is older than the
+// backend's current generation (and so can never match again).
+func (r *registry) stale(id BackendID, gen uint16) bool {
+	return genAfter(uint16(r.live[id].Load()), gen)
+}
+
+// ensure returns the id of name, registering it (generation 0, active) if new.
+func (r *registry) ensure(name string) (BackendID, error) {
+	if id, ok := r.byName[name]; ok {
+		return id, nil
+	}
+	if len(r.entries) >= len(r.live) {
+		return 0, ErrTooManyBackends
+	}
+	if name == "" {
+		return 0, errors.New("tree: backend name must not be empty")
+	}
+	id := BackendID(len(r.entries))
+	r.entries = append(r.entries, BackendEntry{Name: name, State: BackendActive})
+	r.byName[name] = id
+	r.live[id].Store(pack(0, BackendActive))
+	r.active.Add(1)
+	return id, nil
+}
+
+// join merges e into the registry; it reports the id and whether the entry
+// changed.
+func (r *registry) join(e BackendEntry) (BackendID, bool, error) {
+	if e.State != BackendActive && e.State != BackendRemoved {
+		return 0, false, fmt.Errorf("tree: backend %q: invalid state %d", e.Name, e.State)
+	}
+	id, err := r.ensure(e.Name)
+	if err != nil {
+		return 0, false, err
+	}
+	cur := r.entries[id]
+	if !e.dominates(cur) {
+		return id, false, nil
+	}
+	if cur.State == BackendActive {
+		r.active.Add(-1)
+	}
+	if e.State == BackendActive {
+		r.active.Add(1)
+	}
+	r.entries[id] = e
+	r.live[id].Store(pack(e.Gen, e.State))
+	return id, true, nil
+}

@@ -1,0 +1,137 @@
+package tree
+
+// Upsert joins one claim into the Index (a claim from a peer, or one made
+// locally) and reports what happened. The join keeps, per (key, backend),
+// the value that dominates (see Claim.Dominates); claims that are expired at
+// now, below the eviction floor, or of an old backend generation are
+// rejected.
+func (ix *Index) Upsert(c Claim, now int64) Outcome {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	o := ix.upsert(&c, now)
+	ix.t.done()
+	ix.sweepSome(now)
+	return o
+}
+
+// UpsertBatch joins many claims under one lock acquisition. changed receives
+// the claims that modified the Index (the novel part of the batch), in
+// order; it is returned extended.
+func (ix *Index) UpsertBatch(claims []Claim, now int64, changed []Claim) ([]Claim, [RejectedInvalid + 1]int) {
+	var counts [RejectedInvalid + 1]int
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	for i := range claims {
+		o := ix.upsert(&claims[i], now)
+		ix.t.done()
+		counts[o]++
+		if o.Changed() {
+			changed = append(changed, claims[i])
+		}
+	}
+	ix.sweepSome(now)
+	return changed, counts
+}
+
+// check classifies a claim that cannot be stored, or returns 0.
+func (ix *Index) check(c *Claim, now int64) Outcome {
+	switch {
+	case c.Key == 0 || int(c.Backend) >= len(ix.reg.entries):
+		return RejectedInvalid
+	case c.Expires <= now:
+		return RejectedExpired
+	case c.Expires <= ix.floor.Load():
+		return RejectedEvicted
+	case ix.reg.stale(c.Backend, c.Gen) || ix.reg.entries[c.Backend].State == BackendRemoved:
+		return RejectedStale
+	}
+	return 0
+}
+
+// upsert is Upsert without the lock or the end of the table operation.
+func (ix *Index) upsert(c *Claim, now int64) Outcome {
+	if o := ix.check(c, now); o != 0 {
+		ix.stats.rejected.Add(1)
+		return o
+	}
+	i, found := ix.t.find(c.Key, c.Backend)
+	if found {
+		if !c.Dominates(ix.t.load(i)) {
+			return Unchanged
+		}
+		ix.t.store(i, c)
+		ix.stats.replaced.Add(1)
+		return Replaced
+	}
+	if ix.count >= ix.cfg.Capacity {
+		ix.t.done()
+		ix.makeRoom(now)
+		if o := ix.check(c, now); o != 0 { // the floor may have risen past c
+			ix.stats.rejected.Add(1)
+			return o
+		}
+		i, _ = ix.t.find(c.Key, c.Backend)
+	}
+	ix.t.store(i, c)
+	ix.count++
+	ix.stats.inserted.Add(1)
+	return Inserted
+}
+
+// Learn records that backend b now holds every prefix of ch at ch.Learn's
+// depths, at time ts (the origin's hybrid logical clock), for ttlMillis. It
+// appends to changed the claims that modified the Index, which are the ones
+// to replicate, and returns it.
+//
+// A prompt's claims are written all together or not at all. They are
+// skipped together when every one exists already, at the same generation,
+// and the refresh would push no expiry out by more than RefreshFraction of
+// the TTL: repeated hits on a hot prefix do not flood the mesh. Writing them
+// together keeps an invariant Lookup relies on: a claim at some depth always
+// comes with claims at every checkpoint above it, on the same backend, that
+// expire no earlier.
+func (ix *Index) Learn(ch *Chain, b BackendID, ts Timestamp, ttlMillis int64, origin NodeID, now int64, changed []Claim) []Claim {
+	if len(ch.Learn) == 0 || ttlMillis <= 0 {
+		return changed
+	}
+	gen, active := ix.Generation(b)
+	if !active {
+		return changed
+	}
+	exp := ts.Millis() + ttlMillis
+	slack := int64(float64(ttlMillis) * ix.cfg.RefreshFraction)
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	fresh := true
+	for _, d := range ch.Learn {
+		if d < 1 || int(d) > len(ch.Keys) {
+			continue
+		}
+		i, found := ix.t.find(ch.Keys[d-1], b)
+		if !found {
+			fresh = false
+			break
+		}
+		if cur := ix.t.load(i); cur.Gen != gen || cur.Expires+slack < exp || cur.Expires <= now {
+			fresh = false
+			break
+		}
+	}
+	if fresh {
+		ix.stats.coalesced.Add(uint64(len(ch.Learn)))
+		return changed
+	}
+	for _, d := range ch.Learn {
+		if d < 1 || int(d) > len(ch.Keys) {
+			continue
+		}
+		c := Claim{Key: ch.Keys[d-1], Backend: b, Gen: gen, Time: ts, Expires: exp, Origin: origin}
+		o := ix.upsert(&c, now)
+		ix.t.done()
+		if o.Changed() {
+			changed = append(changed, c)
+		}
+	}
+	ix.sweepSome(now)
+	return changed
+}
