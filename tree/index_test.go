@@ -48,7 +48,7 @@ func TestLearnThenLookupFindsDeepestPerBackend(t *testing.T) {
 	ix := newTestIndex(t, nil)
 	b := backends(t, ix, "a", "b", "c")
 	r := rand.New(rand.NewPCG(1, 1))
-	sys := randTokens(r, 16*10)                               // 10-block system prompt
+	sys := randTokens(r, 16*10)                                // 10-block system prompt
 	conv1 := append(slices.Clone(sys), randTokens(r, 16*5)...) // + 5 blocks
 	conv2 := append(slices.Clone(sys), randTokens(r, 16*8)...) // + 8 other blocks
 	now := int64(1_000_000)
