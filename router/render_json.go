@@ -132,7 +132,12 @@ func appendDecoded(dst, raw []byte) []byte {
 			dst = appendRuneEsc(dst, utf16.DecodeRune(rune(x), rune(x1)))
 			raw = raw[6:]
 		default:
-			dst = append(dst, '\\', ch)
+			dst = append(dst, '\\')
+			if isMarker(ch) {
+				dst = append(dst, markEsc, ch|0x40)
+			} else {
+				dst = append(dst, ch)
+			}
 		}
 	}
 }

@@ -26,6 +26,11 @@ func (r *renderer) responses(obj *fastjson.Object) error {
 	if t != fastjson.TypeString && t != fastjson.TypeArray {
 		return badRequest("input", "input must be a string or an array of input items")
 	}
+	if t == fastjson.TypeArray {
+		if a, _ := input.Array(); len(a) == 0 {
+			return badRequest("input", "input must not be empty")
+		}
+	}
 	if err := r.tools(obj); err != nil {
 		return err
 	}

@@ -314,6 +314,7 @@ func TestRenderErrors(t *testing.T) {
 		{EndpointEmbeddings, `{"model":"m"}`, "input"},
 		{EndpointResponses, `{"model":"m","instructions":"x"}`, "input"},
 		{EndpointResponses, `{"model":"m","input":3}`, "input"},
+		{EndpointResponses, `{"model":"m","instructions":"x","input":[]}`, "input"},
 		{EndpointResponses, `{"model":"m","instructions":3,"input":"x"}`, "instructions"},
 		{EndpointResponses, `{"model":"m","input":[3]}`, "input[0]"},
 		{EndpointResponses, `{"model":"m","input":[{"type":5}]}`, "input[0].type"},
