@@ -2,6 +2,7 @@ package workload
 
 import (
 	"bufio"
+	"bytes"
 	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
@@ -11,6 +12,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -26,36 +28,46 @@ type rawLine struct {
 	HashIDs      []int64 `json:"hash_ids"`
 }
 
+// readRawTrace returns the reference decoding, read once per test binary;
+// callers must not modify it.
 func readRawTrace(t testing.TB) []rawLine {
 	t.Helper()
-	f, err := os.Open(traceFile)
+	raw, err := rawTraceOnce()
 	if err != nil {
 		t.Fatal(err)
+	}
+	return raw
+}
+
+var rawTraceOnce = sync.OnceValues(func() ([]rawLine, error) {
+	f, err := os.Open(traceFile)
+	if err != nil {
+		return nil, err
 	}
 	defer f.Close()
 	zr, err := gzip.NewReader(f)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	data, err := io.ReadAll(zr)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	sum := sha256.Sum256(data)
 	if got := hex.EncodeToString(sum[:]); got != "b8cbb061a85206d729d91cdc2981f43c9e0d99209dce588d3af5f7934408b9df" {
-		t.Fatalf("test trace sha256 %s: not the published Mooncake conversation trace", got)
+		return nil, fmt.Errorf("test trace sha256 %s: not the published Mooncake conversation trace", got)
 	}
 	var out []rawLine
-	sc := bufio.NewScanner(strings.NewReader(string(data)))
+	sc := bufio.NewScanner(bytes.NewReader(data))
 	for sc.Scan() {
 		var l rawLine
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		out = append(out, l)
 	}
-	return out
-}
+	return out, sc.Err()
+})
 
 // referenceBound is the textbook infinite-cache computation: walk each
 // request's blocks while they were seen before, adding each block's tokens.

@@ -109,7 +109,9 @@ func MultiTurn(o MultiTurnOptions) (*Workload, error) {
 		turns := r.Range(o.MinTurns, o.MaxTurns)
 		prefix := 0
 		if o.ConversationPrefixTokens > 0 {
-			prefix = min(int(math.Round(math.Exp(mu+sigma*r.Normal()))), o.ConversationPrefixMaxTokens)
+			// float64() stops FMA fusion, which would round differently on
+			// some CPUs and change the workload.
+			prefix = min(int(math.Round(math.Exp(mu+float64(sigma*r.Normal())))), o.ConversationPrefixMaxTokens)
 		}
 		// All turns share one backing array: turn t uses msgs[:2t+1].
 		msgs := make([]message, 0, 2*turns)

@@ -46,7 +46,7 @@ func (r *rng) Exp() float64 { return -math.Log(1 - r.Float64()) }
 func (r *rng) Normal() float64 {
 	u1 := 1 - r.Float64() // (0, 1]
 	u2 := r.Float64()
-	return math.Sqrt(-2*math.Log(u1)) * math.Cos(2*math.Pi*u2)
+	return math.Sqrt(float64(-2*math.Log(u1))) * math.Cos(float64(2*math.Pi*u2))
 }
 
 // Shuffle permutes n elements with Fisher-Yates.
