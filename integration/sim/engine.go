@@ -52,6 +52,7 @@ type engine struct {
 	running  []*seq
 	waiting  seqQueue
 	plan     []planItem
+	ended    []*seq // finished in the current apply, told after publish
 	spareArr []*seq
 	spareCan []*seq
 	timer    *time.Timer
@@ -215,6 +216,7 @@ func (e *engine) run() {
 		e.drain(idle, stepStart)
 		if len(e.running) == 0 && e.waiting.len() == 0 {
 			e.publish()
+			e.gauge.lagBits.Store(0) // idle: the clock catches up on wake-up
 			idle = true
 			select {
 			case <-e.wakeCh:

@@ -132,8 +132,8 @@ func TestSchedulerQueueing(t *testing.T) {
 	s2 := m.add(t, seqTokens("b", 20), 5, 1)
 	s3 := m.add(t, seqTokens("c", 20), 5, 1)
 	m.step()
-	if r, w, _ := m.load(); r != 2 || w != 1 {
-		t.Fatalf("running %d waiting %d, want 2 and 1", r, w)
+	if r, w, kv := m.load(); r != 2 || w != 1 || kv != 4.0/4096 {
+		t.Fatalf("running %d waiting %d kv %v, want 2, 1 and 4 blocks of 4096", r, w, kv)
 	}
 	if s3.state != stateWaiting || s1.state != stateRunning || s2.state != stateRunning {
 		t.Fatal("FIFO: the first two should run, the third wait")

@@ -158,10 +158,7 @@ func (e *engine) apply() {
 		s.generated++
 		e.ctr.genTokens.Add(1)
 		s.progress.Store(int64(s.generated))
-		s.wake()
 	}
-	clear(e.plan)
-	e.plan = e.plan[:0]
 
 	j := 0
 	for _, s := range e.running {
@@ -173,11 +170,25 @@ func (e *engine) apply() {
 		e.releaseBlocks(s)
 		e.ctr.success.Add(1)
 		e.hooks.e2e(e.v - s.arrivalV)
-		s.end(stateFinished, nil)
+		s.state = stateFinished
+		e.ended = append(e.ended, s)
 	}
 	clear(e.running[j:])
 	e.running = e.running[:j]
 	e.mu.Unlock()
+	// Publish before anyone learns a sequence ended, so a reply's load
+	// report no longer counts it.
+	e.publish()
+	for _, it := range e.plan {
+		it.s.wake()
+	}
+	for _, s := range e.ended {
+		close(s.done)
+	}
+	clear(e.plan)
+	e.plan = e.plan[:0]
+	clear(e.ended)
+	e.ended = e.ended[:0]
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }

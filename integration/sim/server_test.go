@@ -207,6 +207,25 @@ func TestORCAHeaders(t *testing.T) {
 			t.Fatalf("request header %v: unexpected report", hdr)
 		}
 	}
+	// The report reflects the load: a long request running elsewhere.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	longReq, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+ChatPath,
+		bytes.NewReader(chatBody(t, 60000, map[string]any{"stream": true}, msg{"user", words("w", 100)})))
+	longResp, err := http.DefaultClient.Do(longReq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer longResp.Body.Close()
+	if _, err := bufio.NewReader(longResp.Body).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	resp, _ = post(t, srv.URL, ChatPath, body, map[string]string{ORCARequestHeader: "TEXT"})
+	if h := resp.Header.Get(ORCAResponseHeader); !strings.Contains(h, "num_requests_running=1.0") || strings.Contains(h, "kv_cache_usage_perc=0.0,") {
+		t.Fatalf("with one long request running: %q", h)
+	}
+	cancel()
+
 	// Streaming: no report unless configured.
 	stream := chatBody(t, 2, map[string]any{"stream": true}, msg{"user", "hi"})
 	if resp, _ := post(t, srv.URL, ChatPath, stream, map[string]string{ORCARequestHeader: "TEXT"}); resp.Header.Get(ORCAResponseHeader) != "" {
