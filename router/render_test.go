@@ -10,12 +10,10 @@ import (
 )
 
 // show makes a rendering readable: § RS (message), ¦ GS (part), · US (field),
-// ¶ FS (tools), ⎋ ESC. unshow is its inverse for expected values.
+// ¶ FS (tools), ⎋ ESC.
 var showReplacer = strings.NewReplacer("\x1e", "§", "\x1d", "¦", "\x1f", "·", "\x1c", "¶", "\x1b", "⎋")
-var unshowReplacer = strings.NewReplacer("§", "\x1e", "¦", "\x1d", "·", "\x1f", "¶", "\x1c", "⎋", "\x1b")
 
-func show(b []byte) string    { return showReplacer.Replace(string(b)) }
-func unshow(s string) []byte { return []byte(unshowReplacer.Replace(s)) }
+func show(b []byte) string   { return showReplacer.Replace(string(b)) }
 
 // hx is the rendering of a hashed media reference: hex of hash64(ref, tag).
 func hx(tag byte, ref string) string { return fmt.Sprintf("%016x", hash64([]byte(ref), uint64(tag))) }
