@@ -13,7 +13,7 @@ import (
 // ¶ FS (tools), ⎋ ESC.
 var showReplacer = strings.NewReplacer("\x1e", "§", "\x1d", "¦", "\x1f", "·", "\x1c", "¶", "\x1b", "⎋")
 
-func show(b []byte) string   { return showReplacer.Replace(string(b)) }
+func show(b []byte) string { return showReplacer.Replace(string(b)) }
 
 // hx is the rendering of a hashed media reference: hex of hash64(ref, tag).
 func hx(tag byte, ref string) string { return fmt.Sprintf("%016x", hash64([]byte(ref), uint64(tag))) }
