@@ -268,7 +268,7 @@ func (b *mooncakeBuilder) add(line int, rec MooncakeRecord) error {
 	req.At = time.Duration(float64(ts-b.opts.Start) / b.opts.Compression)
 	b.track(&req, ids, in)
 	if b.opts.Materialize {
-		req.Body = req.AppendBody(make([]byte, 0, req.BodyLen()))
+		req.Body = req.render()
 	}
 	b.w.Requests = append(b.w.Requests, req)
 	if b.opts.MaxRequests > 0 && len(b.w.Requests) >= b.opts.MaxRequests {

@@ -1,6 +1,9 @@
 package workload
 
-import "time"
+import (
+	"sync"
+	"time"
+)
 
 // Request is one request to replay.
 //
@@ -36,7 +39,8 @@ type Request struct {
 
 // AppendBody renders the request body onto dst and returns the extended
 // slice. With a dst of sufficient capacity it does not allocate; it renders
-// even when Body is set (the result is identical).
+// even when Body is set (the result is identical). It may use dst's spare
+// capacity beyond the returned length as scratch space.
 func (r *Request) AppendBody(dst []byte) []byte {
 	return appendBody(dst, r.enc, r.msgs, r.OutputTokens)
 }
@@ -55,8 +59,22 @@ func (r *Request) BodyBytes() []byte {
 	if r.Body != nil {
 		return r.Body
 	}
-	return r.AppendBody(make([]byte, 0, r.BodyLen()))
+	return r.render()
 }
+
+// render renders into a pooled scratch buffer and copies out the exact
+// bytes: cheaper than a length pass followed by rendering in place.
+func (r *Request) render() []byte {
+	bp := scratch.Get().(*[]byte)
+	buf := r.AppendBody((*bp)[:0])
+	out := make([]byte, len(buf))
+	copy(out, buf)
+	*bp = buf
+	scratch.Put(bp)
+	return out
+}
+
+var scratch = sync.Pool{New: func() any { return new([]byte) }}
 
 // Messages returns the number of chat messages in the body.
 func (r *Request) Messages() int { return len(r.msgs) }
@@ -87,7 +105,7 @@ func (w *Workload) Materialize() {
 	for i := range w.Requests {
 		r := &w.Requests[i]
 		if r.Body == nil {
-			r.Body = r.AppendBody(make([]byte, 0, r.BodyLen()))
+			r.Body = r.render()
 		}
 	}
 }
