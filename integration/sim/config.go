@@ -24,8 +24,9 @@ type Config struct {
 	// other model get 404; a request without "model" uses Models[0]. Each name
 	// seeds its own block hashes (like LoRA adapters sharing one engine), so
 	// two names never share cache blocks. Metrics are labelled with Models[0],
-	// as vLLM labels everything with its first served name. Default: the 8B
-	// model the timing defaults are calibrated for.
+	// as vLLM labels everything with its first served name. Default
+	// "kvmesh-sim", the name integration/workload puts in request bodies by
+	// default, so the two work together unconfigured.
 	Models []string
 
 	// BlockSize is the number of tokens per KV block. Default 16: vLLM's
@@ -152,7 +153,7 @@ type Faults struct {
 func DefaultConfig() Config {
 	return Config{
 		Name:             "sim",
-		Models:           []string{"meta-llama/Llama-3.1-8B-Instruct"},
+		Models:           []string{"kvmesh-sim"},
 		BlockSize:        16,
 		CacheBlocks:      27000,
 		MaxRunning:       256,
