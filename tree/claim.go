@@ -66,7 +66,11 @@ type Claim struct {
 //   - then the later timestamp and the greater origin break ties, which makes
 //     the order total and the join deterministic.
 //
-// It is irreflexive: a.Dominates(a) is false.
+// It is irreflexive: a.Dominates(a) is false. The Index stores only claims
+// of their backend's current registry generation, so within an Index the
+// order is effectively (expiry, timestamp, origin), which expiry and the
+// eviction floor filter monotonically: that is what makes the join of
+// replicas independent of delivery order.
 func (a Claim) Dominates(b Claim) bool {
 	if a.Gen != b.Gen {
 		return genAfter(a.Gen, b.Gen)

@@ -50,8 +50,8 @@ const (
 	RejectedExpired
 	// RejectedEvicted: the claim expires at or below the eviction floor.
 	RejectedEvicted
-	// RejectedStale: the claim's backend generation is older than the
-	// registry's, or the backend was removed.
+	// RejectedStale: the claim's backend generation is not the registry's
+	// current one, or the backend was removed.
 	RejectedStale
 	// RejectedInvalid: key 0 or an unknown backend id.
 	RejectedInvalid

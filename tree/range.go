@@ -8,11 +8,12 @@ package tree
 func (ix *Index) Range(now int64, fn func(c *Claim) bool) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	var c Claim // one variable for the whole walk: fn gets its address
 	for i := range ix.t.slots {
 		if ix.t.slots[i].key.Load() == 0 {
 			continue
 		}
-		c := ix.t.load(uint64(i))
+		c = ix.t.load(uint64(i))
 		if ix.dead(&c, now) {
 			continue
 		}
@@ -39,13 +40,14 @@ func (ix *Index) RangeKeys(lo, hi Key, now int64, fn func(c *Claim) bool) {
 	// the table, sees all of them.
 	reached := false
 	i := start
+	var c Claim
 	for steps := 0; steps < len(t.slots); steps++ {
 		k := t.slots[i].key.Load()
 		if k == 0 && reached {
 			return
 		}
 		if k != 0 && Key(k) >= lo && Key(k) <= hi {
-			c := t.load(i)
+			c = t.load(i)
 			if !ix.dead(&c, now) && !fn(&c) {
 				return
 			}

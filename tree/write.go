@@ -42,7 +42,13 @@ func (ix *Index) check(c *Claim, now int64) Outcome {
 		return RejectedExpired
 	case c.Expires <= ix.floor.Load():
 		return RejectedEvicted
-	case ix.reg.stale(c.Backend, c.Gen) || ix.reg.entries[c.Backend].State == BackendRemoved:
+	case c.Gen != ix.reg.entries[c.Backend].Gen || ix.reg.entries[c.Backend].State == BackendRemoved:
+		// Only the current generation is stored. An older one can never
+		// match again; a newer one means the registry entry that must come
+		// with it (package crdt sends them in the same batch, first) is
+		// missing. Refusing both keeps the join order-independent: a value
+		// of a generation ahead of the registry could otherwise shadow, and
+		// lose, a current-generation value.
 		return RejectedStale
 	}
 	return 0

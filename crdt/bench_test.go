@@ -1,0 +1,134 @@
+package crdt
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/kvmesh/kvmesh/tree"
+)
+
+// BenchmarkEncodeBatch1000 encodes a delta of 1,000 claims and reports the
+// bytes per claim (budget: 48).
+func BenchmarkEncodeBatch1000(b *testing.B) {
+	m := &Message{Type: MsgDelta, From: "router-1", Incarnation: 1 << 40, ToSeq: 1000, Batch: sampleBatch(1000, rand.New(rand.NewPCG(3, 3)))}
+	var buf []byte
+	b.ReportAllocs()
+	for b.Loop() {
+		var err error
+		buf, err = Encode(buf[:0], m)
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(buf))/1000, "B/claim")
+}
+
+// BenchmarkDecodeBatch1000 decodes the same message.
+func BenchmarkDecodeBatch1000(b *testing.B) {
+	m := &Message{Type: MsgDelta, From: "router-1", Incarnation: 1 << 40, ToSeq: 1000, Batch: sampleBatch(1000, rand.New(rand.NewPCG(3, 3)))}
+	data, _ := Encode(nil, m)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		if _, err := Decode(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func benchReplica(b *testing.B, capacity int) *Replica {
+	icfg := tree.DefaultConfig()
+	icfg.Capacity = capacity
+	ix, err := tree.New(icfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Name = "bench"
+	r, err := New(cfg, ix, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range []string{"http://10.0.0.1:8000", "http://10.0.0.2:8000"} {
+		if _, err := ix.EnsureBackend(n); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return r
+}
+
+// BenchmarkApplyDelta1000 applies a received 1,000-claim delta (all novel)
+// to a replica.
+func BenchmarkApplyDelta1000(b *testing.B) {
+	r := benchReplica(b, 1<<20)
+	rng := rand.New(rand.NewPCG(5, 5))
+	const now = 1_700_000_000_005
+	msgs := make([]*Message, 64)
+	for i := range msgs {
+		msgs[i] = &Message{Type: MsgDelta, From: "peer", Incarnation: 1, ToSeq: 1000, Batch: sampleBatch(1000, rng)}
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		m := msgs[i%len(msgs)]
+		// Fresh keys every time so each apply inserts 1,000 claims.
+		for j := range m.Batch.Claims {
+			m.Batch.Claims[j].Key = tree.Key(rng.Uint64() | 1)
+		}
+		if err := r.Receive(m, now); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(i*1000), "ns/claim")
+}
+
+func filledReplica(b *testing.B, n int) *Replica {
+	r := benchReplica(b, n)
+	rng := rand.New(rand.NewPCG(6, 6))
+	batch := make([]tree.Claim, 0, 4096)
+	for done := 0; done < n; {
+		batch = batch[:0]
+		for i := 0; i < 4096 && done+i < n; i++ {
+			batch = append(batch, tree.Claim{Key: tree.Key(rng.Uint64() | 1), Backend: tree.BackendID(rng.IntN(2)),
+				Time: tree.MakeTimestamp(1_700_000_000_000, 0), Expires: 1_700_003_600_000, Origin: 7})
+		}
+		r.Index().UpsertBatch(batch, 1_700_000_000_000, nil)
+		done += len(batch)
+	}
+	return r
+}
+
+// BenchmarkDigest1M computes the bucketed digest of 1,000,000 claims.
+func BenchmarkDigest1M(b *testing.B) {
+	r := filledReplica(b, 1_000_000)
+	var d []uint64
+	b.ReportAllocs()
+	for b.Loop() {
+		d, _ = r.Digest(1_700_000_000_001, d)
+	}
+}
+
+// BenchmarkFullStateEncode1M builds and encodes every full-state chunk of a
+// 1,000,000-claim replica, and reports the total size.
+func BenchmarkFullStateEncode1M(b *testing.B) {
+	r := filledReplica(b, 1_000_000)
+	r.reg = r.ix.Backends(r.reg[:0])
+	var buf []byte
+	total := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		total = 0
+		for i := 0; i < r.cfg.DigestBuckets; i++ {
+			m := &Message{Type: MsgFull, From: "bench", Chunk: uint32(i), Chunks: uint32(r.cfg.DigestBuckets), Batch: r.bucketBatch(i, 1_700_000_000_001, true)}
+			var err error
+			buf, err = Encode(buf[:0], m)
+			if err != nil {
+				b.Fatal(err)
+			}
+			total += len(buf)
+		}
+	}
+	b.ReportMetric(float64(total)/1e6, "MB/state")
+	b.ReportMetric(float64(total)/1e6, "B/claim")
+}

@@ -1,0 +1,234 @@
+package crdt
+
+import "github.com/kvmesh/kvmesh/tree"
+
+// Envelope is a message to send to the peer named To.
+type Envelope struct {
+	To  string
+	Msg *Message
+}
+
+// Outgoing appends to out every message that should leave now: delta
+// messages for unacknowledged changes (within the window), retransmissions
+// of what timed out, full-state chunks, queued replies, and a bare ack when
+// a peer is owed one and nothing else is going its way. Every message
+// carries the cumulative ack for its receiver. The caller encodes and sends
+// them; loss is fine, the protocol retransmits.
+func (r *Replica) Outgoing(now int64, out []Envelope) []Envelope {
+	r.reg = r.ix.Backends(r.reg[:0])
+	retransmit := r.cfg.RetransmitAfter.Milliseconds()
+	for _, p := range r.order {
+		n0 := len(out)
+		if len(p.inflight) > 0 && now-p.inflight[0].sentAt >= retransmit {
+			// Go back: resend everything the peer has not acknowledged.
+			p.sent = p.acked
+			p.inflight = p.inflight[:0]
+			r.stats.Retransmits++
+		}
+		if !r.log.covers(p.sent) {
+			r.startFull(p) // the buffer no longer holds what the peer lacks
+		}
+		out = r.fullChunks(p, now, out)
+		for len(p.inflight) < r.cfg.Window && p.sent < r.log.last() {
+			m, to := r.buildDelta(p, now)
+			if m == nil {
+				// Nothing in (sent, to] is for this peer (all of it came
+				// from the peer itself, or expired): skip it.
+				if len(p.inflight) == 0 {
+					p.acked = max(p.acked, to)
+				}
+				p.sent = to
+				continue
+			}
+			p.inflight = append(p.inflight, inflight{to: to, sentAt: now})
+			p.sent = to
+			out = append(out, Envelope{To: p.name, Msg: m})
+		}
+		for _, m := range p.control {
+			out = append(out, Envelope{To: p.name, Msg: m})
+		}
+		p.control = p.control[:0]
+		if p.ackDue && len(out) == n0 {
+			out = append(out, Envelope{To: p.name, Msg: &Message{Type: MsgAck}})
+		}
+		for _, e := range out[n0:] {
+			e.Msg.From, e.Msg.Incarnation = r.cfg.Name, r.inc
+			e.Msg.AckUpTo, e.Msg.AckFor = p.recv, p.inc
+			r.stats.ClaimsSent += uint64(len(e.Msg.Batch.Claims))
+		}
+		if len(out) > n0 {
+			p.ackDue = false
+		}
+		r.stats.MessagesSent += uint64(len(out) - n0)
+	}
+	r.gcLog()
+	return out
+}
+
+// fullChunks emits the chunks of a running full transfer that are due: not
+// sent yet, or unacknowledged for longer than RetransmitAfter, at most
+// Window outstanding.
+func (r *Replica) fullChunks(p *peer, now int64, out []Envelope) []Envelope {
+	f := p.full
+	if f == nil {
+		return out
+	}
+	retransmit := r.cfg.RetransmitAfter.Milliseconds()
+	outstanding := 0
+	for i := range f.acked {
+		if !f.acked[i] && f.sentAt[i] != 0 && now-f.sentAt[i] < retransmit {
+			outstanding++
+		}
+	}
+	for i := range f.acked {
+		if outstanding >= r.cfg.Window {
+			break
+		}
+		if f.acked[i] || (f.sentAt[i] != 0 && now-f.sentAt[i] < retransmit) {
+			continue
+		}
+		if f.sentAt[i] != 0 {
+			r.stats.Retransmits++
+		}
+		f.sentAt[i] = now
+		outstanding++
+		m := &Message{Type: MsgFull, Epoch: f.epoch, Chunk: uint32(i), Chunks: uint32(len(f.acked)), BaseSeq: f.base}
+		m.Batch = r.bucketBatch(i, now, true)
+		out = append(out, Envelope{To: p.name, Msg: m})
+	}
+	return out
+}
+
+// bucketRange is the key range of a digest bucket.
+func (r *Replica) bucketRange(b int) (lo, hi tree.Key) {
+	bits := bucketBits(r.cfg.DigestBuckets)
+	if bits == 0 {
+		return 1, ^tree.Key(0)
+	}
+	shift := 64 - bits
+	lo = tree.Key(uint64(b) << shift)
+	hi = lo + tree.Key(uint64(1)<<shift-1)
+	return max(lo, 1), hi
+}
+
+func bucketBits(n int) uint {
+	b := uint(0)
+	for 1<<b < n {
+		b++
+	}
+	return b
+}
+
+// bucketBatch is every live claim of bucket b, with the whole registry (so
+// removals and restarts travel even without claims) and the floor.
+func (r *Replica) bucketBatch(b int, now int64, withRegistry bool) Batch {
+	batch := Batch{Floor: r.ix.Floor()}
+	r.resetBackendIndex()
+	if withRegistry {
+		for id := range r.reg {
+			r.backendIndex(&batch, tree.BackendID(id))
+		}
+	}
+	lo, hi := r.bucketRange(b)
+	r.ix.RangeKeys(lo, hi, now, func(c *tree.Claim) bool {
+		batch.Claims = append(batch.Claims, r.wireClaim(&batch, c))
+		return true
+	})
+	return batch
+}
+
+func (r *Replica) wireClaim(batch *Batch, c *tree.Claim) WireClaim {
+	return WireClaim{Key: c.Key, Backend: r.backendIndex(batch, c.Backend), Gen: c.Gen, Time: c.Time, Expires: c.Expires, Origin: c.Origin}
+}
+
+func (r *Replica) resetBackendIndex() {
+	if cap(r.bidx) < len(r.reg) {
+		r.bidx = make([]uint32, len(r.reg))
+	}
+	r.bidx = r.bidx[:len(r.reg)]
+	clear(r.bidx)
+}
+
+// backendIndex returns the position of backend id in batch.Backends, adding
+// its current registry entry the first time.
+func (r *Replica) backendIndex(batch *Batch, id tree.BackendID) uint32 {
+	if int(id) >= len(r.reg) {
+		// Registered after the snapshot: refresh it.
+		r.reg = r.ix.Backends(r.reg[:0])
+		for len(r.bidx) < len(r.reg) {
+			r.bidx = append(r.bidx, 0)
+		}
+	}
+	if v := r.bidx[id]; v != 0 {
+		return v - 1
+	}
+	batch.Backends = append(batch.Backends, r.reg[id])
+	r.bidx[id] = uint32(len(batch.Backends))
+	return uint32(len(batch.Backends) - 1)
+}
+
+type claimID struct {
+	key tree.Key
+	b   tree.BackendID
+}
+
+// buildDelta gathers the changes after p.sent for peer p, joined (one value
+// per (key, backend), the dominating one), up to MaxBatchClaims. It returns
+// nil when the range held nothing for p, and the last sequence number the
+// message (or the skip) covers.
+func (r *Replica) buildDelta(p *peer, now int64) (*Message, uint64) {
+	entries := r.log.after(p.sent)
+	batch := Batch{Floor: r.ix.Floor()}
+	r.resetBackendIndex()
+	pos := make(map[claimID]int, min(len(entries), r.cfg.MaxBatchClaims))
+	to := p.sent
+	for _, e := range entries {
+		if len(batch.Claims) >= r.cfg.MaxBatchClaims {
+			break
+		}
+		to = e.seq
+		if e.source == p.id && e.source != 0 {
+			continue // never echo a change back to where it came from
+		}
+		if e.isBackend {
+			r.backendIndex(&batch, e.backend)
+			continue
+		}
+		c := e.claim
+		if c.Expires <= now {
+			continue
+		}
+		id := claimID{c.Key, c.Backend}
+		if i, ok := pos[id]; ok {
+			if w := r.wireClaim(&batch, &c); c.Dominates(tree.Claim{Gen: batch.Claims[i].Gen, Expires: batch.Claims[i].Expires, Time: batch.Claims[i].Time, Origin: batch.Claims[i].Origin}) {
+				batch.Claims[i] = w
+			}
+			continue
+		}
+		pos[id] = len(batch.Claims)
+		batch.Claims = append(batch.Claims, r.wireClaim(&batch, &c))
+	}
+	if len(batch.Claims) == 0 && len(batch.Backends) == 0 {
+		return nil, to
+	}
+	return &Message{Type: MsgDelta, FromSeq: p.sent, ToSeq: to, Batch: batch}, to
+}
+
+// queueRepair queues the claims of the given buckets for p, in messages of
+// at most MaxBatchClaims claims, each with the whole registry.
+func (r *Replica) queueRepair(p *peer, buckets []uint32, now int64) {
+	for _, b := range buckets {
+		if int(b) >= r.cfg.DigestBuckets {
+			continue
+		}
+		batch := r.bucketBatch(int(b), now, true)
+		r.stats.BucketsRepaired++
+		for len(batch.Claims) > r.cfg.MaxBatchClaims {
+			part := batch
+			part.Claims = batch.Claims[:r.cfg.MaxBatchClaims]
+			p.control = append(p.control, &Message{Type: MsgRepair, Batch: part})
+			batch.Claims = batch.Claims[r.cfg.MaxBatchClaims:]
+		}
+		p.control = append(p.control, &Message{Type: MsgRepair, Batch: batch})
+	}
+}

@@ -1,0 +1,106 @@
+package crdt
+
+import "github.com/kvmesh/kvmesh/tree"
+
+// peer is what a Replica tracks about one other replica.
+type peer struct {
+	name string
+	id   tree.NodeID
+	inc  uint64 // the peer's incarnation, 0 until heard from
+
+	// Sending our changes to the peer.
+	acked    uint64     // the peer holds all our changes up to here
+	sent     uint64     // delta messages cover changes up to here
+	inflight []inflight // unacknowledged delta messages, oldest first
+	full     *fullSend  // running full-state transfer to the peer
+
+	// Receiving the peer's changes.
+	recv      uint64     // we hold all the peer's changes up to here
+	extra     []seqRange // ranges applied beyond recv, merged as gaps fill
+	fullRecv  *fullRecv  // running full-state transfer from the peer
+	ackDue    bool
+	control   []*Message // queued replies: full acks, repairs, digests
+	converged bool       // the last digest exchange found no difference
+	lastMatch int64      // when it last did
+	lastHeard int64
+}
+
+type inflight struct {
+	to     uint64
+	sentAt int64
+}
+
+type seqRange struct{ from, to uint64 } // (from, to]
+
+type fullSend struct {
+	epoch  uint64
+	base   uint64
+	acked  []bool
+	sentAt []int64 // 0 = not sent yet
+	left   int
+}
+
+type fullRecv struct {
+	epoch uint64
+	base  uint64
+	got   []bool
+	left  int
+}
+
+// onAck records that the peer holds our changes up to seq.
+func (p *peer) onAck(seq uint64) {
+	if seq <= p.acked {
+		return
+	}
+	p.acked = seq
+	if p.sent < seq {
+		p.sent = seq
+	}
+	i := 0
+	for i < len(p.inflight) && p.inflight[i].to <= seq {
+		i++
+	}
+	p.inflight = append(p.inflight[:0], p.inflight[i:]...)
+}
+
+// onDelta records that the peer's changes in (from, to] were applied, and
+// advances recv over every range that now joins up with it.
+func (p *peer) onDelta(from, to uint64) {
+	if to <= p.recv {
+		return
+	}
+	if from > p.recv {
+		if len(p.extra) < 16 {
+			p.extra = append(p.extra, seqRange{from, to})
+		}
+		return
+	}
+	p.recv = to
+	for merged := true; merged; {
+		merged = false
+		for i := 0; i < len(p.extra); i++ {
+			r := p.extra[i]
+			if r.from <= p.recv {
+				p.recv = max(p.recv, r.to)
+				p.extra = append(p.extra[:i], p.extra[i+1:]...)
+				merged = true
+				i--
+			}
+		}
+	}
+}
+
+// resetReceive forgets what we received from the peer (it restarted).
+func (p *peer) resetReceive() {
+	p.recv = 0
+	p.extra = p.extra[:0]
+	p.fullRecv = nil
+}
+
+// resetSend forgets what the peer acknowledged (it restarted, or it fell
+// behind the delta buffer); the caller starts a full transfer.
+func (p *peer) resetSend() {
+	p.acked, p.sent = 0, 0
+	p.inflight = p.inflight[:0]
+	p.full = nil
+}

@@ -1,0 +1,334 @@
+package crdt
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/kvmesh/kvmesh/tree"
+)
+
+// Replica is one node's replicated claim state and its side of the
+// anti-entropy protocol. The claims live in a tree.Index (the one copy on
+// the node, which the router reads); the Replica adds the clock, the delta
+// buffer and per-peer protocol state.
+//
+// A Replica is a pure state machine and is not safe for concurrent use: the
+// caller (package mesh) serializes calls, passes the wall-clock time in
+// milliseconds, sends what Outgoing returns and hands received messages to
+// Receive.
+type Replica struct {
+	cfg   Config
+	id    tree.NodeID
+	inc   uint64
+	ix    *tree.Index
+	clock Clock
+	log   deltaLog
+	peers map[string]*peer
+	order []*peer // peers sorted by name, for deterministic iteration
+
+	epoch   uint64 // last full-transfer epoch started
+	stats   Stats
+	scratch []tree.Claim // Learn's changed claims
+	applied []tree.Claim // the novel claims of the last Receive
+	claims  []tree.Claim // applyBatch's conversion buffer
+	reg     []tree.BackendEntry
+	bidx    []uint32 // per local backend id: index+1 in the batch being built
+}
+
+// Stats are a Replica's cumulative counters.
+type Stats struct {
+	LocalChanges      uint64 // claims and registry changes made here
+	MessagesSent      uint64 // messages returned by Outgoing
+	ClaimsSent        uint64 // claims in delta, full and repair messages
+	DeltasReceived    uint64
+	ClaimsReceived    uint64 // claims in received batches
+	ClaimsApplied     uint64 // the novel ones
+	ClaimsRejected    uint64 // expired, evicted, stale or invalid on arrival
+	Retransmits       uint64
+	FullSyncsStarted  uint64
+	FullSyncsDone     uint64 // transfers to peers completed (all chunks acked)
+	FullSyncsReceived uint64 // transfers from peers completed
+	DigestsSent       uint64
+	DigestMismatches  uint64 // digests that found differing buckets
+	BucketsRepaired   uint64 // buckets sent in repair messages
+	ClockClamps       uint64
+	UnknownSender     uint64 // messages from nodes that are not peers
+	Restarts          uint64 // peers seen with a new incarnation
+}
+
+// PeerStatus is the protocol state of one peer, for metrics and admin views.
+type PeerStatus struct {
+	Name string
+	// Backlog is how many of our changes the peer has not acknowledged.
+	Backlog uint64
+	// InFullSync is true while a full-state transfer to the peer runs.
+	InFullSync bool
+	// Converged is true when the last digest exchange found no difference;
+	// LastMatch is when (ms).
+	Converged bool
+	LastMatch int64
+	LastHeard int64
+}
+
+// New returns a Replica over ix. incarnation must differ between two lives
+// of the same node (e.g. random at start), so peers notice a restart.
+func New(cfg Config, ix *tree.Index, incarnation uint64) (*Replica, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if incarnation == 0 {
+		return nil, fmt.Errorf("crdt: incarnation must not be 0")
+	}
+	if per := ix.Config().Capacity / cfg.DigestBuckets; per > MaxClaimsPerMessage/4 {
+		return nil, fmt.Errorf("crdt: %d claims per digest bucket is too many for one message; raise DigestBuckets", per)
+	}
+	return &Replica{
+		cfg: cfg, id: tree.NodeIDOf(cfg.Name), inc: incarnation, ix: ix,
+		clock: NewClock(cfg.MaxSkew.Milliseconds()),
+		log:   newDeltaLog(cfg.LogCapacity),
+		peers: make(map[string]*peer),
+	}, nil
+}
+
+// Name is this replica's node name.
+func (r *Replica) Name() string { return r.cfg.Name }
+
+// ID is this replica's NodeID.
+func (r *Replica) ID() tree.NodeID { return r.id }
+
+// Index is the claim index the replica writes into.
+func (r *Replica) Index() *tree.Index { return r.ix }
+
+// Clock is the replica's hybrid logical clock.
+func (r *Replica) Clock() *Clock { return &r.clock }
+
+// Stats returns the cumulative counters.
+func (r *Replica) Stats() Stats {
+	s := r.stats
+	s.ClockClamps = r.clock.Clamps()
+	return s
+}
+
+// Learn records claims for the prefixes of ch on backend b (see
+// tree.Index.Learn), stamped by the clock, and queues the ones that changed
+// for every peer.
+func (r *Replica) Learn(ch *tree.Chain, b tree.BackendID, ttlMillis, now int64) {
+	ts := r.clock.Now(now)
+	r.scratch = r.ix.Learn(ch, b, ts, ttlMillis, r.id, now, r.scratch[:0])
+	for _, c := range r.scratch {
+		r.log.append(logEntry{claim: c})
+	}
+	r.stats.LocalChanges += uint64(len(r.scratch))
+}
+
+// Invalidate starts a new generation of a backend (restarted cold, or
+// removed) and queues the registry change for every peer.
+func (r *Replica) Invalidate(backend string, removed bool, now int64) (tree.BackendEntry, error) {
+	e, err := r.ix.Invalidate(backend, removed, r.clock.Now(now), r.id)
+	if err != nil {
+		return e, err
+	}
+	id, _ := r.ix.BackendByName(backend)
+	r.log.append(logEntry{isBackend: true, backend: id})
+	r.stats.LocalChanges++
+	return e, nil
+}
+
+// AddPeer starts replicating to a peer. A new peer gets the full state.
+func (r *Replica) AddPeer(name string, now int64) {
+	if name == r.cfg.Name || r.peers[name] != nil {
+		return
+	}
+	p := &peer{name: name, id: tree.NodeIDOf(name), lastHeard: now}
+	r.peers[name] = p
+	r.order = append(r.order, p)
+	sort.Slice(r.order, func(i, j int) bool { return r.order[i].name < r.order[j].name })
+	r.startFull(p)
+}
+
+// RemovePeer stops replicating to a peer (it left or failed).
+func (r *Replica) RemovePeer(name string) {
+	p := r.peers[name]
+	if p == nil {
+		return
+	}
+	delete(r.peers, name)
+	for i, q := range r.order {
+		if q == p {
+			r.order = append(r.order[:i], r.order[i+1:]...)
+			break
+		}
+	}
+	r.gcLog()
+}
+
+// Peers returns the status of every peer, sorted by name.
+func (r *Replica) Peers() []PeerStatus {
+	out := make([]PeerStatus, 0, len(r.order))
+	for _, p := range r.order {
+		out = append(out, PeerStatus{Name: p.name, Backlog: r.log.last() - min(p.acked, r.log.last()),
+			InFullSync: p.full != nil, Converged: p.converged, LastMatch: p.lastMatch, LastHeard: p.lastHeard})
+	}
+	return out
+}
+
+// startFull begins a full-state transfer to p: every bucket of the index,
+// chunk by chunk, acknowledged one by one. Deltas after the transfer's base
+// flow alongside it.
+func (r *Replica) startFull(p *peer) {
+	p.resetSend()
+	base := r.log.last()
+	p.acked, p.sent = base, base
+	if r.ix.Len() == 0 && len(r.ix.Backends(r.reg[:0])) == 0 {
+		return // nothing to transfer
+	}
+	r.epoch++
+	n := r.cfg.DigestBuckets
+	p.full = &fullSend{epoch: r.epoch, base: base, acked: make([]bool, n), sentAt: make([]int64, n), left: n}
+	r.stats.FullSyncsStarted++
+}
+
+// gcLog drops the delta-buffer entries every peer has acknowledged.
+func (r *Replica) gcLog() {
+	upTo := r.log.last()
+	for _, p := range r.order {
+		upTo = min(upTo, p.acked)
+	}
+	r.log.gc(upTo)
+}
+
+// Applied returns the claims the last Receive found novel (for apply-lag
+// metrics). The slice is reused by the next Receive.
+func (r *Replica) Applied() []tree.Claim { return r.applied }
+
+// Receive handles one message from a peer at wall time now. Its data is
+// joined into the state even when the sender is not (yet) a peer; protocol
+// replies are queued for Outgoing.
+func (r *Replica) Receive(m *Message, now int64) error {
+	r.applied = r.applied[:0]
+	p := r.peers[m.From]
+	if p == nil {
+		r.stats.UnknownSender++
+		switch m.Type {
+		case MsgDelta, MsgFull, MsgRepair:
+			return r.applyBatch(&m.Batch, 0, now)
+		}
+		return nil
+	}
+	p.lastHeard = now
+	if m.Incarnation != p.inc {
+		if p.inc != 0 {
+			// The peer restarted: it lost our changes and numbers its own
+			// from 1 again.
+			r.stats.Restarts++
+			p.resetReceive()
+			r.startFull(p)
+		}
+		p.inc = m.Incarnation
+	}
+	if m.AckFor == r.inc {
+		p.onAck(m.AckUpTo)
+		r.gcLog()
+	}
+	switch m.Type {
+	case MsgDelta:
+		r.stats.DeltasReceived++
+		if err := r.applyBatch(&m.Batch, p.id, now); err != nil {
+			return err
+		}
+		p.onDelta(m.FromSeq, m.ToSeq)
+		p.ackDue = true
+	case MsgFull:
+		if err := r.applyBatch(&m.Batch, p.id, now); err != nil {
+			return err
+		}
+		r.onFullChunk(p, m)
+	case MsgFullAck:
+		if f := p.full; f != nil && f.epoch == m.Epoch && int(m.Chunks) == len(f.acked) && !f.acked[m.Chunk] {
+			f.acked[m.Chunk] = true
+			f.left--
+			if f.left == 0 {
+				p.full = nil
+				r.stats.FullSyncsDone++
+			}
+		}
+	case MsgDigest:
+		r.onDigest(p, m, now)
+	case MsgRepairRequest:
+		if len(m.Buckets) == 0 {
+			p.converged, p.lastMatch = true, now
+			return nil
+		}
+		p.converged = false
+		r.queueRepair(p, m.Buckets, now)
+	case MsgRepair:
+		return r.applyBatch(&m.Batch, p.id, now)
+	}
+	return nil
+}
+
+func (r *Replica) onFullChunk(p *peer, m *Message) {
+	fr := p.fullRecv
+	if fr == nil || fr.epoch != m.Epoch || len(fr.got) != int(m.Chunks) {
+		fr = &fullRecv{epoch: m.Epoch, base: m.BaseSeq, got: make([]bool, m.Chunks), left: int(m.Chunks)}
+		p.fullRecv = fr
+	}
+	if !fr.got[m.Chunk] {
+		fr.got[m.Chunk] = true
+		fr.left--
+		if fr.left == 0 {
+			p.onDelta(0, fr.base) // the state up to base is now held
+			p.fullRecv = nil
+			r.stats.FullSyncsReceived++
+		}
+	}
+	p.control = append(p.control, &Message{Type: MsgFullAck, Epoch: m.Epoch, Chunk: m.Chunk, Chunks: m.Chunks})
+}
+
+// applyBatch joins a received batch into the index: registry entries, the
+// floor, then the claims. Timestamps too far in the future are clamped.
+// With Relay, the novel part is queued for the other peers.
+func (r *Replica) applyBatch(b *Batch, source tree.NodeID, now int64) error {
+	limit := now + r.cfg.MaxSkew.Milliseconds()
+	ids := make([]tree.BackendID, len(b.Backends))
+	for i, e := range b.Backends {
+		if ts, clamped := r.clock.Observe(e.Time, now); clamped {
+			e.Time = ts
+		}
+		id, changed, err := r.ix.JoinBackend(e)
+		if err != nil {
+			return fmt.Errorf("crdt: backend %q from peer: %w", e.Name, err)
+		}
+		ids[i] = id
+		if changed && r.cfg.Relay {
+			r.log.append(logEntry{isBackend: true, backend: id, source: source})
+		}
+	}
+	if b.Floor > r.ix.Floor() {
+		r.ix.RaiseFloor(b.Floor, now)
+	}
+	r.claims = r.claims[:0]
+	for _, w := range b.Claims {
+		c := tree.Claim{Key: w.Key, Backend: ids[w.Backend], Gen: w.Gen, Time: w.Time, Expires: w.Expires, Origin: w.Origin}
+		if c.Time.Millis() > limit {
+			// Clamp, keeping the claim's TTL from its (clamped) time.
+			ttl := c.Expires - c.Time.Millis()
+			c.Time, _ = r.clock.Observe(c.Time, now)
+			c.Expires = c.Time.Millis() + ttl
+		} else {
+			r.clock.Observe(c.Time, now)
+		}
+		r.claims = append(r.claims, c)
+	}
+	r.stats.ClaimsReceived += uint64(len(r.claims))
+	var counts [tree.RejectedInvalid + 1]int
+	r.applied, counts = r.ix.UpsertBatch(r.claims, now, r.applied[:0])
+	r.stats.ClaimsApplied += uint64(len(r.applied))
+	r.stats.ClaimsRejected += uint64(counts[tree.RejectedExpired] + counts[tree.RejectedEvicted] + counts[tree.RejectedStale] + counts[tree.RejectedInvalid])
+	if r.cfg.Relay && source != 0 {
+		for _, c := range r.applied {
+			r.log.append(logEntry{claim: c, source: source})
+		}
+	}
+	return nil
+}
