@@ -1,0 +1,315 @@
+package router
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"sync"
+)
+
+// ScrapedLoad is the load read from a backend's Prometheus /metrics page.
+//
+// Several engine indices (data parallelism) or cache sources export one
+// sample each: counts and counters are summed, usage takes the maximum. A
+// sample whose value is NaN, infinite or negative is ignored.
+type ScrapedLoad struct {
+	Running, Waiting, KVCacheUsage float64
+	PrefixQueries, PrefixHits      float64 // counters in tokens, when exported
+	Has                            LoadFields
+}
+
+// Limits on what ParseMetrics reads. A vLLM page is ~50 KiB; the limits
+// only stop a misbehaving backend from making the router buffer without end.
+const (
+	MaxMetricsBytes = 4 << 20  // total bytes read from one page
+	MaxMetricsLine  = 64 << 10 // longest line; Prometheus lines are < 1 KiB
+)
+
+// ErrMetricsTooLarge is wrapped by ParseMetrics's error when the page or
+// one of its lines exceeds MaxMetricsBytes or MaxMetricsLine.
+var ErrMetricsTooLarge = errors.New("metrics page too large")
+
+// metric is what a recognised metric name feeds.
+type metric uint8
+
+const (
+	metricNone metric = iota
+	metricRunning
+	metricWaiting
+	metricUsage
+	metricQueries       // current vLLM name, or SGLang's prompt tokens
+	metricHits          // current vLLM name, or SGLang's cached tokens
+	metricQueriesLegacy // vLLM's older gpu_prefix_cache_* names
+	metricHitsLegacy
+)
+
+func metricFor(name []byte) metric {
+	switch string(name) {
+	case "vllm:num_requests_running", "sglang:num_running_reqs":
+		return metricRunning
+	case "vllm:num_requests_waiting", "sglang:num_queue_reqs":
+		return metricWaiting
+	case "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage":
+		return metricUsage
+	case "vllm:prefix_cache_queries_total", "sglang:prompt_tokens_total":
+		return metricQueries
+	case "vllm:prefix_cache_hits_total", "sglang:cached_tokens_total":
+		return metricHits
+	case "vllm:gpu_prefix_cache_queries_total":
+		return metricQueriesLegacy
+	case "vllm:gpu_prefix_cache_hits_total":
+		return metricHitsLegacy
+	}
+	return metricNone
+}
+
+// metricsParser accumulates one page.
+type metricsParser struct {
+	model                 string
+	out                   ScrapedLoad
+	legacyQ, legacyH      float64
+	hasLegacyQ, hasLegacH bool
+	lineNo                int
+}
+
+var metricsBufPool = sync.Pool{New: func() any { b := make([]byte, MaxMetricsLine); return &b }}
+
+// ParseMetrics reads a Prometheus text-format page and fills dst with the
+// vLLM or SGLang load it finds; dst is zeroed first and stays zero on error.
+//
+// When model != "" only samples whose model_name label equals model count
+// (samples without the label count too). Only lines of recognised metrics
+// are parsed in full; a malformed one is an error naming its line. Comments,
+// timestamps, exemplars, +Inf/NaN and \r\n line ends are handled. At most
+// MaxMetricsBytes are read and lines may not exceed MaxMetricsLine.
+func ParseMetrics(r io.Reader, model string, dst *ScrapedLoad) error {
+	*dst = ScrapedLoad{}
+	bp := metricsBufPool.Get().(*[]byte)
+	defer metricsBufPool.Put(bp)
+	mp := metricsParser{model: model}
+	if err := mp.read(r, *bp); err != nil {
+		return err
+	}
+	mp.finish(dst)
+	return nil
+}
+
+func (mp *metricsParser) read(r io.Reader, buf []byte) error {
+	start, end, total, empty := 0, 0, 0, 0
+	for {
+		for {
+			i := bytes.IndexByte(buf[start:end], '\n')
+			if i < 0 {
+				break
+			}
+			if err := mp.line(buf[start : start+i]); err != nil {
+				return err
+			}
+			start += i + 1
+		}
+		end = copy(buf, buf[start:end])
+		start = 0
+		if end == len(buf) {
+			return fmt.Errorf("metrics: line %d: longer than %d bytes: %w", mp.lineNo+1, MaxMetricsLine, ErrMetricsTooLarge)
+		}
+		n, err := r.Read(buf[end:])
+		end += n
+		total += n
+		if total > MaxMetricsBytes {
+			return fmt.Errorf("metrics: page exceeds %d bytes: %w", MaxMetricsBytes, ErrMetricsTooLarge)
+		}
+		if n == 0 && err == nil {
+			if empty++; empty > 100 {
+				return fmt.Errorf("metrics: %w", io.ErrNoProgress)
+			}
+		} else {
+			empty = 0
+		}
+		if err == io.EOF {
+			if end > 0 {
+				return mp.line(buf[:end])
+			}
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("metrics: reading page: %w", err)
+		}
+	}
+}
+
+func isBlank(c byte) bool { return c == ' ' || c == '\t' }
+
+func trimBlank(b []byte) []byte {
+	for len(b) > 0 && isBlank(b[0]) {
+		b = b[1:]
+	}
+	for len(b) > 0 && (isBlank(b[len(b)-1]) || b[len(b)-1] == '\r') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// line handles one line: `name{label="value",...} value [timestamp] [# exemplar]`.
+func (mp *metricsParser) line(b []byte) error {
+	mp.lineNo++
+	b = trimBlank(b)
+	if len(b) == 0 || b[0] == '#' {
+		return nil
+	}
+	i := 0
+	for i < len(b) && b[i] != '{' && !isBlank(b[i]) {
+		i++
+	}
+	m := metricFor(b[:i])
+	if m == metricNone {
+		return nil
+	}
+	name := b[:i]
+	rest := trimBlank(b[i:])
+	keep := true
+	if len(rest) > 0 && rest[0] == '{' {
+		var err error
+		if rest, keep, err = mp.labels(rest[1:]); err != nil {
+			return fmt.Errorf("metrics: line %d (%s): %v", mp.lineNo, name, err)
+		}
+	}
+	rest = trimBlank(rest)
+	j := 0
+	for j < len(rest) && !isBlank(rest[j]) {
+		j++
+	}
+	val, tail := rest[:j], trimBlank(rest[j:])
+	f, err := strconv.ParseFloat(string(val), 64)
+	if err != nil {
+		return fmt.Errorf("metrics: line %d (%s): bad value %q", mp.lineNo, name, clip(string(val)))
+	}
+	if len(tail) > 0 && tail[0] != '#' { // a timestamp, maybe followed by an exemplar
+		k := 0
+		for k < len(tail) && !isBlank(tail[k]) {
+			k++
+		}
+		if _, err := strconv.ParseInt(string(tail[:k]), 10, 64); err != nil {
+			return fmt.Errorf("metrics: line %d (%s): bad timestamp %q", mp.lineNo, name, clip(string(tail[:k])))
+		}
+		if tail = trimBlank(tail[k:]); len(tail) > 0 && tail[0] != '#' {
+			return fmt.Errorf("metrics: line %d (%s): unexpected %q after the timestamp", mp.lineNo, name, clip(string(tail)))
+		}
+	}
+	if keep && !math.IsNaN(f) && !math.IsInf(f, 0) && f >= 0 {
+		mp.add(m, f)
+	}
+	return nil
+}
+
+// labels parses `name="value",...}` (the '{' already consumed) and returns
+// what follows the '}'. keep is false when a model_name label differs from
+// the wanted model.
+func (mp *metricsParser) labels(b []byte) (rest []byte, keep bool, err error) {
+	keep = true
+	for {
+		b = trimBlank(b)
+		if len(b) > 0 && b[0] == '}' {
+			return b[1:], keep, nil
+		}
+		i := 0
+		for i < len(b) && (b[i] == '_' || b[i] >= 'a' && b[i] <= 'z' || b[i] >= 'A' && b[i] <= 'Z' || i > 0 && b[i] >= '0' && b[i] <= '9') {
+			i++
+		}
+		if i == 0 {
+			return nil, false, errors.New("bad label name")
+		}
+		label := b[:i]
+		b = trimBlank(b[i:])
+		if len(b) < 2 || b[0] != '=' {
+			return nil, false, fmt.Errorf("label %s: missing '='", label)
+		}
+		b = trimBlank(b[1:])
+		if len(b) == 0 || b[0] != '"' {
+			return nil, false, fmt.Errorf("label %s: value is not quoted", label)
+		}
+		b = b[1:]
+		// Scan the value, comparing it with the model as it unescapes.
+		want := mp.model
+		check := want != "" && string(label) == "model_name"
+		match := true
+		k, n := 0, 0 // k indexes b, n counts unescaped bytes
+		for ; k < len(b) && b[k] != '"'; k++ {
+			c := b[k]
+			if c == '\\' {
+				if k++; k == len(b) {
+					break
+				}
+				switch b[k] {
+				case '\\', '"':
+					c = b[k]
+				case 'n':
+					c = '\n'
+				default:
+					return nil, false, fmt.Errorf("label %s: bad escape \\%c", label, b[k])
+				}
+			}
+			if check && (n >= len(want) || want[n] != c) {
+				match = false
+			}
+			n++
+		}
+		if k >= len(b) {
+			return nil, false, fmt.Errorf("label %s: unterminated value", label)
+		}
+		if check && (!match || n != len(want)) {
+			keep = false
+		}
+		b = trimBlank(b[k+1:])
+		if len(b) > 0 && b[0] == ',' {
+			b = b[1:]
+		} else if len(b) == 0 || b[0] != '}' {
+			return nil, false, fmt.Errorf("label %s: want ',' or '}'", label)
+		}
+	}
+}
+
+func (mp *metricsParser) add(m metric, f float64) {
+	o := &mp.out
+	switch m {
+	case metricRunning:
+		o.Running += f
+		o.Has |= HasRunning
+	case metricWaiting:
+		o.Waiting += f
+		o.Has |= HasWaiting
+	case metricUsage:
+		o.KVCacheUsage = maxOf(o.Has&HasKVCacheUsage != 0, o.KVCacheUsage, min(f, 1))
+		o.Has |= HasKVCacheUsage
+	case metricQueries:
+		o.PrefixQueries += f
+		o.Has |= HasPrefixQueries
+	case metricHits:
+		o.PrefixHits += f
+		o.Has |= HasPrefixHits
+	case metricQueriesLegacy:
+		mp.legacyQ += f
+		mp.hasLegacyQ = true
+	case metricHitsLegacy:
+		mp.legacyH += f
+		mp.hasLegacH = true
+	}
+}
+
+// finish writes the result. vLLM exported the old gpu_prefix_cache_* names
+// beside the new ones for a while: they count the same tokens, so the
+// legacy counters are used only when the new ones are absent.
+func (mp *metricsParser) finish(dst *ScrapedLoad) {
+	o := mp.out
+	if o.Has&HasPrefixQueries == 0 && mp.hasLegacyQ {
+		o.PrefixQueries = mp.legacyQ
+		o.Has |= HasPrefixQueries
+	}
+	if o.Has&HasPrefixHits == 0 && mp.hasLegacH {
+		o.PrefixHits = mp.legacyH
+		o.Has |= HasPrefixHits
+	}
+	*dst = o
+}
