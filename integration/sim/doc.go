@@ -74,5 +74,24 @@
 //
 // All model time is simulated; real time = simulated / Config.TimeScale.
 // See engine.go for how the step loop keeps the two together and Timing for
-// the cost model.
+// the cost model. The TTFT and end-to-end histograms are in simulated
+// seconds and exclude HTTP overhead; client-side latency multiplied by
+// TimeScale agrees with them while kvmesh_sim_engine_lag_seconds stays near
+// 0. A lag that grows means the machine cannot run the engine
+// that fast: lower the TimeScale.
+//
+// # Notes for the benchmark harness
+//
+//   - Read hit rates from Fleet.Stats / Instance.Stats or /metrics (the same
+//     atomics); never from the router. A new Fleet has fresh caches and zero
+//     counters. Counters survive simulated restarts (a real vLLM's would
+//     reset), so totals over a run are complete.
+//   - Requests naming a model not in Config.Models get 404; the default
+//     "kvmesh-sim" matches integration/workload's default body.
+//   - A request whose prompt + output cannot fit in CacheBlocks or
+//     MaxModelLen is rejected with 400 rather than queued forever: size
+//     CacheBlocks to hold at least the longest request.
+//   - CachedPrefix / POST /sim/match report what the engine would count as a
+//     hit now; a concurrent request may change the cache before yours is
+//     scheduled, exactly as on a real engine.
 package sim

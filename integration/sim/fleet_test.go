@@ -1,9 +1,11 @@
 package sim
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -156,4 +158,25 @@ func TestConfigValidate(t *testing.T) {
 	if _, err := StartFleet(0, DefaultConfig()); err == nil {
 		t.Fatal("StartFleet(0) accepted")
 	}
+}
+
+func TestFleetCloseLeavesNoGoroutines(t *testing.T) {
+	before := runtime.NumGoroutine()
+	for i := 0; i < 3; i++ {
+		f, err := StartFleet(4, testConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range f.URLs() {
+			resp, b := post(t, u, ChatPath, chatBody(t, 4, map[string]any{"stream": i%2 == 0}, msg{"user", words("w", 30)}), nil)
+			if resp.StatusCode != 200 || !bytes.Contains(b, []byte("the quick brown fox")) {
+				t.Fatalf("%d %s", resp.StatusCode, b)
+			}
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	http.DefaultClient.CloseIdleConnections()
+	waitFor(t, "goroutines to exit", func() bool { return runtime.NumGoroutine() <= before })
 }
