@@ -73,7 +73,7 @@ func BenchmarkLoadMooncake(b *testing.B) {
 }
 
 // Streaming every body of the whole trace through one reused buffer: the
-// time to generate the trace's 0.9 GB of JSON with constant memory.
+// time to generate the trace's 824 MB of JSON with constant memory.
 func BenchmarkRenderMooncakeTrace(b *testing.B) {
 	w, err := LoadMooncake(traceFile, DefaultMooncakeOptions())
 	if err != nil {

@@ -39,10 +39,10 @@ const (
 // included), in Requests order. blockTokens <= 0 means 16, vLLM's default
 // block size.
 //
-// Cost: one hash per prompt token (~2 ns) and one map entry per distinct
-// block; for the whole Mooncake trace at 16 tokens that is ~0.4 s and a map of
-// ~9M entries (a few hundred MB), so prefer larger blocks or a slice there.
-// For the Mooncake trace at its own 512-token granularity see TraceInfo.
+// Cost: one hash per prompt token and one map entry per distinct block; for
+// the whole Mooncake trace at 16 tokens that is 145M tokens, several seconds
+// and a map of 5.7M entries (a few hundred MB), so prefer a slice there. For
+// the Mooncake trace at its own 512-token granularity see TraceInfo.Bound.
 func (w *Workload) PrefixCacheBound(blockTokens int) CacheBound {
 	if blockTokens <= 0 {
 		blockTokens = 16

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -137,12 +138,53 @@ func TestMooncakeWholeTrace(t *testing.T) {
 			t.Fatal("bodies materialised without Materialize")
 		}
 	}
-	// Rendering is checked on a sample: the full trace is ~0.9 GB of JSON.
+	// Rendering is checked on a sample: the full trace is 824 MB of JSON.
 	for i := 0; i < len(w.Requests); i += 401 {
 		checkRequest(t, &w.Requests[i])
 	}
 	if w.MaxPromptTokens != 126195 {
 		t.Fatalf("MaxPromptTokens %d", w.MaxPromptTokens)
+	}
+	checkConversations(t, w, raw)
+}
+
+// checkConversations asserts the inferred sessions' defining property: turns
+// of a conversation arrive in order, and every later turn's hash ids start
+// with all full blocks (at least two) of an earlier turn of its conversation.
+func checkConversations(t *testing.T, w *Workload, raw []rawLine) {
+	t.Helper()
+	members := make(map[int][]int)
+	multi, longest := 0, 0
+	for i, r := range w.Requests {
+		prev := members[r.Conversation]
+		if r.Turn != len(prev) {
+			t.Fatalf("request %d: turn %d after %d turns", i, r.Turn, len(prev))
+		}
+		if r.Turn > 0 {
+			ids := raw[i].HashIDs
+			extends := false
+			for _, j := range prev {
+				full := raw[j].InputLength / 512
+				if full >= 2 && full <= len(ids) && slices.Equal(raw[j].HashIDs[:full], ids[:full]) {
+					extends = true
+					break
+				}
+			}
+			if !extends {
+				t.Fatalf("request %d (conversation %d turn %d) extends no earlier turn", i, r.Conversation, r.Turn)
+			}
+		}
+		members[r.Conversation] = append(prev, i)
+	}
+	for _, m := range members {
+		if len(m) > 1 {
+			multi++
+		}
+		longest = max(longest, len(m))
+	}
+	t.Logf("%d conversations (%d with several turns, longest %d turns), %d groups", w.Conversations, multi, longest, w.Groups)
+	if multi == 0 || w.Conversations != len(members) {
+		t.Fatalf("%d conversations, %d multi-turn", w.Conversations, multi)
 	}
 }
 
@@ -299,14 +341,18 @@ func TestMooncakeConversationInference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Request 2 extends request 0's full blocks [0 1]; request 3 shares
+	// request 1's second block but request 1 had one full block only, so it
+	// starts a conversation in request 1's group; request 4 extends request
+	// 0's [0 1] again.
 	type cgt struct{ c, g, t int }
-	want := []cgt{{0, 0, 0}, {1, 1, 0}, {0, 0, 1}, {1, 1, 1}, {0, 0, 2}, {2, 2, 0}}
+	want := []cgt{{0, 0, 0}, {1, 1, 0}, {0, 0, 1}, {2, 1, 0}, {0, 0, 2}, {3, 2, 0}}
 	for i, r := range w.Requests {
 		if got := (cgt{r.Conversation, r.Group, r.Turn}); got != want[i] {
 			t.Errorf("request %d: conversation/group/turn %v, want %v", i, got, want[i])
 		}
 	}
-	if w.Conversations != 3 || w.Groups != 3 || w.Trace.Lines != 7 {
+	if w.Conversations != 4 || w.Groups != 3 || w.Trace.Lines != 7 {
 		t.Fatalf("%d conversations, %d groups, %d lines", w.Conversations, w.Groups, w.Trace.Lines)
 	}
 	if r := w.Requests[5]; r.OutputTokens != 1 || w.Trace.OutputClamped != 1 {
