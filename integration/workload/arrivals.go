@@ -45,6 +45,13 @@ func (c *optionChecker) ordered(lo, hi string, a, b int) {
 	}
 }
 
+// maxRequests bounds a synthetic workload's size (and keeps products of
+// counts far from overflow).
+const maxRequests = 1 << 20
+
+// minRate keeps arrival offsets (in ns) far from overflowing.
+const minRate = 1e-6
+
 // maxGeneratedTokens bounds every token-count option: beyond any context
 // length, and small enough that counts multiplied by request counts fit.
 const maxGeneratedTokens = 1 << 22
@@ -57,8 +64,8 @@ func (c *optionChecker) tokens(name string, v int) {
 }
 
 func (c *optionChecker) rate(v float64) {
-	if c.err == nil && (math.IsNaN(v) || math.IsInf(v, 0) || v < 0) {
-		c.err = fmt.Errorf("workload: %s: Rate must be a finite number >= 0, got %v", c.gen, v)
+	if c.err == nil && (math.IsNaN(v) || math.IsInf(v, 0) || v < 0 || (v > 0 && v < minRate)) {
+		c.err = fmt.Errorf("workload: %s: Rate must be 0 or a finite number >= %g, got %v", c.gen, minRate, v)
 	}
 }
 

@@ -63,8 +63,8 @@ func checkRequest(t *testing.T, r *Request) simBody {
 	if b.MaxTokens == nil || *b.MaxTokens != r.OutputTokens {
 		t.Fatalf("max_tokens %v, want %d", b.MaxTokens, r.OutputTokens)
 	}
-	if len(b.Messages) != r.Messages() {
-		t.Fatalf("%d messages, Messages() says %d", len(b.Messages), r.Messages())
+	if len(b.Messages) != r.NumMessages() {
+		t.Fatalf("%d messages, NumMessages() says %d", len(b.Messages), r.NumMessages())
 	}
 	return b
 }

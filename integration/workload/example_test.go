@@ -39,7 +39,7 @@ func ExampleMultiTurn() {
 	// completed; open-loop replay: send each request at its At.
 	for _, r := range w.Requests[:3] {
 		fmt.Printf("at %v: conversation %d turn %d, %d messages, %d prompt tokens\n",
-			r.At.Round(1e6), r.Conversation, r.Turn, r.Messages(), r.PromptTokens)
+			r.At.Round(1e6), r.Conversation, r.Turn, r.NumMessages(), r.PromptTokens)
 	}
 	// Output:
 	// 24 conversations, 366 requests

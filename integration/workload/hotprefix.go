@@ -69,9 +69,9 @@ func (o HotPrefixOptions) GroupShare(k int) float64 {
 func HotPrefix(o HotPrefixOptions) (*Workload, error) {
 	c := optionChecker{gen: "HotPrefix"}
 	c.positive("Requests", o.Requests)
-	c.ordered("Requests", "1<<20", o.Requests, 1<<20)
+	c.ordered("Requests", "1<<20", o.Requests, maxRequests)
 	c.positive("Groups", o.Groups)
-	c.ordered("Groups", "1<<20", o.Groups, 1<<20)
+	c.ordered("Groups", "1<<20", o.Groups, maxRequests)
 	c.tokens("PrefixTokens", o.PrefixTokens)
 	c.tokens("SuffixTokens", o.SuffixTokens)
 	c.positive("OutputTokens", o.OutputTokens)

@@ -61,7 +61,9 @@ func LongDocument(o LongDocumentOptions) (*Workload, error) {
 	c := optionChecker{gen: "LongDocument"}
 	c.positive("Documents", o.Documents)
 	c.positive("QuestionsPerDocument", o.QuestionsPerDocument)
-	c.ordered("Documents x QuestionsPerDocument", "1<<20", o.Documents*min(o.QuestionsPerDocument, 1<<20), 1<<20)
+	c.ordered("Documents", "1<<20", o.Documents, maxRequests)
+	c.ordered("QuestionsPerDocument", "1<<20", o.QuestionsPerDocument, maxRequests)
+	c.ordered("Documents x QuestionsPerDocument", "1<<20", o.Documents*o.QuestionsPerDocument, maxRequests)
 	c.tokens("DocumentTokens", o.DocumentTokens)
 	c.tokens("QuestionTokens", o.QuestionTokens)
 	c.positive("OutputTokens", o.OutputTokens)

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"time"
 )
@@ -37,7 +36,8 @@ type MooncakeOptions struct {
 	// excluded); 0 means no limit. Default 0.
 	MaxRequests int
 	// Compression divides arrival offsets: 4 replays an hour in 15 minutes
-	// (4x the request rate, same request mix). Must be > 0. Default 1.
+	// (4x the request rate, same request mix). Must be in [0.001, 1e6].
+	// Default 1.
 	Compression float64
 	// MaxInputTokens caps the prompt length (sim tokens, template included);
 	// 0 means no cap. Default 0: the trace's longest prompt is 126,195 tokens,
@@ -65,8 +65,8 @@ func DefaultMooncakeOptions() MooncakeOptions {
 
 func (o *MooncakeOptions) validate() error {
 	switch {
-	case !(o.Compression > 0) || math.IsInf(o.Compression, 0):
-		return fmt.Errorf("workload: MooncakeOptions.Compression %v must be a positive number (see DefaultMooncakeOptions)", o.Compression)
+	case !(o.Compression >= 1e-3 && o.Compression <= 1e6):
+		return fmt.Errorf("workload: MooncakeOptions.Compression %v must be in [0.001, 1e6] (see DefaultMooncakeOptions)", o.Compression)
 	case o.Start < 0 || o.Duration < 0 || o.MaxRequests < 0 || o.MaxOutputTokens < 0:
 		return errors.New("workload: MooncakeOptions Start, Duration, MaxRequests and MaxOutputTokens must not be negative")
 	case o.MaxInputTokens != 0 && o.MaxInputTokens < chatOverhead:
@@ -234,7 +234,7 @@ func (b *mooncakeBuilder) add(line int, rec MooncakeRecord) error {
 	if ts < b.opts.Start {
 		return nil
 	}
-	if b.opts.Duration > 0 && ts >= b.opts.Start+b.opts.Duration {
+	if b.opts.Duration > 0 && ts-b.opts.Start >= b.opts.Duration {
 		b.done = true
 		return nil
 	}

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"time"
 )
 
 // MooncakeBlockTokens is the block size of the Mooncake traces' hash_ids.
@@ -31,6 +33,10 @@ type mooncakeLine struct {
 	OutputLength *int64   `json:"output_length"`
 	HashIDs      *[]int64 `json:"hash_ids"`
 }
+
+// maxTraceTimestamp bounds timestamps (ms) so that they convert to a
+// time.Duration without overflow: about 292 years.
+const maxTraceTimestamp = math.MaxInt64 / int64(time.Millisecond)
 
 // maxTraceTokens bounds input_length and output_length: far beyond any
 // model's context today, small enough that no arithmetic on them overflows.
@@ -57,8 +63,8 @@ func ParseMooncakeLine(line []byte) (MooncakeRecord, error) {
 		return MooncakeRecord{}, errors.New(`missing "hash_ids"`)
 	}
 	ts, in, out, ids := *raw.Timestamp, *raw.InputLength, *raw.OutputLength, *raw.HashIDs
-	if ts < 0 {
-		return MooncakeRecord{}, fmt.Errorf("negative timestamp %d", ts)
+	if ts < 0 || ts > maxTraceTimestamp {
+		return MooncakeRecord{}, fmt.Errorf("timestamp %d out of range [0, %d]", ts, int64(maxTraceTimestamp))
 	}
 	if in < 1 || in > maxTraceTokens {
 		return MooncakeRecord{}, fmt.Errorf("input_length %d out of range [1, %d]", in, maxTraceTokens)

@@ -374,7 +374,8 @@ func TestMooncakeMalformedLines(t *testing.T) {
 		{"missing hash ids", `{"timestamp": 1, "input_length": 600, "output_length": 5}`, `missing "hash_ids"`},
 		{"string length", `{"timestamp": 1, "input_length": "600", "output_length": 5, "hash_ids": [0, 1]}`, "invalid JSON"},
 		{"float timestamp", `{"timestamp": 1.5, "input_length": 600, "output_length": 5, "hash_ids": [0, 1]}`, "invalid JSON"},
-		{"negative timestamp", `{"timestamp": -1, "input_length": 600, "output_length": 5, "hash_ids": [0, 1]}`, "negative timestamp"},
+		{"negative timestamp", `{"timestamp": -1, "input_length": 600, "output_length": 5, "hash_ids": [0, 1]}`, "timestamp -1 out of range"},
+		{"huge timestamp", `{"timestamp": 9223372036854775, "input_length": 600, "output_length": 5, "hash_ids": [0, 1]}`, "timestamp 9223372036854775 out of range"},
 		{"zero input", `{"timestamp": 1, "input_length": 0, "output_length": 5, "hash_ids": []}`, "input_length 0 out of range"},
 		{"huge input", `{"timestamp": 1, "input_length": 99999999999, "output_length": 5, "hash_ids": [0]}`, "out of range"},
 		{"negative output", `{"timestamp": 1, "input_length": 600, "output_length": -5, "hash_ids": [0, 1]}`, "output_length -5"},
@@ -413,6 +414,7 @@ func TestMooncakeInputErrors(t *testing.T) {
 	}
 	for _, mut := range []func(*MooncakeOptions){
 		func(o *MooncakeOptions) { o.Compression = 0 },
+		func(o *MooncakeOptions) { o.Compression = 1e-300 },
 		func(o *MooncakeOptions) { o.Start = -1 },
 		func(o *MooncakeOptions) { o.MaxInputTokens = 2 },
 		func(o *MooncakeOptions) { o.LongPrompts = 7 },

@@ -80,6 +80,8 @@ func MultiTurn(o MultiTurnOptions) (*Workload, error) {
 	c.positive("MinTurns", o.MinTurns)
 	c.ordered("MinTurns", "MaxTurns", o.MinTurns, o.MaxTurns)
 	c.ordered("MaxTurns", "4096", o.MaxTurns, 4096)
+	c.ordered("Conversations", "1<<20", o.Conversations, maxRequests)
+	c.ordered("Conversations x MaxTurns", "1<<20", o.Conversations*o.MaxTurns, maxRequests)
 	c.tokens("CommonPrefixTokens", o.CommonPrefixTokens)
 	c.tokens("ConversationPrefixTokens", o.ConversationPrefixTokens)
 	c.tokens("ConversationPrefixMaxTokens", o.ConversationPrefixMaxTokens)
@@ -89,7 +91,6 @@ func MultiTurn(o MultiTurnOptions) (*Workload, error) {
 	c.positive("MinAssistantTokens", o.MinAssistantTokens)
 	c.tokens("MaxAssistantTokens", o.MaxAssistantTokens)
 	c.ordered("MinAssistantTokens", "MaxAssistantTokens", o.MinAssistantTokens, o.MaxAssistantTokens)
-	c.ordered("Conversations", "65536", o.Conversations, 1<<16)
 	c.rate(o.Rate)
 	c.body(o.Body)
 	if c.err != nil {

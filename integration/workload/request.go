@@ -76,8 +76,8 @@ func (r *Request) render() []byte {
 
 var scratch = sync.Pool{New: func() any { return new([]byte) }}
 
-// Messages returns the number of chat messages in the body.
-func (r *Request) Messages() int { return len(r.msgs) }
+// NumMessages returns the number of chat messages in the body.
+func (r *Request) NumMessages() int { return len(r.msgs) }
 
 // Workload is a replayable request stream in arrival order (At ascending).
 type Workload struct {

@@ -56,7 +56,9 @@ func SharedPrefix(o SharedPrefixOptions) (*Workload, error) {
 	c := optionChecker{gen: "SharedPrefix"}
 	c.positive("Groups", o.Groups)
 	c.positive("PromptsPerGroup", o.PromptsPerGroup)
-	c.ordered("Groups x PromptsPerGroup", "1<<20", o.Groups*min(o.PromptsPerGroup, 1<<20), 1<<20)
+	c.ordered("Groups", "1<<20", o.Groups, maxRequests)
+	c.ordered("PromptsPerGroup", "1<<20", o.PromptsPerGroup, maxRequests)
+	c.ordered("Groups x PromptsPerGroup", "1<<20", o.Groups*o.PromptsPerGroup, maxRequests)
 	c.tokens("SystemPromptTokens", o.SystemPromptTokens)
 	c.tokens("QuestionTokens", o.QuestionTokens)
 	c.positive("OutputTokens", o.OutputTokens)
