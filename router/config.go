@@ -1,0 +1,308 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+)
+
+// BackendConfig names one OpenAI-compatible server (a vLLM or SGLang
+// replica).
+type BackendConfig struct {
+	// Name identifies the backend in claims, metrics, logs and the
+	// x-kvmesh-route header. Every router node of a mesh must use the same
+	// name for the same backend: claims are replicated by name. Empty means
+	// the URL.
+	Name string `yaml:"name"`
+	// URL is the server's base URL, e.g. http://10.0.0.7:8000 (no /v1).
+	URL string `yaml:"url"`
+	// Models the backend serves. Empty means discover them from the
+	// backend's GET /v1/models (refreshed every DiscoveryInterval); LoRA
+	// adapters appear there as model names.
+	Models []string `yaml:"models"`
+	// Weight is the backend's relative capacity (default 1): a backend of
+	// weight 2 is considered half as loaded as one of weight 1 with the same
+	// counts, and gets twice the share of new prefixes.
+	Weight float64 `yaml:"weight"`
+}
+
+// Config configures a Router. Start from DefaultConfig; the serve command
+// loads YAML (snake_case keys, durations as "30s") on top of it.
+type Config struct {
+	// Backends are the servers requests are routed to.
+	Backends []BackendConfig `yaml:"backends"`
+
+	// Policy names the selection policy: one of PolicyNames(). "kvmesh" is
+	// the cache- and load-aware default; the others exist to be compared
+	// against it.
+	Policy string `yaml:"policy"`
+
+	// TenantHeader is the request header naming the tenant. Claims are
+	// keyed by (model, tenant, cache_salt), so tenants never share cached
+	// prefixes. "X-Tenant-ID" is the common spelling of API gateways.
+	TenantHeader string `yaml:"tenant_header"`
+
+	// MaxBodyBytes bounds a request body; larger ones get 413. 32 MiB holds
+	// a 128K-token prompt with images referenced by URL several times over,
+	// while bounding what one request can make the router buffer.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+
+	// ReadHeaderTimeout and IdleTimeout are for the serve command's
+	// http.Server. 10 s of header reading defeats slowloris without hurting
+	// any real client; 2 min keeps idle client keep-alive connections long
+	// enough for chat clients that pause between turns.
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+	IdleTimeout       time.Duration `yaml:"idle_timeout"`
+
+	// BackendHeaderTimeout bounds the wait for a backend's response headers.
+	// A non-streaming completion sends its headers only when generation is
+	// done, so this must exceed the longest generation: 10 min covers 8K
+	// output tokens at 15 tokens/s. A timeout is answered 504 and not
+	// retried (the backend may still be working on it).
+	BackendHeaderTimeout time.Duration `yaml:"backend_response_header_timeout"`
+	// BackendDialTimeout bounds a TCP connect to a backend. 2 s: backends
+	// sit in the same network; a connect that takes longer is a dead host,
+	// and the request is retried elsewhere.
+	BackendDialTimeout time.Duration `yaml:"backend_dial_timeout"`
+	// MaxIdleConnsPerBackend is the keep-alive pool size per backend. 256
+	// covers the concurrency one router sends one vLLM replica (its default
+	// max_num_seqs is 256) without re-dialing.
+	MaxIdleConnsPerBackend int `yaml:"max_idle_conns_per_backend"`
+
+	// Retries is how many other backends a request may be re-sent to after a
+	// connection failure or a 5xx answer, always before any byte reached
+	// the client. 2 rides out one dead and one overloaded replica at once.
+	Retries int `yaml:"retries"`
+
+	// ProvisionalTTL is the lifetime of claims learned when a request is
+	// dispatched, before the backend has answered. 30 s covers the prefill
+	// of even a long prompt, so concurrent requests with the same prefix
+	// follow the first one; if the request fails the claims fade quickly.
+	ProvisionalTTL time.Duration `yaml:"provisional_claim_ttl"`
+	// ConfirmedTTL is the lifetime of claims confirmed by a successful
+	// answer. It should be of the order of how long a backend keeps an
+	// unused prefix in its KV cache: a vLLM replica under steady load turns
+	// its cache over in minutes, and chat users come back within minutes.
+	// 10 min; a claim that outlives the cached blocks costs one misrouted
+	// request (a miss the backend would have had anyway), one that expires
+	// too early wastes a hit.
+	ConfirmedTTL time.Duration `yaml:"confirmed_claim_ttl"`
+
+	// ProbePath, ProbeInterval and ProbeTimeout shape active health checks
+	// (GET ProbePath, 2xx is healthy). vLLM and SGLang both serve /health.
+	// Every 2 s notices a restart within seconds at a negligible cost; 1 s
+	// is generous for an endpoint that does no work. ProbeInterval 0
+	// disables probes (ejected backends then return after EjectionTime).
+	ProbePath     string        `yaml:"probe_path"`
+	ProbeInterval time.Duration `yaml:"probe_interval"`
+	ProbeTimeout  time.Duration `yaml:"probe_timeout"`
+
+	// EjectAfter consecutive failures (connection errors, 5xx answers,
+	// timeouts, failed probes) take a backend out of rotation. 3 tolerates
+	// a stray error without flapping.
+	EjectAfter int `yaml:"eject_after_failures"`
+	// EjectionTime is the least time a backend stays ejected; after it, the
+	// next successful probe re-admits it. 10 s is long enough for a crashed
+	// process to be seen down, short enough to recover capacity quickly.
+	EjectionTime time.Duration `yaml:"ejection_time"`
+	// ColdAfter: a backend unreachable (no connection at all) for at least
+	// this long is assumed to have restarted, losing its KV cache; when it
+	// comes back its claims are invalidated everywhere. 5 s is shorter than
+	// any real vLLM restart (loading weights takes longer) and longer than a
+	// network blip.
+	ColdAfter time.Duration `yaml:"cold_after"`
+
+	// DiscoveryInterval is how often backends without configured Models are
+	// asked for GET /v1/models. 30 s picks up new LoRA adapters quickly
+	// enough for humans; the list rarely changes.
+	DiscoveryInterval time.Duration `yaml:"discovery_interval"`
+
+	// ScrapePath and ScrapeInterval: each backend's Prometheus metrics are
+	// scraped for waiting/running requests and KV-cache usage. 1 s matches
+	// how fast queues change under load; a backend that sent an ORCA report
+	// more recently than that is not scraped.
+	ScrapePath     string        `yaml:"scrape_path"`
+	ScrapeInterval time.Duration `yaml:"scrape_interval"`
+	// SignalFresh and SignalMaxAge weigh load signals by age: a signal up to
+	// SignalFresh old counts fully, then its weight falls linearly to zero
+	// at SignalMaxAge. 2 s = two scrape intervals; 6 s: queues seen six
+	// seconds ago say little about now.
+	SignalFresh  time.Duration `yaml:"signal_fresh"`
+	SignalMaxAge time.Duration `yaml:"signal_max_age"`
+
+	// ORCAFormat is sent as endpoint-load-metrics-format on proxied
+	// requests so backends (vLLM >= 0.11.1) return an in-band load report.
+	// TEXT is the cheapest to parse; "" disables the request.
+	ORCAFormat string `yaml:"orca_format"`
+
+	// ForwardPaths are path prefixes forwarded to a backend as they are
+	// (besides the routed /v1/chat/completions, /v1/completions,
+	// /v1/responses, /v1/embeddings and the answered GET /v1/models). Other
+	// paths get 404. The defaults are the OpenAI API and vLLM's and SGLang's
+	// extra endpoints.
+	ForwardPaths []string `yaml:"forward_paths"`
+
+	// KVMesh, ConsistentHash and SGLang configure their policies.
+	KVMesh         KVMeshConfig         `yaml:"kvmesh"`
+	ConsistentHash ConsistentHashConfig `yaml:"consistent_hash"`
+	SGLang         SGLangConfig         `yaml:"sglang_cache_aware"`
+}
+
+// DefaultConfig returns the defaults documented on each field. Backends is
+// empty: a router needs at least one.
+func DefaultConfig() Config {
+	return Config{
+		Policy:                 PolicyKVMesh,
+		TenantHeader:           "X-Tenant-ID",
+		MaxBodyBytes:           32 << 20,
+		ReadHeaderTimeout:      10 * time.Second,
+		IdleTimeout:            2 * time.Minute,
+		BackendHeaderTimeout:   10 * time.Minute,
+		BackendDialTimeout:     2 * time.Second,
+		MaxIdleConnsPerBackend: 256,
+		Retries:                2,
+		ProvisionalTTL:         30 * time.Second,
+		ConfirmedTTL:           10 * time.Minute,
+		ProbePath:              "/health",
+		ProbeInterval:          2 * time.Second,
+		ProbeTimeout:           time.Second,
+		EjectAfter:             3,
+		EjectionTime:           10 * time.Second,
+		ColdAfter:              5 * time.Second,
+		DiscoveryInterval:      30 * time.Second,
+		ScrapePath:             "/metrics",
+		ScrapeInterval:         time.Second,
+		SignalFresh:            2 * time.Second,
+		SignalMaxAge:           6 * time.Second,
+		ORCAFormat:             "TEXT",
+		ForwardPaths: []string{"/v1/", "/v2/", "/tokenize", "/detokenize", "/pooling", "/classify",
+			"/score", "/rerank", "/invocations", "/version"},
+		KVMesh:         DefaultKVMeshConfig(),
+		ConsistentHash: DefaultConsistentHashConfig(),
+		SGLang:         DefaultSGLangConfig(),
+	}
+}
+
+// Validate reports every setting that cannot work, each with the reason.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("router: "+format, args...)) }
+	if len(c.Backends) == 0 {
+		bad("backends: at least one backend is required")
+	}
+	names := make(map[string]int, len(c.Backends))
+	for i, b := range c.Backends {
+		u, err := url.Parse(b.URL)
+		switch {
+		case b.URL == "":
+			bad("backends[%d]: url is required", i)
+		case err != nil:
+			bad("backends[%d]: url %q: %v", i, b.URL, err)
+		case u.Scheme != "http" && u.Scheme != "https":
+			bad("backends[%d]: url %q: scheme must be http or https", i, b.URL)
+		case u.Host == "":
+			bad("backends[%d]: url %q has no host", i, b.URL)
+		case u.RawQuery != "" || u.Fragment != "":
+			bad("backends[%d]: url %q must not have a query or fragment", i, b.URL)
+		}
+		name := b.effectiveName()
+		if j, dup := names[name]; dup {
+			bad("backends[%d]: name %q is already used by backends[%d]", i, name, j)
+		}
+		names[name] = i
+		if b.Weight < 0 || math.IsNaN(b.Weight) || math.IsInf(b.Weight, 0) {
+			bad("backends[%d]: weight must be a positive number (0 means 1), got %v", i, b.Weight)
+		}
+		for j, m := range b.Models {
+			if m == "" {
+				bad("backends[%d].models[%d]: empty model name", i, j)
+			}
+		}
+	}
+	if !slices.Contains(PolicyNames(), c.Policy) {
+		bad("policy %q is unknown; choose one of %s", c.Policy, strings.Join(PolicyNames(), ", "))
+	}
+	if c.TenantHeader == "" || strings.ContainsAny(c.TenantHeader, " \t:\r\n") {
+		bad("tenant_header %q must be a header name", c.TenantHeader)
+	}
+	if c.MaxBodyBytes < 1024 {
+		bad("max_body_bytes must be at least 1024, got %d", c.MaxBodyBytes)
+	}
+	positive := []struct {
+		name string
+		d    time.Duration
+	}{
+		{"read_header_timeout", c.ReadHeaderTimeout}, {"idle_timeout", c.IdleTimeout},
+		{"backend_response_header_timeout", c.BackendHeaderTimeout}, {"backend_dial_timeout", c.BackendDialTimeout},
+		{"provisional_claim_ttl", c.ProvisionalTTL}, {"confirmed_claim_ttl", c.ConfirmedTTL},
+		{"probe_timeout", c.ProbeTimeout}, {"ejection_time", c.EjectionTime}, {"cold_after", c.ColdAfter},
+		{"discovery_interval", c.DiscoveryInterval}, {"scrape_interval", c.ScrapeInterval},
+		{"signal_max_age", c.SignalMaxAge},
+	}
+	for _, p := range positive {
+		if p.d <= 0 {
+			bad("%s must be positive, got %v", p.name, p.d)
+		}
+	}
+	if c.ProbeInterval < 0 {
+		bad("probe_interval must not be negative (0 disables probes), got %v", c.ProbeInterval)
+	}
+	if c.SignalFresh < 0 || c.SignalFresh >= c.SignalMaxAge {
+		bad("signal_fresh (%v) must be in [0, signal_max_age (%v))", c.SignalFresh, c.SignalMaxAge)
+	}
+	if c.ConfirmedTTL < c.ProvisionalTTL {
+		bad("confirmed_claim_ttl (%v) must not be shorter than provisional_claim_ttl (%v)", c.ConfirmedTTL, c.ProvisionalTTL)
+	}
+	if c.MaxIdleConnsPerBackend < 1 {
+		bad("max_idle_conns_per_backend must be at least 1, got %d", c.MaxIdleConnsPerBackend)
+	}
+	if c.Retries < 0 || c.Retries > 16 {
+		bad("retries must be in [0, 16], got %d", c.Retries)
+	}
+	if c.EjectAfter < 1 {
+		bad("eject_after_failures must be at least 1, got %d", c.EjectAfter)
+	}
+	if !strings.HasPrefix(c.ProbePath, "/") {
+		bad("probe_path %q must start with /", c.ProbePath)
+	}
+	if !strings.HasPrefix(c.ScrapePath, "/") {
+		bad("scrape_path %q must start with /", c.ScrapePath)
+	}
+	switch strings.ToUpper(c.ORCAFormat) {
+	case "", "TEXT", "JSON":
+	default:
+		bad("orca_format %q must be TEXT, JSON or empty", c.ORCAFormat)
+	}
+	for i, p := range c.ForwardPaths {
+		if !strings.HasPrefix(p, "/") {
+			bad("forward_paths[%d] %q must start with /", i, p)
+		}
+	}
+	errs = append(errs, c.KVMesh.validate()...)
+	errs = append(errs, c.ConsistentHash.validate()...)
+	errs = append(errs, c.SGLang.validate()...)
+	return errors.Join(errs...)
+}
+
+func (b BackendConfig) effectiveName() string {
+	if b.Name != "" {
+		return b.Name
+	}
+	return b.URL
+}
+
+func (b BackendConfig) effectiveWeight() float64 {
+	if b.Weight > 0 {
+		return b.Weight
+	}
+	return 1
+}
+
+// canonicalHeader is the canonical form of a configured header name, so a
+// request header map can be indexed directly without re-canonicalizing.
+func canonicalHeader(name string) string { return http.CanonicalHeaderKey(name) }

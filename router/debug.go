@@ -1,0 +1,265 @@
+package router
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// AdminHandler serves the operator endpoints (mount it on an admin
+// listener, with /metrics from promhttp beside it):
+//
+//   - POST /debug/route[?endpoint=/v1/completions]: the routing decision
+//     for a request body (default endpoint /v1/chat/completions; the tenant
+//     header is honoured), without forwarding anything, as a
+//     RouteExplanation;
+//   - GET /admin/backends: a BackendStatus per backend;
+//   - GET /healthz: 200 while the process serves;
+//   - GET /readyz: 200 when at least one backend is in rotation, else 503.
+func (rt *Router) AdminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /debug/route", rt.serveDebugRoute)
+	mux.HandleFunc("GET /admin/backends", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, rt.Backends())
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !rt.Ready() {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "no backend in rotation"})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	})
+	return mux
+}
+
+// RouteExplanation is a routing decision shown by POST /debug/route.
+type RouteExplanation struct {
+	Policy        string `json:"policy"`
+	Endpoint      string `json:"endpoint"`
+	Model         string `json:"model"`
+	Tenant        string `json:"tenant"`
+	CacheSalt     string `json:"cache_salt"`
+	Seed          string `json:"seed"`            // hex
+	Units         int    `json:"units"`           // prompt length in units
+	UnitsPerBlock int    `json:"units_per_block"` // block size in units
+	Blocks        int    `json:"blocks"`          // full blocks (keys)
+	LearnDepths   []int  `json:"learn_depths"`    // depths (blocks) where claims are learned
+	Deepest       int    `json:"deepest_blocks"`  // deepest match among the candidates
+	Chosen        string `json:"chosen"`
+	Reason        string `json:"reason"`
+	Learn         bool   `json:"learn"` // whether dispatching would learn claims on Chosen
+	RouteHeader   string `json:"route_header"`
+	// Candidates are the backends in rotation serving the model, in
+	// configuration order; Unavailable those serving it but ejected.
+	Candidates  []CandidateExplanation `json:"candidates"`
+	Unavailable []string               `json:"unavailable"`
+}
+
+// CandidateExplanation is one candidate's view in a RouteExplanation.
+type CandidateExplanation struct {
+	Backend       string   `json:"backend"`
+	MatchedBlocks int      `json:"matched_blocks"`
+	MatchedUnits  int      `json:"matched_units"`
+	Score         float64  `json:"score"` // the policy's own score (kvmesh: cost, lower is better)
+	Chosen        bool     `json:"chosen"`
+	Load          LoadJSON `json:"load"`
+}
+
+// LoadJSON is a LoadView as JSON.
+type LoadJSON struct {
+	InFlight     int      `json:"in_flight"`
+	Waiting      *float64 `json:"waiting"` // null when no signal reported it
+	Running      *float64 `json:"running"`
+	KVUsage      *float64 `json:"kv_usage"`
+	SignalAgeMs  *int64   `json:"signal_age_ms"` // null when no signal was ever received
+	SignalWeight float64  `json:"signal_weight"`
+}
+
+func loadJSON(l LoadView) LoadJSON {
+	j := LoadJSON{InFlight: l.InFlight, SignalWeight: l.SignalWeight}
+	opt := func(has LoadFields, v float64) *float64 {
+		if l.Has&has == 0 {
+			return nil
+		}
+		return &v
+	}
+	j.Waiting, j.Running, j.KVUsage = opt(HasWaiting, l.Waiting), opt(HasRunning, l.Running), opt(HasKVCacheUsage, l.KVUsage)
+	if l.Has != 0 {
+		ms := l.SignalAge.Milliseconds()
+		j.SignalAgeMs = &ms
+	}
+	return j
+}
+
+// Explain computes the decision the router would make for a request body
+// sent to path by tenant, without forwarding it or changing any state.
+func (rt *Router) Explain(path string, body []byte, tenant string) (*RouteExplanation, *APIError) {
+	ep, ok := EndpointForPath(path)
+	if !ok {
+		return nil, NewAPIError(http.StatusBadRequest, "endpoint", "endpoint %q is not routed by prompt (want /v1/chat/completions, /v1/completions, /v1/responses or /v1/embeddings)", clip(path))
+	}
+	if int64(len(body)) > rt.cfg.MaxBodyBytes {
+		return nil, ErrBodyTooLarge(rt.cfg.MaxBodyBytes)
+	}
+	st := rt.getState()
+	defer rt.putState(st)
+	st.body = append(st.body[:0], body...)
+	if aerr := rt.prepare(st, ep, st.body, tenant); aerr != nil {
+		return nil, aerr
+	}
+	now := rt.now()
+	rt.lookup(st, now)
+	if !rt.gather(st, st.model, now) {
+		return nil, ErrModelNotFound(st.model)
+	}
+	x := &RouteExplanation{
+		Policy: rt.policy.Name(), Endpoint: path, Model: st.model, Tenant: tenant, CacheSalt: st.prompt.CacheSalt,
+		Seed: strconv.FormatUint(uint64(st.seed), 16), Units: st.chain.Units, UnitsPerBlock: st.chain.UnitsPerBlock,
+		Blocks: st.chain.Blocks(), LearnDepths: []int{}, Candidates: []CandidateExplanation{}, Unavailable: []string{},
+	}
+	for _, d := range st.chain.Learn {
+		x.LearnDepths = append(x.LearnDepths, int(d))
+	}
+	for _, b := range rt.models.lookup(st.model) {
+		if !b.healthy.Load() {
+			x.Unavailable = append(x.Unavailable, b.name)
+		}
+	}
+	if len(st.cands) == 0 {
+		return x, NewAPIError(http.StatusServiceUnavailable, "", "no healthy backend serves model %q", st.model)
+	}
+	d := rt.decide(st, ep, now, 0, true)
+	x.Deepest = int(st.req.Deepest)
+	x.Chosen, x.Reason, x.Learn = st.cands[d.Index].Name, d.Reason.String(), d.Learn
+	matched := st.cands[d.Index].MatchedUnits(&st.chain)
+	x.RouteHeader = string(appendRoute(nil, x.Chosen, matched, st.chain.Units, d.Reason, rt.policy.Name()))
+	for i := range st.cands {
+		c := &st.cands[i]
+		x.Candidates = append(x.Candidates, CandidateExplanation{Backend: c.Name, MatchedBlocks: int(c.Matched),
+			MatchedUnits: c.MatchedUnits(&st.chain), Score: st.scores[i], Chosen: i == d.Index, Load: loadJSON(c.Load)})
+	}
+	return x, nil
+}
+
+func (rt *Router) serveDebugRoute(w http.ResponseWriter, r *http.Request) {
+	path := r.URL.Query().Get("endpoint")
+	if path == "" {
+		path = "/v1/chat/completions"
+	}
+	st := rt.getState()
+	body, aerr := rt.readBody(st, r)
+	if aerr != nil {
+		rt.putState(st)
+		aerr.WriteTo(w)
+		return
+	}
+	body = append([]byte(nil), body...)
+	rt.putState(st)
+	x, aerr := rt.Explain(path, body, rt.tenant(r))
+	if aerr != nil && x == nil {
+		aerr.WriteTo(w)
+		return
+	}
+	status := http.StatusOK
+	if aerr != nil {
+		status = aerr.Status
+	}
+	writeJSON(w, status, x)
+}
+
+// BackendStatus is one backend's state in GET /admin/backends.
+type BackendStatus struct {
+	Name                string      `json:"name"`
+	URL                 string      `json:"url"`
+	Healthy             bool        `json:"healthy"`
+	EjectedForMs        int64       `json:"ejected_for_ms"` // 0 while in rotation
+	ConsecutiveFailures int         `json:"consecutive_failures"`
+	Ejections           int         `json:"ejections"`
+	ColdReturns         int         `json:"cold_returns"` // times its claims were invalidated after a restart
+	LastError           string      `json:"last_error"`
+	LastErrorAgeMs      *int64      `json:"last_error_age_ms"`
+	LastProbeOK         bool        `json:"last_probe_ok"`
+	LastProbeAgeMs      *int64      `json:"last_probe_age_ms"`
+	Generation          uint16      `json:"generation"`
+	Weight              float64     `json:"weight"`
+	Models              []string    `json:"models"`
+	Load                LoadJSON    `json:"load"`
+	ORCA                *SignalJSON `json:"orca"`   // last in-band report, null if none
+	Scrape              *SignalJSON `json:"scrape"` // last /metrics scrape, null if none
+	PrefixCacheQueries  float64     `json:"prefix_cache_queries"`
+	PrefixCacheHits     float64     `json:"prefix_cache_hits"`
+}
+
+// SignalJSON is one load signal's last sample.
+type SignalJSON struct {
+	Waiting *float64 `json:"waiting"`
+	Running *float64 `json:"running"`
+	KVUsage *float64 `json:"kv_usage"`
+	AgeMs   int64    `json:"age_ms"`
+}
+
+func signalJSON(s *signal, now time.Time) *SignalJSON {
+	v, at := s.load()
+	if at == 0 {
+		return nil
+	}
+	opt := func(has LoadFields, f float64) *float64 {
+		if v.Has&has == 0 {
+			return nil
+		}
+		return &f
+	}
+	return &SignalJSON{Waiting: opt(HasWaiting, v.Waiting), Running: opt(HasRunning, v.Running),
+		KVUsage: opt(HasKVCacheUsage, v.KVUsage), AgeMs: now.Sub(time.Unix(0, at)).Milliseconds()}
+}
+
+// Backends returns the state of every backend, in configuration order.
+func (rt *Router) Backends() []BackendStatus {
+	now := rt.now()
+	out := make([]BackendStatus, 0, len(rt.backends))
+	age := func(t time.Time) *int64 {
+		if t.IsZero() {
+			return nil
+		}
+		ms := now.Sub(t).Milliseconds()
+		return &ms
+	}
+	for _, b := range rt.backends {
+		gen, _ := rt.ix.Generation(b.id)
+		s := BackendStatus{Name: b.name, URL: b.base, Healthy: b.healthy.Load(), Generation: gen, Weight: b.weight,
+			Models: []string{}, Load: loadJSON(b.loadView(now, &rt.cfg)), ORCA: signalJSON(&b.orca, now),
+			Scrape: signalJSON(&b.scrape, now)}
+		for _, m := range b.models() {
+			s.Models = append(s.Models, m.ID)
+		}
+		b.mu.Lock()
+		h := b.health
+		b.mu.Unlock()
+		if !h.ejectedAt.IsZero() {
+			s.EjectedForMs = max(now.Sub(h.ejectedAt).Milliseconds(), 1)
+		}
+		s.ConsecutiveFailures, s.Ejections, s.ColdReturns = h.fails, h.ejections, h.coldReturns
+		s.LastError, s.LastErrorAgeMs = h.lastError, age(h.lastErrorAt)
+		s.LastProbeOK, s.LastProbeAgeMs = h.lastProbeOK, age(h.lastProbeAt)
+		s.PrefixCacheQueries, s.PrefixCacheHits = h.prefixQueries, h.prefixHits
+		out = append(out, s)
+	}
+	return out
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		NewAPIError(http.StatusInternalServerError, "", "encoding the answer: %v", err).WriteTo(w)
+		return
+	}
+	b = append(b, '\n')
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}

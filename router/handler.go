@@ -1,0 +1,164 @@
+package router
+
+import (
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/valyala/fastjson"
+)
+
+// endpointNone marks a forwarded request, which has no prompt.
+const endpointNone Endpoint = 255
+
+// ServeHTTP is the OpenAI-compatible API:
+//
+//   - POST /v1/chat/completions, /v1/completions, /v1/responses and
+//     /v1/embeddings are rendered, keyed and routed by the policy;
+//   - GET /v1/models answers the union of the models of the backends in
+//     rotation, GET /v1/models/{id} one of them;
+//   - other paths under Config.ForwardPaths are forwarded to the least
+//     loaded backend in rotation that serves the body's "model" (any
+//     backend when there is none);
+//   - anything else gets 404.
+//
+// Errors are OpenAI-style JSON bodies: 400 malformed request, 404 unknown
+// model or path, 405 wrong method, 413 body too large, 502 every attempt
+// failed, 503 no backend in rotation serves the model, 504 backend timeout.
+func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := rt.now()
+	path := r.URL.Path
+	var status int
+	label := epOther
+	switch ep, routed := EndpointForPath(path); {
+	case routed:
+		label = labelOf(ep)
+		if r.Method != http.MethodPost {
+			status = methodNotAllowed(w, http.MethodPost)
+			break
+		}
+		status = rt.serveRouted(w, r, ep, start)
+	case path == "/v1/models":
+		label = epModels
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			status = methodNotAllowed(w, "GET, HEAD")
+			break
+		}
+		status = rt.serveModels(w)
+	case strings.HasPrefix(path, "/v1/models/") && (r.Method == http.MethodGet || r.Method == http.MethodHead):
+		label = epModels
+		status = rt.serveModel(w, strings.TrimPrefix(path, "/v1/models/"))
+	case rt.forwardable(path):
+		status = rt.serveForward(w, r, start)
+	default:
+		rt.metrics.errors[errPathNotFound].Inc()
+		e := &APIError{Status: http.StatusNotFound, Type: TypeNotFound, Code: "unknown_url",
+			Message: "Unknown request URL: " + r.Method + " " + clip(path) + "."}
+		e.WriteTo(w)
+		status = e.Status
+	}
+	rt.metrics.request(label, status, rt.now().Sub(start))
+}
+
+func methodNotAllowed(w http.ResponseWriter, allow string) int {
+	w.Header().Set("Allow", allow)
+	e := NewAPIError(http.StatusMethodNotAllowed, "", "Method not allowed; use %s.", allow)
+	e.WriteTo(w)
+	return e.Status
+}
+
+func (rt *Router) forwardable(path string) bool {
+	for _, p := range rt.cfg.ForwardPaths {
+		if strings.HasPrefix(path, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// fail counts an error of kind and writes e.
+func (rt *Router) fail(w http.ResponseWriter, kind errKind, e *APIError) int {
+	rt.metrics.errors[kind].Inc()
+	e.WriteTo(w)
+	return e.Status
+}
+
+// serveRouted handles a request with a prompt: read, render, key, look up,
+// choose, forward.
+func (rt *Router) serveRouted(w http.ResponseWriter, r *http.Request, ep Endpoint, start time.Time) int {
+	st := rt.getState()
+	defer rt.putState(st)
+	body, aerr := rt.readBody(st, r)
+	if aerr != nil {
+		return rt.fail(w, kindOf(aerr), aerr)
+	}
+	if aerr = rt.prepare(st, ep, body, rt.tenant(r)); aerr != nil {
+		return rt.fail(w, errBadRequest, aerr)
+	}
+	now := rt.now()
+	rt.lookup(st, now)
+	if !rt.gather(st, st.model, now) {
+		return rt.fail(w, errModelNotFound, ErrModelNotFound(st.model))
+	}
+	if len(st.cands) == 0 {
+		return rt.fail(w, errNoBackend, NewAPIError(http.StatusServiceUnavailable, "",
+			"no healthy backend serves model %q; try again shortly", st.model))
+	}
+	d := rt.decide(st, ep, now, 0, false)
+	rt.metrics.decisionTime.Observe(rt.now().Sub(start).Seconds())
+	return rt.forward(w, r, st, ep, start, d)
+}
+
+// serveForward handles a path without a prompt: it is sent, unchanged, to
+// the least loaded backend in rotation serving the body's model, if the
+// body names one.
+func (rt *Router) serveForward(w http.ResponseWriter, r *http.Request, start time.Time) int {
+	st := rt.getState()
+	defer rt.putState(st)
+	body, aerr := rt.readBody(st, r)
+	if aerr != nil {
+		return rt.fail(w, kindOf(aerr), aerr)
+	}
+	st.model = modelOf(body)
+	now := rt.now()
+	if !rt.gather(st, st.model, now) {
+		return rt.fail(w, errModelNotFound, ErrModelNotFound(st.model))
+	}
+	if len(st.cands) == 0 {
+		return rt.fail(w, errNoBackend, NewAPIError(http.StatusServiceUnavailable, "", "no healthy backend is available"))
+	}
+	d := rt.decide(st, endpointNone, now, 0, false)
+	return rt.forward(w, r, st, endpointNone, start, d)
+}
+
+// tenant returns the tenant header's first value.
+func (rt *Router) tenant(r *http.Request) string {
+	if v := r.Header[rt.tenantHeader]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func kindOf(e *APIError) errKind {
+	if e.Status == http.StatusRequestEntityTooLarge {
+		return errTooLarge
+	}
+	return errBadRequest
+}
+
+var jsonParsers fastjson.ParserPool
+
+// modelOf returns the "model" member of a JSON object body, or "".
+func modelOf(body []byte) string {
+	if len(skipSpace(body)) == 0 || skipSpace(body)[0] != '{' {
+		return ""
+	}
+	p := jsonParsers.Get()
+	defer jsonParsers.Put(p)
+	v, err := p.ParseBytes(body)
+	if err != nil {
+		return ""
+	}
+	m := v.GetStringBytes("model")
+	return string(m)
+}

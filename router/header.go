@@ -1,0 +1,110 @@
+package router
+
+import (
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// RouteHeader is the response header that explains a routing decision:
+//
+//	x-kvmesh-route: backend=<name>; matched=<units>/<total>; reason=<reason>; policy=<name>
+//
+// backend is the configured backend name; matched is how much of the
+// prompt (in units: bytes of the canonical rendering in byte mode, tokens
+// in token mode) the chosen backend held according to the claims, over the
+// prompt's length (0/0 for a request without a prompt); reason is one of
+// the Reason names (prefix, miss, cost, load-override, replicate, retry,
+// round-robin, random, least-loaded, hash, imbalance, forward); policy is
+// the policy's name. Fields are separated by "; " and may gain new ones at
+// the end: parse by name.
+const RouteHeader = "X-Kvmesh-Route"
+
+// appendRoute formats the x-kvmesh-route value.
+func appendRoute(dst []byte, backend string, matched, total int, reason Reason, policy string) []byte {
+	dst = append(dst, "backend="...)
+	dst = append(dst, backend...)
+	dst = append(dst, "; matched="...)
+	dst = strconv.AppendInt(dst, int64(matched), 10)
+	dst = append(dst, '/')
+	dst = strconv.AppendInt(dst, int64(total), 10)
+	dst = append(dst, "; reason="...)
+	dst = append(dst, reason.String()...)
+	dst = append(dst, "; policy="...)
+	return append(dst, policy...)
+}
+
+// hopHeaders are the hop-by-hop headers of RFC 9110 section 7.6.1 (and
+// their common non-standard relatives): they describe one connection and
+// are never forwarded.
+var hopHeaders = []string{
+	"Connection",
+	"Proxy-Connection",
+	"Keep-Alive",
+	"Proxy-Authenticate",
+	"Proxy-Authorization",
+	"Te",
+	"Trailer",
+	"Transfer-Encoding",
+	"Upgrade",
+}
+
+// copyEndToEnd copies the end-to-end headers of src into dst: everything
+// but the hop-by-hop headers and those the Connection header names.
+func copyEndToEnd(dst, src http.Header) {
+	var named []string
+	for _, v := range src["Connection"] {
+		for _, f := range strings.Split(v, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				named = append(named, http.CanonicalHeaderKey(f))
+			}
+		}
+	}
+	for k, vv := range src {
+		if isHop(k) || containsFold(named, k) {
+			continue
+		}
+		dst[k] = append(dst[k][:0:0], vv...)
+	}
+}
+
+func isHop(k string) bool {
+	for _, h := range hopHeaders {
+		if h == k {
+			return true
+		}
+	}
+	return false
+}
+
+func containsFold(list []string, k string) bool {
+	for _, s := range list {
+		if strings.EqualFold(s, k) {
+			return true
+		}
+	}
+	return false
+}
+
+// outgoingHeader builds the header of the request sent to a backend: the
+// client's end-to-end headers, X-Forwarded-For extended with the client's
+// address, and the ORCA format request unless the client sent its own. It
+// reports whether the ORCA request was added by the router (then the load
+// report is removed from the answer: the client did not ask for it).
+func (rt *Router) outgoingHeader(r *http.Request) (http.Header, bool) {
+	h := make(http.Header, len(r.Header)+2)
+	copyEndToEnd(h, r.Header)
+	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil && ip != "" {
+		if prior := h["X-Forwarded-For"]; len(prior) > 0 {
+			ip = strings.Join(prior, ", ") + ", " + ip
+		}
+		h["X-Forwarded-For"] = []string{ip}
+	}
+	added := false
+	if rt.orcaFormat != "" && len(h[orcaRequestHeader]) == 0 {
+		h[orcaRequestHeader] = []string{rt.orcaFormat}
+		added = true
+	}
+	return h, added
+}

@@ -1,0 +1,154 @@
+package router
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"time"
+)
+
+// healthState is a backend's health bookkeeping, guarded by backend.mu.
+//
+// The rules:
+//   - Any failure (connection error, 5xx answer, response timeout, failed
+//     probe) adds to a run of consecutive failures; any success of a
+//     backend in rotation ends it.
+//   - EjectAfter consecutive failures eject the backend: it stops being a
+//     candidate.
+//   - An ejected backend is re-admitted by the first successful probe at
+//     least EjectionTime after its ejection (or, with probes disabled, once
+//     EjectionTime has passed).
+//   - An ejected backend that had been failing for at least ColdAfter when
+//     it first answered again is treated as restarted with a cold cache: its
+//     claims are invalidated everywhere through Learner.Invalidate, at once
+//     (before re-admission, so other nodes stop matching them too).
+type healthState struct {
+	fails       int       // consecutive failures
+	downSince   time.Time // first failure of the current run; zero when none
+	ejectedAt   time.Time // zero while in rotation
+	answered    bool      // an ejected backend answered since downSince: its down time is known
+	lastError   string
+	lastErrorAt time.Time
+	lastProbeAt time.Time
+	lastProbeOK bool
+	ejections   int
+	coldReturns int // times the backend came back cold (claims invalidated)
+	// Last scraped prefix-cache counters (tokens): the backend's own hit
+	// rate, and a restart detector (they only go backwards on a restart).
+	prefixQueries, prefixHits float64
+}
+
+// markSuccess records an answer from b (a request's or a probe's). Only a
+// probe re-admits an ejected backend: requests are not sent to it.
+func (rt *Router) markSuccess(b *backend, probe bool) {
+	now := rt.now()
+	b.mu.Lock()
+	h := &b.health
+	if probe {
+		h.lastProbeAt, h.lastProbeOK = now, true
+	}
+	if h.fails == 0 && h.ejectedAt.IsZero() {
+		b.mu.Unlock()
+		return
+	}
+	if h.ejectedAt.IsZero() { // a blip: the run ends, the cache is warm
+		h.fails, h.downSince = 0, time.Time{}
+		b.mu.Unlock()
+		return
+	}
+	cold := false
+	if !h.answered {
+		h.answered = true
+		cold = now.Sub(h.downSince) >= rt.cfg.ColdAfter
+		if cold {
+			h.coldReturns++
+		}
+	}
+	readmit := probe && now.Sub(h.ejectedAt) >= rt.cfg.EjectionTime
+	if readmit {
+		h.ejectedAt, h.fails, h.downSince, h.answered = time.Time{}, 0, time.Time{}, false
+		b.healthy.Store(true)
+	}
+	b.mu.Unlock()
+	if cold {
+		rt.learner.Invalidate(b.name, false)
+		b.invalidated.Inc()
+		rt.log.Info().Str("backend", b.name).Msg("backend answers again after being down: claims invalidated (cold cache)")
+	}
+	if readmit {
+		rt.log.Info().Str("backend", b.name).Msg("backend re-admitted")
+	}
+}
+
+// markFailure records a failure of kind on b and ejects it once the run of
+// consecutive failures reaches EjectAfter.
+func (rt *Router) markFailure(b *backend, kind errKind, probe bool, err string) {
+	now := rt.now()
+	b.mu.Lock()
+	h := &b.health
+	if probe {
+		h.lastProbeAt, h.lastProbeOK = now, false
+	}
+	h.fails++
+	if h.downSince.IsZero() || h.answered { // a new down period starts
+		h.downSince, h.answered = now, false
+	}
+	h.lastError, h.lastErrorAt = errKindNames[kind]+": "+err, now
+	eject := h.ejectedAt.IsZero() && h.fails >= rt.cfg.EjectAfter
+	if eject {
+		h.ejectedAt = now
+		h.ejections++
+		b.healthy.Store(false)
+	}
+	fails := h.fails
+	b.mu.Unlock()
+	if eject {
+		b.ejections.Inc()
+		rt.log.Warn().Str("backend", b.name).Int("failures", fails).Str("last_error", err).Msg("backend ejected")
+	}
+}
+
+// readmitDue re-admits b if it is ejected and EjectionTime has passed; it
+// is the re-admission rule when probes are disabled.
+func (rt *Router) readmitDue(b *backend) {
+	now := rt.now()
+	b.mu.Lock()
+	h := &b.health
+	due := !h.ejectedAt.IsZero() && now.Sub(h.ejectedAt) >= rt.cfg.EjectionTime
+	if due {
+		h.ejectedAt, h.fails, h.downSince, h.answered = time.Time{}, 0, time.Time{}, false
+		b.healthy.Store(true)
+	}
+	b.mu.Unlock()
+	if due {
+		rt.log.Info().Str("backend", b.name).Msg("backend re-admitted after the ejection time (probes disabled)")
+	}
+}
+
+// probe sends one active health check to b and records its outcome.
+func (rt *Router) probe(parent context.Context, b *backend) {
+	ctx, cancel := context.WithTimeout(parent, rt.cfg.ProbeTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.base+rt.cfg.ProbePath, nil)
+	if err != nil {
+		rt.markFailure(b, errProbe, true, err.Error())
+		return
+	}
+	resp, err := rt.client.Do(req)
+	if err != nil {
+		if parent.Err() != nil {
+			return // the router is closing
+		}
+		rt.metrics.errors[errProbe].Inc()
+		rt.markFailure(b, errProbe, true, err.Error())
+		return
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		rt.metrics.errors[errProbe].Inc()
+		rt.markFailure(b, errProbe, true, "probe answered "+resp.Status)
+		return
+	}
+	rt.markSuccess(b, true)
+}

@@ -1,0 +1,76 @@
+package router
+
+import (
+	"sync"
+	"time"
+
+	"github.com/kvmesh/kvmesh/tree"
+)
+
+// Learner records what the router learns. The mesh implements it by
+// writing into the shared tree.Index and replicating the changes; a single
+// node without a mesh uses LocalLearner.
+type Learner interface {
+	// Learn records that backend now holds every prefix of ch at ch.Learn's
+	// depths, for ttl. ch is only valid during the call.
+	Learn(ch *tree.Chain, backend tree.BackendID, ttl time.Duration)
+	// Invalidate drops every claim of a backend: it restarted with a cold
+	// cache (removed=false) or left the fleet (removed=true).
+	Invalidate(backend string, removed bool)
+}
+
+// LocalLearner is the Learner of a router that runs alone: it writes claims
+// straight into an Index, stamped with wall-clock hybrid timestamps
+// (Unix ms << 16 | counter) that never go backwards.
+type LocalLearner struct {
+	ix     *tree.Index
+	origin tree.NodeID
+	// Now is the clock; nil means time.Now. Set it before first use.
+	Now func() time.Time
+
+	mu      sync.Mutex
+	lastMs  int64
+	counter uint16
+	changed []tree.Claim // scratch for Index.Learn
+}
+
+// NewLocalLearner returns a Learner writing into ix as node.
+func NewLocalLearner(ix *tree.Index, node string) *LocalLearner {
+	return &LocalLearner{ix: ix, origin: tree.NodeIDOf(node)}
+}
+
+// Learn implements Learner.
+func (l *LocalLearner) Learn(ch *tree.Chain, backend tree.BackendID, ttl time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now, ts := l.stamp()
+	l.changed = l.ix.Learn(ch, backend, ts, ttl.Milliseconds(), l.origin, now, l.changed[:0])
+}
+
+// Invalidate implements Learner.
+func (l *LocalLearner) Invalidate(backend string, removed bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ts := l.stamp()
+	_, _ = l.ix.Invalidate(backend, removed, ts, l.origin) // only fails when the registry is full
+}
+
+// stamp returns the wall clock in ms and a timestamp greater than every one
+// before it, even if the clock stepped back. Callers hold l.mu.
+func (l *LocalLearner) stamp() (int64, tree.Timestamp) {
+	now := time.Now
+	if l.Now != nil {
+		now = l.Now
+	}
+	ms := now().UnixMilli()
+	switch {
+	case ms > l.lastMs:
+		l.lastMs, l.counter = ms, 0
+	case l.counter == 1<<16-1: // 65,536 events in one ms: borrow the next ms
+		l.lastMs++
+		l.counter = 0
+	default:
+		l.counter++
+	}
+	return ms, tree.MakeTimestamp(l.lastMs, l.counter)
+}

@@ -1,0 +1,202 @@
+package router
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// endpointLabel indexes the per-endpoint metric children.
+type endpointLabel uint8
+
+const (
+	epChat endpointLabel = iota
+	epCompletions
+	epResponses
+	epEmbeddings
+	epModels
+	epOther
+	numEndpointLabels
+)
+
+var endpointLabelNames = [numEndpointLabels]string{"chat", "completions", "responses", "embeddings", "models", "other"}
+
+func labelOf(ep Endpoint) endpointLabel {
+	switch ep {
+	case EndpointChat:
+		return epChat
+	case EndpointCompletions:
+		return epCompletions
+	case EndpointResponses:
+		return epResponses
+	case EndpointEmbeddings:
+		return epEmbeddings
+	}
+	return epOther
+}
+
+// errKind names a class of error for kvmesh_router_errors_total.
+type errKind uint8
+
+const (
+	errBadRequest     errKind = iota // malformed body, wrong field types
+	errTooLarge                      // body over MaxBodyBytes
+	errModelNotFound                 // no backend serves the model
+	errPathNotFound                  // path neither routed nor forwarded
+	errNoBackend                     // no healthy backend for the model
+	errBackendConnect                // connection to a backend failed
+	errBackendTimeout                // no response headers in time
+	errBackend5xx                    // a backend answered 5xx
+	errClientCanceled                // the client went away before the answer was complete
+	errStreamBroken                  // the backend's body failed after the first byte was sent
+	errSignalParse                   // an ORCA header or a metrics page did not parse
+	errProbe                         // a health probe failed
+	errDiscovery                     // GET /v1/models on a backend failed
+	errScrape                        // GET /metrics on a backend failed
+	numErrKinds
+)
+
+var errKindNames = [numErrKinds]string{"bad_request", "too_large", "model_not_found", "path_not_found",
+	"no_backend", "backend_connect", "backend_timeout", "backend_5xx", "client_canceled", "stream_broken",
+	"signal_parse", "probe", "discovery", "scrape"}
+
+// metrics holds the router's Prometheus metrics with their label children
+// resolved up front, so the request path never looks a label up.
+type metrics struct {
+	decisions      *prometheus.CounterVec
+	decisionByWhy  [numReasons]prometheus.Counter // for the configured policy
+	matchedRatio   prometheus.Histogram
+	requests       [numEndpointLabels][6]prometheus.Counter // [endpoint][status/100]
+	duration       [numEndpointLabels]prometheus.Observer
+	ttfb           [numEndpointLabels]prometheus.Observer
+	decisionTime   prometheus.Histogram
+	learned        [2]prometheus.Counter // provisional, confirmed
+	cachedTokens   *prometheus.CounterVec
+	promptTokens   *prometheus.CounterVec
+	retries        prometheus.Counter
+	ejections      *prometheus.CounterVec
+	invalidations  *prometheus.CounterVec
+	errors         [numErrKinds]prometheus.Counter
+	backendsGauges *backendCollector
+}
+
+func newMetrics(reg prometheus.Registerer, policy string, rt *Router) (*metrics, error) {
+	const ns, sub = "kvmesh", "router"
+	m := &metrics{}
+	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+		Name: "decisions_total", Help: "Routing decisions by policy and reason."}, []string{"policy", "reason"})
+	for r := Reason(1); r < numReasons; r++ {
+		m.decisionByWhy[r] = m.decisions.WithLabelValues(policy, r.String())
+	}
+	m.matchedRatio = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
+		Name: "matched_prefix_ratio", Help: "Share of the prompt matched by the chosen backend's claims (0 = miss, 1 = whole prompt).",
+		Buckets: []float64{0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1}})
+	requests := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+		Name: "requests_total", Help: "Requests by endpoint and status class (2xx, 4xx, ...)."}, []string{"endpoint", "code"})
+	duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
+		Name: "request_duration_seconds", Help: "Time from request arrival to the last byte of the answer.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14)}, []string{"endpoint"})
+	ttfb := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
+		Name: "time_to_first_byte_seconds", Help: "Time from request arrival to the first body byte sent to the client (the first token of a stream).",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14)}, []string{"endpoint"})
+	for e := endpointLabel(0); e < numEndpointLabels; e++ {
+		for c := 1; c <= 5; c++ {
+			m.requests[e][c] = requests.WithLabelValues(endpointLabelNames[e], string(rune('0'+c))+"xx")
+		}
+		m.requests[e][0] = m.requests[e][5]
+		m.duration[e] = duration.WithLabelValues(endpointLabelNames[e])
+		m.ttfb[e] = ttfb.WithLabelValues(endpointLabelNames[e])
+	}
+	m.decisionTime = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
+		Name: "decision_duration_seconds", Help: "Time to parse, render, hash, look up and choose a backend for one request.",
+		Buckets: prometheus.ExponentialBuckets(1e-6, 2, 16)})
+	learned := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+		Name: "claims_learned_total", Help: "Prompts whose claims were learned, provisionally at dispatch or confirmed on success."}, []string{"kind"})
+	m.learned[0] = learned.WithLabelValues("provisional")
+	m.learned[1] = learned.WithLabelValues("confirmed")
+	m.cachedTokens = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+		Name: "backend_cached_tokens_total", Help: "Prompt tokens the backend reported as served from its prefix cache (usage.prompt_tokens_details.cached_tokens)."}, []string{"backend"})
+	m.promptTokens = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+		Name: "backend_prompt_tokens_total", Help: "Prompt tokens the backend reported (usage.prompt_tokens) on answers that also reported cached tokens."}, []string{"backend"})
+	m.retries = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+		Name: "retries_total", Help: "Requests re-sent to another backend before any byte reached the client."})
+	m.ejections = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+		Name: "backend_ejections_total", Help: "Times a backend was taken out of rotation after consecutive failures."}, []string{"backend"})
+	m.invalidations = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+		Name: "backend_invalidations_total", Help: "Times a backend's claims were invalidated because it came back cold."}, []string{"backend"})
+	errs := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+		Name: "errors_total", Help: "Errors by kind."}, []string{"kind"})
+	for k := errKind(0); k < numErrKinds; k++ {
+		m.errors[k] = errs.WithLabelValues(errKindNames[k])
+	}
+	m.backendsGauges = &backendCollector{rt: rt}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.decisions, m.matchedRatio, requests, duration, ttfb, m.decisionTime,
+		learned, m.cachedTokens, m.promptTokens, m.retries, m.ejections, m.invalidations, errs, m.backendsGauges} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) request(ep endpointLabel, status int, d time.Duration) {
+	c := status / 100
+	if c < 1 || c > 5 {
+		c = 5
+	}
+	m.requests[ep][c].Inc()
+	m.duration[ep].Observe(d.Seconds())
+}
+
+// backendCollector reports per-backend state at scrape time from the
+// backends' own atomics, so requests pay nothing for these gauges.
+type backendCollector struct{ rt *Router }
+
+var (
+	descInFlight = prometheus.NewDesc("kvmesh_router_backend_in_flight_requests",
+		"Requests this router has outstanding at the backend.", []string{"backend"}, nil)
+	descWaiting = prometheus.NewDesc("kvmesh_router_backend_waiting_requests",
+		"Waiting requests from the backend's freshest load signal (ORCA or scrape).", []string{"backend"}, nil)
+	descRunning = prometheus.NewDesc("kvmesh_router_backend_running_requests",
+		"Running requests from the backend's freshest load signal.", []string{"backend"}, nil)
+	descKVUsage = prometheus.NewDesc("kvmesh_router_backend_kv_cache_usage_ratio",
+		"KV-cache usage (0..1) from the backend's freshest load signal.", []string{"backend"}, nil)
+	descSignalAge = prometheus.NewDesc("kvmesh_router_backend_signal_age_seconds",
+		"Age of the backend's freshest load signal (+Inf when none was ever received).", []string{"backend"}, nil)
+	descHealthy = prometheus.NewDesc("kvmesh_router_backend_healthy",
+		"1 when the backend is in rotation, 0 when ejected.", []string{"backend"}, nil)
+	descGeneration = prometheus.NewDesc("kvmesh_router_backend_generation",
+		"The backend's claim generation (bumped each time it came back cold).", []string{"backend"}, nil)
+)
+
+func (c *backendCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descInFlight, descWaiting, descRunning, descKVUsage, descSignalAge, descHealthy, descGeneration} {
+		ch <- d
+	}
+}
+
+func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
+	now := c.rt.now()
+	for _, b := range c.rt.backends {
+		lv := b.loadView(now, &c.rt.cfg)
+		age := lv.SignalAge.Seconds()
+		if lv.Has == 0 {
+			age = inf
+		}
+		healthy := 0.0
+		if b.healthy.Load() {
+			healthy = 1
+		}
+		gen, _ := c.rt.ix.Generation(b.id)
+		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(lv.InFlight), b.name)
+		ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, lv.Waiting, b.name)
+		ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, lv.Running, b.name)
+		ch <- prometheus.MustNewConstMetric(descKVUsage, prometheus.GaugeValue, lv.KVUsage, b.name)
+		ch <- prometheus.MustNewConstMetric(descSignalAge, prometheus.GaugeValue, age, b.name)
+		ch <- prometheus.MustNewConstMetric(descHealthy, prometheus.GaugeValue, healthy, b.name)
+		ch <- prometheus.MustNewConstMetric(descGeneration, prometheus.GaugeValue, float64(gen), b.name)
+	}
+}

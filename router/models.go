@@ -1,0 +1,196 @@
+package router
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+)
+
+// modelSet maps each model to the backends serving it. It is rebuilt when a
+// discovery changes a backend's list and read lock-free on every request.
+type modelSet struct {
+	mu  sync.Mutex // serializes rebuilds
+	cur atomic.Pointer[modelTable]
+}
+
+type modelTable struct {
+	byModel map[string][]*backend // every backend serving the model, healthy or not, in slot order
+	ids     []string              // sorted model ids
+}
+
+func (s *modelSet) rebuild(backends []*backend) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := &modelTable{byModel: make(map[string][]*backend)}
+	for _, b := range backends {
+		for _, m := range b.models() {
+			if !slices.Contains(t.byModel[m.ID], b) {
+				t.byModel[m.ID] = append(t.byModel[m.ID], b)
+			}
+		}
+	}
+	for id := range t.byModel {
+		t.ids = append(t.ids, id)
+	}
+	slices.Sort(t.ids)
+	s.cur.Store(t)
+}
+
+// lookup returns the backends serving model (nil when none does).
+func (s *modelSet) lookup(model string) []*backend {
+	return s.cur.Load().byModel[model]
+}
+
+// serveModels answers GET /v1/models with the union of the models of the
+// backends in rotation, in OpenAI's list format. A discovered model keeps
+// the object its first healthy backend returned (max_model_len, root,
+// ...); a configured one gets a minimal object.
+func (rt *Router) serveModels(w http.ResponseWriter) int {
+	t := rt.models.cur.Load()
+	var out bytes.Buffer
+	out.WriteString(`{"object":"list","data":[`)
+	n := 0
+	for _, id := range t.ids {
+		obj := rt.modelObject(t, id)
+		if obj == nil {
+			continue
+		}
+		if n > 0 {
+			out.WriteByte(',')
+		}
+		out.Write(obj)
+		n++
+	}
+	out.WriteString("]}")
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(out.Len()))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(out.Bytes())
+	return http.StatusOK
+}
+
+// serveModel answers GET /v1/models/{id}.
+func (rt *Router) serveModel(w http.ResponseWriter, id string) int {
+	t := rt.models.cur.Load()
+	obj := rt.modelObject(t, id)
+	if obj == nil {
+		return rt.fail(w, errModelNotFound, ErrModelNotFound(id))
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(obj)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(obj)
+	return http.StatusOK
+}
+
+// modelObject is the JSON object for model id from its first healthy
+// backend, or nil when no backend in rotation serves it.
+func (rt *Router) modelObject(t *modelTable, id string) []byte {
+	for _, b := range t.byModel[id] {
+		if !b.healthy.Load() {
+			continue
+		}
+		for _, m := range b.models() {
+			if m.ID != id {
+				continue
+			}
+			if m.Raw != nil {
+				return m.Raw
+			}
+			obj, _ := json.Marshal(struct {
+				ID      string `json:"id"`
+				Object  string `json:"object"`
+				Created int64  `json:"created"`
+				OwnedBy string `json:"owned_by"`
+			}{id, "model", 0, "kvmesh"})
+			return obj
+		}
+	}
+	return nil
+}
+
+// maxModelsBytes bounds a backend's GET /v1/models answer.
+const maxModelsBytes = 4 << 20
+
+// discover asks b for its models and installs the list when it changed. A
+// failed discovery keeps the last list: health decides availability.
+func (rt *Router) discover(ctx context.Context, b *backend) {
+	ctx, cancel := context.WithTimeout(ctx, max(rt.cfg.ProbeTimeout, rt.cfg.ScrapeInterval))
+	defer cancel()
+	models, err := rt.fetchModels(ctx, b)
+	if err != nil {
+		if ctx.Err() == context.Canceled {
+			return
+		}
+		rt.metrics.errors[errDiscovery].Inc()
+		rt.log.Debug().Str("backend", b.name).Err(err).Msg("model discovery failed")
+		return
+	}
+	if old := b.discovered.Load(); old != nil && sameModels(*old, models) {
+		return
+	}
+	b.discovered.Store(&models)
+	rt.models.rebuild(rt.backends)
+	ids := make([]string, len(models))
+	for i, m := range models {
+		ids[i] = m.ID
+	}
+	rt.log.Info().Str("backend", b.name).Strs("models", ids).Msg("backend models discovered")
+}
+
+func (rt *Router) fetchModels(ctx context.Context, b *backend) ([]modelEntry, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.base+"/v1/models", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := rt.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		return nil, fmt.Errorf("GET /v1/models answered %s", resp.Status)
+	}
+	return parseModels(io.LimitReader(resp.Body, maxModelsBytes))
+}
+
+// parseModels reads an OpenAI model list, keeping each entry's raw object.
+// Entries without a string id are skipped; duplicates keep the first.
+func parseModels(r io.Reader) ([]modelEntry, error) {
+	var list struct {
+		Data []json.RawMessage `json:"data"`
+	}
+	if err := json.NewDecoder(r).Decode(&list); err != nil {
+		return nil, fmt.Errorf("GET /v1/models: %w", err)
+	}
+	out := make([]modelEntry, 0, len(list.Data))
+	for _, raw := range list.Data {
+		var m struct {
+			ID string `json:"id"`
+		}
+		if json.Unmarshal(raw, &m) != nil || m.ID == "" {
+			continue
+		}
+		if slices.ContainsFunc(out, func(e modelEntry) bool { return e.ID == m.ID }) {
+			continue
+		}
+		var compact bytes.Buffer
+		if json.Compact(&compact, raw) != nil {
+			continue
+		}
+		out = append(out, modelEntry{ID: m.ID, Raw: compact.Bytes()})
+	}
+	return out, nil
+}
+
+func sameModels(a, b []modelEntry) bool {
+	return slices.EqualFunc(a, b, func(x, y modelEntry) bool { return x.ID == y.ID && bytes.Equal(x.Raw, y.Raw) })
+}

@@ -1,0 +1,237 @@
+package router
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/kvmesh/kvmesh/tree"
+)
+
+// Policy chooses a backend for a request among candidates.
+//
+// Choose must be cheap and safe for concurrent use. It reads req and
+// cands, writes one score per candidate into scores (len(scores) ==
+// len(cands); what a score means is the policy's own, for /debug/route),
+// and returns its Decision. cands is never empty. When req.Explain is set
+// the decision is only being shown (POST /debug/route): the policy must
+// not change its state (counters, private trees).
+type Policy interface {
+	Name() string
+	Choose(req *Request, cands []Candidate, scores []float64) Decision
+}
+
+// Request is what a policy sees of one request. It is only valid during
+// Choose.
+type Request struct {
+	Model    string
+	Endpoint Endpoint
+	// Prompt is the canonical rendering (nil for forwarded paths, which
+	// have no prompt).
+	Prompt *Prompt
+	// Chain holds the prompt's block keys (Chain.Blocks() may be 0 for a
+	// prompt shorter than one block).
+	Chain *tree.Chain
+	Seed  tree.Seed
+	// Deepest is the deepest matched depth among cands, in blocks.
+	Deepest int32
+	// Attempt is 0 for the first choice and n for the n-th retry (the
+	// backends already tried are not among cands).
+	Attempt int
+	// Explain marks a decision that is only shown, not acted on.
+	Explain bool
+	Now     time.Time
+
+	scratch []float64 // policies of this package may use it; len >= len(cands)
+}
+
+// Units is the prompt's length in units (bytes in byte mode), 0 without a prompt.
+func (r *Request) Units() int {
+	if r.Chain == nil {
+		return 0
+	}
+	return r.Chain.Units
+}
+
+// Candidate is one backend that may serve the request: healthy, serving
+// the model, not yet tried for it.
+type Candidate struct {
+	Name string
+	// Slot is the backend's stable index in the router's configuration, for
+	// policies that keep per-backend state in a slice.
+	Slot int
+	// ID is the backend's id in the shared tree.Index.
+	ID tree.BackendID
+	// Hash is a stable hash of Name, equal on every node.
+	Hash   uint64
+	Weight float64
+	// Matched is the deepest depth of the prompt, in blocks, that this
+	// backend holds according to the claims.
+	Matched int32
+	Load    LoadView
+}
+
+// MatchedUnits is Matched in prompt units, at most the prompt's length.
+func (c *Candidate) MatchedUnits(ch *tree.Chain) int {
+	if ch == nil {
+		return 0
+	}
+	return min(ch.UnitsAt(int(c.Matched)), ch.Units)
+}
+
+// LoadView is a backend's load as the router knows it.
+type LoadView struct {
+	// InFlight counts this router's requests outstanding at the backend.
+	InFlight int
+	// Waiting, Running and KVUsage come from the freshest load signal (an
+	// ORCA header or a /metrics scrape); Has says which were reported.
+	Waiting, Running, KVUsage float64
+	Has                       LoadFields
+	// SignalAge is the age of that signal; SignalWeight is 1 for a fresh
+	// signal and falls linearly to 0 as it ages (see Config.SignalFresh).
+	SignalAge    time.Duration
+	SignalWeight float64
+}
+
+// Queue is the load estimate most policies compare: this router's in-flight
+// requests plus the backend's waiting queue weighted by its freshness.
+func (l *LoadView) Queue() float64 {
+	return float64(l.InFlight) + l.SignalWeight*l.Waiting
+}
+
+// Decision is a policy's answer.
+type Decision struct {
+	// Index of the chosen candidate.
+	Index  int
+	Reason Reason
+	// Learn says whether the chosen backend is to be recorded as holding
+	// the prompt (claims learned at dispatch, confirmed on success).
+	Learn bool
+}
+
+// Reason says why a backend was chosen; it appears in the x-kvmesh-route
+// header, in /debug/route and as a metric label.
+type Reason uint8
+
+const (
+	ReasonPrefix       Reason = iota + 1 // it holds the deepest matched prefix
+	ReasonMiss                           // nothing matched: placed by rendezvous hashing, bounded by load
+	ReasonCost                           // it holds a shorter prefix (or none) but its load makes it cheaper
+	ReasonLoadOverride                   // the best holder is overloaded: diverted, the claim stays with the holder
+	ReasonReplicate                      // a hot prefix's holder is overloaded: a second holder is made
+	ReasonRetry                          // an earlier attempt failed before any byte reached the client
+	ReasonRoundRobin                     // round_robin's turn
+	ReasonRandom                         // random's draw
+	ReasonLeastLoaded                    // fewest in-flight requests
+	ReasonHash                           // consistent hashing of the prompt's start
+	ReasonImbalance                      // sglang_cache_aware: load imbalanced, shortest queue chosen
+	ReasonForward                        // a forwarded path without a prompt
+	numReasons
+)
+
+var reasonNames = [numReasons]string{"", "prefix", "miss", "cost", "load-override", "replicate", "retry",
+	"round-robin", "random", "least-loaded", "hash", "imbalance", "forward"}
+
+func (r Reason) String() string {
+	if r == 0 || r >= numReasons {
+		return fmt.Sprintf("Reason(%d)", uint8(r))
+	}
+	return reasonNames[r]
+}
+
+// Policy names accepted by Config.Policy.
+const (
+	PolicyKVMesh           = "kvmesh"
+	PolicyRoundRobin       = "round_robin"
+	PolicyRandom           = "random"
+	PolicyLeastLoaded      = "least_loaded"
+	PolicyConsistentHash   = "consistent_hash"
+	PolicySGLangCacheAware = "sglang_cache_aware"
+)
+
+// policyTable maps a policy name to its constructor. ix is the router's
+// Index (for the key configuration of private indexes).
+var policyTable = map[string]func(cfg *Config, ix *tree.Index) (Policy, error){
+	PolicyKVMesh:           func(cfg *Config, _ *tree.Index) (Policy, error) { return newKVMeshPolicy(cfg.KVMesh), nil },
+	PolicyRoundRobin:       func(*Config, *tree.Index) (Policy, error) { return new(roundRobinPolicy), nil },
+	PolicyRandom:           func(*Config, *tree.Index) (Policy, error) { return randomPolicy{}, nil },
+	PolicyLeastLoaded:      func(*Config, *tree.Index) (Policy, error) { return new(leastLoadedPolicy), nil },
+	PolicyConsistentHash:   func(cfg *Config, _ *tree.Index) (Policy, error) { return newConsistentHashPolicy(cfg.ConsistentHash), nil },
+	PolicySGLangCacheAware: func(cfg *Config, ix *tree.Index) (Policy, error) { return newSGLangPolicy(cfg.SGLang, ix) },
+}
+
+// PolicyNames lists the names Config.Policy accepts, sorted.
+func PolicyNames() []string {
+	names := make([]string, 0, len(policyTable))
+	for n := range policyTable {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// NewPolicy builds the named policy with its settings from cfg. ix is the
+// Index the router reads claims from.
+func NewPolicy(name string, cfg Config, ix *tree.Index) (Policy, error) {
+	mk, ok := policyTable[name]
+	if !ok {
+		return nil, fmt.Errorf("router: unknown policy %q (want one of %v)", name, PolicyNames())
+	}
+	return mk(&cfg, ix)
+}
+
+// ---- helpers shared by policies ----
+
+// rendezvous returns the candidate among those allowed (nil = all) with the
+// highest weighted rendezvous score for key, or -1 when none is allowed.
+// The score -w/ln(u) (u uniform in (0,1) from hashing key with the
+// backend's name hash) gives each backend a share proportional to its
+// weight, and every node computes the same winner from the same names.
+func rendezvous(key uint64, cands []Candidate, allowed func(i int) bool) int {
+	best, bestScore := -1, math.Inf(-1)
+	for i := range cands {
+		if allowed != nil && !allowed(i) {
+			continue
+		}
+		h := mix64(key ^ cands[i].Hash)
+		u := (float64(h>>11) + 0.5) / (1 << 53) // in (0, 1)
+		s := -cands[i].Weight / math.Log(u)
+		if s > bestScore || (s == bestScore && cands[i].Hash < cands[best].Hash) {
+			best, bestScore = i, s
+		}
+	}
+	return best
+}
+
+// loadTotals sums the candidates' in-flight requests and weights, for
+// withinBound.
+func loadTotals(cands []Candidate) (total int, sumW float64) {
+	for i := range cands {
+		total += cands[i].Load.InFlight
+		sumW += cands[i].Weight
+	}
+	return total, sumW
+}
+
+// withinBound is consistent hashing with bounded loads' capacity test: a
+// candidate may take a new request while in-flight+1 <= ceil(factor *
+// (total+1) * share), where share is its weight's share of the total.
+func withinBound(c *Candidate, factor float64, total int, sumW float64) bool {
+	limit := math.Ceil(factor * float64(total+1) * c.Weight / sumW)
+	return float64(c.Load.InFlight+1) <= limit
+}
+
+// median returns the median of v, reordering v.
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	slices.Sort(v)
+	n := len(v)
+	if n%2 == 1 {
+		return v[n/2]
+	}
+	return (v[n/2-1] + v[n/2]) / 2
+}

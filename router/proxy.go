@@ -1,0 +1,235 @@
+package router
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// errHeaderTimeout is the cause of an attempt canceled because the backend
+// sent no response headers within BackendHeaderTimeout.
+var errHeaderTimeout = errors.New("backend sent no response headers in time")
+
+// outcome is how one attempt at a backend ended.
+type outcome uint8
+
+const (
+	outDone       outcome = iota // an answer was sent to the client (any status)
+	outRetry                     // failed before any byte reached the client; another backend may try
+	outTimeout                   // no response headers in time: answered 504, not retried
+	outClientGone                // the client canceled; nothing more to send
+	outBroken                    // the backend's body failed after the first byte was sent
+)
+
+// attemptResult is what dispatch needs to know about one attempt.
+type attemptResult struct {
+	out     outcome
+	status  int   // status sent to the client (outDone)
+	ok      bool  // a 2xx answer copied completely
+	err     error // why the attempt failed (outRetry)
+	errKind errKind
+}
+
+// forward sends the request to the decided backend and, while nothing has
+// reached the client, retries on other backends after a connection failure
+// or a 5xx answer. It returns the status sent to the client (499 when the
+// client went away).
+func (rt *Router) forward(w http.ResponseWriter, r *http.Request, st *reqState, ep Endpoint, start time.Time, d Decision) int {
+	learnFirst := d.Learn
+	var last attemptResult
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			now := rt.now()
+			rt.gather(st, st.model, now)
+			if len(st.cands) == 0 {
+				break
+			}
+			d = rt.decide(st, ep, now, attempt, false)
+			d.Reason, d.Learn = ReasonRetry, learnFirst && d.Learn
+			rt.metrics.retries.Inc()
+		}
+		b := st.backs[d.Index]
+		matched := st.cands[d.Index].MatchedUnits(st.req.Chain)
+		rt.record(st, b, d, matched)
+		if d.Learn && st.routed {
+			rt.learner.Learn(&st.chain, b.id, rt.cfg.ProvisionalTTL)
+			rt.metrics.learned[0].Inc()
+		}
+		last = rt.attempt(w, r, st, b, d, matched, attempt >= rt.cfg.Retries || len(st.cands) <= 1, start, ep)
+		switch last.out {
+		case outDone:
+			if last.ok && d.Learn && st.routed {
+				rt.learner.Learn(&st.chain, b.id, rt.cfg.ConfirmedTTL)
+				rt.metrics.learned[1].Inc()
+			}
+			return last.status
+		case outTimeout:
+			return http.StatusGatewayTimeout
+		case outClientGone:
+			return 499
+		case outBroken:
+			panic(http.ErrAbortHandler) // make the client see a broken answer, not a clean end
+		}
+		st.tried = append(st.tried, b.slot)
+		if attempt >= rt.cfg.Retries {
+			break
+		}
+	}
+	e := NewAPIError(http.StatusBadGateway, "", "no backend could serve the request: %v", last.err)
+	if last.err == nil {
+		e = NewAPIError(http.StatusServiceUnavailable, "", "no healthy backend serves model %q", st.model)
+	}
+	e.WriteTo(w)
+	return e.Status
+}
+
+// record counts and logs a decision.
+func (rt *Router) record(st *reqState, b *backend, d Decision, matched int) {
+	rt.metrics.decisionByWhy[d.Reason].Inc()
+	total := st.chain.Units
+	if st.routed {
+		ratio := 0.0
+		if total > 0 {
+			ratio = float64(matched) / float64(total)
+		}
+		rt.metrics.matchedRatio.Observe(ratio)
+	}
+	rt.log.Debug().Str("backend", b.name).Str("reason", d.Reason.String()).Int("matched", matched).
+		Int("total", total).Str("policy", rt.policy.Name()).Str("model", st.model).Msg("route")
+}
+
+// attempt sends the request to b once. last says no retry can follow: a
+// 5xx answer is then passed to the client instead of being retried.
+func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, st *reqState, b *backend, d Decision, matched int, last bool, start time.Time, ep Endpoint) attemptResult {
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	timer := time.AfterFunc(rt.cfg.BackendHeaderTimeout, func() { cancel(errHeaderTimeout) })
+
+	target := b.base + r.URL.EscapedPath()
+	if r.URL.RawQuery != "" {
+		target += "?" + r.URL.RawQuery
+	}
+	var body io.Reader
+	if len(st.body) > 0 {
+		body = bytes.NewReader(st.body)
+	}
+	out, err := http.NewRequestWithContext(ctx, r.Method, target, body)
+	if err != nil {
+		timer.Stop()
+		return attemptResult{out: outRetry, err: err, errKind: errBackendConnect}
+	}
+	var orcaAdded bool
+	out.Header, orcaAdded = rt.outgoingHeader(r)
+
+	b.inFlight.Add(1)
+	defer b.inFlight.Add(-1)
+	resp, err := rt.transport.RoundTrip(out)
+	stopped := timer.Stop()
+	if err == nil && !stopped { // the timer fired as the answer arrived: the body is canceled too
+		resp.Body.Close()
+		err = errHeaderTimeout
+	}
+	if err != nil {
+		switch {
+		case r.Context().Err() != nil:
+			rt.metrics.errors[errClientCanceled].Inc()
+			return attemptResult{out: outClientGone}
+		case context.Cause(ctx) == errHeaderTimeout || errors.Is(err, errHeaderTimeout):
+			rt.metrics.errors[errBackendTimeout].Inc()
+			rt.markFailure(b, errBackendTimeout, false, errHeaderTimeout.Error())
+			e := &APIError{Status: http.StatusGatewayTimeout, Type: TypeTimeout,
+				Message: "backend " + b.name + " sent no response headers within " + rt.cfg.BackendHeaderTimeout.String()}
+			rt.setRoute(w, st, b, d, matched)
+			e.WriteTo(w)
+			return attemptResult{out: outTimeout}
+		}
+		rt.metrics.errors[errBackendConnect].Inc()
+		rt.markFailure(b, errBackendConnect, false, err.Error())
+		return attemptResult{out: outRetry, err: err, errKind: errBackendConnect}
+	}
+	defer resp.Body.Close()
+	now := rt.now()
+	rt.observeORCA(b, resp.Header, now)
+	if resp.StatusCode >= 500 {
+		rt.metrics.errors[errBackend5xx].Inc()
+		rt.markFailure(b, errBackend5xx, false, "answered "+resp.Status)
+		if !last {
+			_, _ = io.CopyN(io.Discard, resp.Body, 64<<10) // lets the connection be reused
+			return attemptResult{out: outRetry, err: errors.New("backend " + b.name + " answered " + resp.Status), errKind: errBackend5xx}
+		}
+	} else {
+		rt.markSuccess(b, false)
+	}
+
+	// Commit: from here on the client sees this backend's answer.
+	h := w.Header()
+	copyEndToEnd(h, resp.Header)
+	if orcaAdded {
+		delete(h, orcaResponseHeader)
+		delete(h, orcaResponseBin)
+	}
+	rt.setRoute(w, st, b, d, matched)
+	w.WriteHeader(resp.StatusCode)
+	stream := st.prompt.Stream || resp.ContentLength < 0 || strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	rerr, werr := rt.copyBody(w, resp.Body, st, stream, start, ep)
+	switch {
+	case werr != nil || (rerr != nil && r.Context().Err() != nil):
+		rt.metrics.errors[errClientCanceled].Inc()
+		return attemptResult{out: outClientGone}
+	case rerr != nil:
+		rt.metrics.errors[errStreamBroken].Inc()
+		rt.markFailure(b, errStreamBroken, false, rerr.Error())
+		rt.log.Warn().Str("backend", b.name).Err(rerr).Msg("backend answer broke off after the first byte; not retried")
+		return attemptResult{out: outBroken}
+	}
+	ok := resp.StatusCode/100 == 2
+	if ok && resp.Header.Get("Content-Encoding") == "" {
+		rt.countUsage(b, st.tail)
+	}
+	return attemptResult{out: outDone, status: resp.StatusCode, ok: ok}
+}
+
+// setRoute sets the x-kvmesh-route header for b.
+func (rt *Router) setRoute(w http.ResponseWriter, st *reqState, b *backend, d Decision, matched int) {
+	total := 0
+	if st.routed {
+		total = st.chain.Units
+	}
+	w.Header()[RouteHeader] = []string{string(appendRoute(st.key[:0], b.name, matched, total, d.Reason, rt.policy.Name()))}
+}
+
+// copyBody copies the backend's answer to the client, flushing after each
+// read when it streams, and keeps its last bytes in st.tail. rerr is a
+// failure reading the backend, werr one writing the client.
+func (rt *Router) copyBody(w http.ResponseWriter, body io.Reader, st *reqState, stream bool, start time.Time, ep Endpoint) (rerr, werr error) {
+	rc := http.NewResponseController(w)
+	first := true
+	for {
+		n, err := body.Read(st.buf)
+		if n > 0 {
+			if first {
+				first = false
+				rt.metrics.ttfb[labelOf(ep)].Observe(rt.now().Sub(start).Seconds())
+			}
+			st.keepTail(st.buf[:n])
+			if _, werr = w.Write(st.buf[:n]); werr != nil {
+				return nil, werr
+			}
+			if stream {
+				if werr = rc.Flush(); werr != nil && !errors.Is(werr, http.ErrNotSupported) {
+					return nil, werr
+				}
+			}
+		}
+		if err == io.EOF {
+			return nil, nil
+		}
+		if err != nil {
+			return err, nil
+		}
+	}
+}

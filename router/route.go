@@ -1,0 +1,250 @@
+package router
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/kvmesh/kvmesh/tree"
+)
+
+// reqState is one request's scratch space: the rendering, its chain and
+// lookup, candidates, scores and buffers. It is pooled, so a steady stream
+// of requests reuses the same memory.
+type reqState struct {
+	prompt  Prompt
+	chain   tree.Chain
+	res     tree.Result
+	req     Request
+	cands   []Candidate
+	backs   []*backend // parallel to cands
+	scores  []float64
+	scratch []float64
+	tried   []int // slots already tried for this request
+	body    []byte
+	key     []byte // seed-cache key
+	tail    []byte // last bytes of the answer, for usage counts
+	buf     []byte // body copy buffer
+	seed    tree.Seed
+	routed  bool // the request has a prompt (chain and lookup are valid)
+	model   string
+}
+
+// copyBufSize is the body copy buffer: large enough that a non-streaming
+// answer takes a few reads, small enough to pool freely.
+const copyBufSize = 32 << 10
+
+// maxPooledBodyCap: bodies larger than this are not kept in the pool.
+const maxPooledBodyCap = 1 << 20
+
+func newReqState() any {
+	return &reqState{buf: make([]byte, copyBufSize), tail: make([]byte, 0, 2*usageTail)}
+}
+
+func (rt *Router) getState() *reqState { return rt.states.Get().(*reqState) }
+
+func (rt *Router) putState(st *reqState) {
+	if cap(st.body) > maxPooledBodyCap {
+		st.body = nil
+	}
+	if cap(st.prompt.Units) > maxPooledBodyCap {
+		st.prompt = Prompt{}
+	}
+	if cap(st.chain.Keys) > maxPooledBodyCap/64 {
+		st.chain = tree.Chain{}
+	}
+	st.body, st.tried, st.tail = st.body[:0], st.tried[:0], st.tail[:0]
+	st.routed, st.model = false, ""
+	st.req = Request{}
+	clear(st.backs) // do not pin backends through the pool
+	st.cands, st.backs = st.cands[:0], st.backs[:0]
+	rt.states.Put(st)
+}
+
+// readBody reads the request body once, bounded by MaxBodyBytes.
+func (rt *Router) readBody(st *reqState, r *http.Request) ([]byte, *APIError) {
+	limit := rt.cfg.MaxBodyBytes
+	if r.ContentLength > limit {
+		return nil, ErrBodyTooLarge(limit)
+	}
+	if r.Body == nil || r.Body == http.NoBody {
+		return st.body[:0], nil
+	}
+	buf := st.body[:0]
+	if r.ContentLength > int64(cap(buf)) {
+		buf = make([]byte, 0, r.ContentLength+1) // +1 to see EOF without growing
+	}
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if int64(len(buf)) > limit {
+			st.body = buf[:0]
+			return nil, ErrBodyTooLarge(limit)
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			st.body = buf[:0]
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				return nil, ErrBodyTooLarge(limit)
+			}
+			return nil, NewAPIError(http.StatusBadRequest, "", "could not read the request body: %v", err)
+		}
+	}
+	st.body = buf
+	return buf, nil
+}
+
+// prepare renders a routed request's body and derives its block keys.
+func (rt *Router) prepare(st *reqState, ep Endpoint, body []byte, tenant string) *APIError {
+	if err := Render(ep, body, &st.prompt); err != nil {
+		var ae *APIError
+		if errors.As(err, &ae) {
+			return ae
+		}
+		return NewAPIError(http.StatusBadRequest, "", "%v", err)
+	}
+	p := &st.prompt
+	st.model = p.Model
+	st.seed = rt.seedFor(st, p.Model, tenant, p.CacheSalt, p.Format)
+	rt.ix.Keyer().Bytes(&st.chain, st.seed, p.Units, p.Ends)
+	st.routed = true
+	return nil
+}
+
+// lookup finds, for each backend, the deepest prefix its claims hold.
+func (rt *Router) lookup(st *reqState, now time.Time) {
+	rt.ix.Lookup(&st.chain, now.UnixMilli(), &st.res)
+}
+
+// gather fills st.cands with the backends serving model ("" = any) that are
+// in rotation and not tried yet. It reports whether any backend serves the
+// model at all, healthy or not.
+func (rt *Router) gather(st *reqState, model string, now time.Time) bool {
+	bs := rt.backends
+	if model != "" {
+		if bs = rt.models.lookup(model); len(bs) == 0 {
+			return false
+		}
+	}
+	st.cands, st.backs = st.cands[:0], st.backs[:0]
+	for _, b := range bs {
+		if !b.healthy.Load() || st.triedSlot(b.slot) {
+			continue
+		}
+		c := Candidate{Name: b.name, Slot: b.slot, ID: b.id, Hash: b.hash, Weight: b.weight, Load: b.loadView(now, &rt.cfg)}
+		if st.routed {
+			c.Matched = st.res.Depth(b.id)
+		}
+		st.cands = append(st.cands, c)
+		st.backs = append(st.backs, b)
+	}
+	return true
+}
+
+func (st *reqState) triedSlot(slot int) bool {
+	for _, s := range st.tried {
+		if s == slot {
+			return true
+		}
+	}
+	return false
+}
+
+// decide asks the policy (or, for a request without a prompt, the
+// least-loaded rule) to choose among st.cands, which must not be empty.
+func (rt *Router) decide(st *reqState, ep Endpoint, now time.Time, attempt int, explain bool) Decision {
+	n := len(st.cands)
+	if cap(st.scores) < n {
+		st.scores = make([]float64, n)
+		st.scratch = make([]float64, 2*n)
+	}
+	scores := st.scores[:n]
+	var deepest int32
+	for i := range st.cands {
+		deepest = max(deepest, st.cands[i].Matched)
+	}
+	st.req = Request{Model: st.model, Endpoint: ep, Chain: &st.chain, Seed: st.seed, Deepest: deepest,
+		Attempt: attempt, Explain: explain, Now: now, scratch: st.scratch[:cap(st.scratch)]}
+	if !st.routed {
+		st.req.Chain = nil
+		return chooseForward(&st.req, st.cands, scores)
+	}
+	st.req.Prompt = &st.prompt
+	d := rt.policy.Choose(&st.req, st.cands, scores)
+	if d.Index < 0 || d.Index >= n { // a policy from outside this package misbehaved
+		d = Decision{Index: 0, Reason: d.Reason}
+	}
+	if d.Reason == 0 || d.Reason >= numReasons {
+		d.Reason = ReasonPrefix
+	}
+	return d
+}
+
+// chooseForward picks the candidate with the fewest in-flight requests for
+// a request without a prompt (first one on ties: such requests are rare
+// and cheap).
+func chooseForward(_ *Request, cands []Candidate, scores []float64) Decision {
+	best := 0
+	for i := range cands {
+		scores[i] = cands[i].Load.Queue()
+		if scores[i] < scores[best] {
+			best = i
+		}
+	}
+	return Decision{Index: best, Reason: ReasonForward}
+}
+
+// ---- seeds ----
+
+// seedCache memoizes key-chain seeds by (model, tenant, cache_salt,
+// format), so the common request computes no seed and builds no string.
+type seedCache struct {
+	mu sync.RWMutex
+	m  map[string]tree.Seed
+}
+
+// maxSeeds bounds the cache; past it the cache starts over.
+const maxSeeds = 8192
+
+// tenantKey frames the tenant header value, the body's cache_salt and the
+// rendering format into the "tenant" part of a seed, so that no two
+// different triples give the same string: tree.NewSeed(model, tenantKey, "").
+func tenantKey(dst []byte, tenant, salt string, f UnitFormat) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(tenant)))
+	dst = append(dst, tenant...)
+	dst = binary.AppendUvarint(dst, uint64(len(salt)))
+	dst = append(dst, salt...)
+	return append(dst, byte(f))
+}
+
+func (rt *Router) seedFor(st *reqState, model, tenant, salt string, f UnitFormat) tree.Seed {
+	k := binary.AppendUvarint(st.key[:0], uint64(len(model)))
+	k = append(k, model...)
+	mark := len(k)
+	k = tenantKey(k, tenant, salt, f)
+	st.key = k
+	c := &rt.seeds
+	c.mu.RLock()
+	s, ok := c.m[string(k)]
+	c.mu.RUnlock()
+	if ok {
+		return s
+	}
+	s = tree.NewSeed(model, string(k[mark:]), "")
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= maxSeeds {
+		c.m = make(map[string]tree.Seed)
+	}
+	c.m[string(k)] = s
+	c.mu.Unlock()
+	return s
+}

@@ -1,0 +1,135 @@
+package router
+
+import (
+	"math"
+	"net/http"
+	"sync/atomic"
+	"time"
+)
+
+var inf = math.Inf(1)
+
+// ORCA header names (see FIELD-NOTES: vLLM and Envoy conventions).
+const (
+	orcaRequestHeader   = "Endpoint-Load-Metrics-Format"
+	orcaResponseHeader  = "Endpoint-Load-Metrics"
+	orcaResponseBin     = "Endpoint-Load-Metrics-Bin"
+	orcaMaxHeaderValues = 4 // a backend repeating the header more often is ignored past this
+)
+
+// sample is one load report, whichever way it arrived.
+type sample struct {
+	Waiting, Running, KVUsage float64
+	Has                       LoadFields // which of the three were reported
+}
+
+// signal holds the last sample of one source. Its fields are separate
+// atomics: a reader may see two consecutive samples mixed, which is
+// harmless for load estimates, and never blocks a writer.
+type signal struct {
+	waiting, running, kv atomic.Uint64 // float64 bits
+	has                  atomic.Uint32
+	at                   atomic.Int64 // Unix ns of the sample; 0 = never
+}
+
+func (s *signal) store(v sample, at time.Time) {
+	s.waiting.Store(math.Float64bits(v.Waiting))
+	s.running.Store(math.Float64bits(v.Running))
+	s.kv.Store(math.Float64bits(v.KVUsage))
+	s.has.Store(uint32(v.Has & (HasWaiting | HasRunning | HasKVCacheUsage)))
+	s.at.Store(at.UnixNano())
+}
+
+func (s *signal) load() (sample, int64) {
+	return sample{
+		Waiting: math.Float64frombits(s.waiting.Load()),
+		Running: math.Float64frombits(s.running.Load()),
+		KVUsage: math.Float64frombits(s.kv.Load()),
+		Has:     LoadFields(s.has.Load()),
+	}, s.at.Load()
+}
+
+// freshest fills lv's signal fields from the newer of two sources, taking
+// a field the newer one lacks from the older one when that is not past
+// SignalMaxAge (an ORCA report without num_requests_running, completed by
+// the last scrape).
+func freshest(now time.Time, a, b *signal, cfg *Config, lv *LoadView) {
+	sa, ta := a.load()
+	sb, tb := b.load()
+	if tb > ta || sa.Has == 0 {
+		sa, ta, sb, tb = sb, tb, sa, ta
+	}
+	if sa.Has == 0 {
+		return
+	}
+	age := max(now.Sub(time.Unix(0, ta)), 0)
+	lv.Has, lv.Waiting, lv.Running, lv.KVUsage = sa.Has, sa.Waiting, sa.Running, sa.KVUsage
+	lv.SignalAge = age
+	lv.SignalWeight = signalWeight(age, cfg.SignalFresh, cfg.SignalMaxAge)
+	if sb.Has&^sa.Has == 0 || now.Sub(time.Unix(0, tb)) >= cfg.SignalMaxAge {
+		return
+	}
+	if sb.Has&HasWaiting != 0 && lv.Has&HasWaiting == 0 {
+		lv.Waiting = sb.Waiting
+	}
+	if sb.Has&HasRunning != 0 && lv.Has&HasRunning == 0 {
+		lv.Running = sb.Running
+	}
+	if sb.Has&HasKVCacheUsage != 0 && lv.Has&HasKVCacheUsage == 0 {
+		lv.KVUsage = sb.KVUsage
+	}
+	lv.Has |= sb.Has
+}
+
+// signalWeight is 1 up to fresh, then falls linearly to 0 at maxAge.
+func signalWeight(age, fresh, maxAge time.Duration) float64 {
+	switch {
+	case age <= fresh:
+		return 1
+	case age >= maxAge:
+		return 0
+	}
+	return float64(maxAge-age) / float64(maxAge-fresh)
+}
+
+// observeORCA records the load report a backend attached to a response, if
+// any. It reports whether one was found and parsed.
+func (rt *Router) observeORCA(b *backend, h http.Header, at time.Time) bool {
+	vals := h[orcaResponseHeader]
+	bin := false
+	if len(vals) == 0 {
+		if vals = h[orcaResponseBin]; len(vals) == 0 {
+			return false
+		}
+		bin = true
+	}
+	var s sample
+	for i, v := range vals {
+		if i == orcaMaxHeaderValues {
+			break
+		}
+		var r LoadReport
+		var err error
+		if bin {
+			r, err = ParseORCABinary(v)
+		} else {
+			r, err = ParseORCA(v)
+		}
+		if err != nil {
+			rt.metrics.errors[errSignalParse].Inc()
+			rt.log.Debug().Str("backend", b.name).Err(err).Msg("bad ORCA load report")
+			return false
+		}
+		// Repeated headers (one per data-parallel engine): counts add up,
+		// usage takes the busiest engine, as ParseORCA does within one value.
+		s.Waiting += r.Waiting
+		s.Running += r.Running
+		s.KVUsage = max(s.KVUsage, r.KVCacheUsage)
+		s.Has |= r.Has
+	}
+	if s.Has&(HasWaiting|HasRunning|HasKVCacheUsage) == 0 {
+		return false
+	}
+	b.orca.store(s, at)
+	return true
+}
