@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/valyala/fastjson"
@@ -205,7 +206,7 @@ func FuzzAppendDecoded(f *testing.F) {
 	})
 }
 
-func TestIndexMarkerMatchesNaive(t *testing.T) {
+func TestScannersMatchNaive(t *testing.T) {
 	buf := make([]byte, 40)
 	for pos := 0; pos < len(buf); pos++ {
 		for c := 0; c < 256; c++ {
@@ -220,11 +221,18 @@ func TestIndexMarkerMatchesNaive(t *testing.T) {
 			if got := indexMarker(buf); got != want {
 				t.Fatalf("indexMarker with %#x at %d = %d, want %d", c, pos, got, want)
 			}
-			if c == '\\' || isMarker(byte(c)) {
-				want = pos
+			raw := slices.Clone(buf)
+			if c == '\\' || c == '"' {
+				raw = slices.Insert(raw, pos, '\\') // keep it a valid string body
 			}
-			if got := indexEscOrMarker(buf); got != want {
-				t.Fatalf("indexEscOrMarker with %#x at %d = %d, want %d", c, pos, got, want)
+			var pr fastjson.Parser
+			v, err := pr.ParseBytes(append(append([]byte{'"'}, raw...), '"'))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, _ := v.StringBytes()
+			if got, want := appendDecoded(nil, raw), appendEsc(nil, s); !bytes.Equal(got, want) {
+				t.Fatalf("appendDecoded(%q) = %q, want %q", raw, got, want)
 			}
 		}
 	}

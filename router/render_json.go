@@ -3,6 +3,7 @@ package router
 import (
 	"encoding/binary"
 	"math/bits"
+	"slices"
 	"unicode/utf16"
 	"unicode/utf8"
 
@@ -49,88 +50,71 @@ func peek(v *fastjson.Value, buf []byte) (t fastjson.Type, raw, newBuf []byte) {
 	return fastjson.TypeNumber, nil, buf
 }
 
-// escOrMarkerBits flags (at least) the lowest byte of x that is a backslash
-// or a marker byte: the backslash test may also flag bytes above a real
-// match (borrow), never below it, so TrailingZeros finds the first match.
-func escOrMarkerBits(x uint64) uint64 {
+// specialBits flags (at least) the lowest byte of x that is a backslash or
+// below 0x20. Both tests may also flag bytes above a real match (borrows),
+// never below one, so TrailingZeros finds the first match exactly.
+func specialBits(x uint64) uint64 {
 	t := x ^ (swarOnes * '\\')
-	return ((t - swarOnes) & ^t & swarHigh) | markerBits(x)
-}
-
-func indexEscOrMarker(s []byte) int {
-	i := 0
-	for ; i+8 <= len(s); i += 8 {
-		if m := escOrMarkerBits(binary.LittleEndian.Uint64(s[i:])); m != 0 {
-			return i + bits.TrailingZeros64(m)/8
-		}
-	}
-	for ; i < len(s); i++ {
-		if s[i] == '\\' || isMarker(s[i]) {
-			return i
-		}
-	}
-	return -1
+	return ((t-swarOnes)&^t | (x-swarOnes*0x20)&^x) & swarHigh
 }
 
 // appendDecoded appends the JSON string body raw, unescaped exactly as
 // fastjson unescapes it (best effort: an invalid escape is kept verbatim, a
 // lone surrogate stays as its \uXXXX text), with marker bytes escaped as
-// appendEsc does. appendDecoded(d, raw) == appendEsc(d, fastjson-unescape(raw)).
+// appendEsc does: appendDecoded(d, raw) == appendEsc(d, fastjson-unescape(raw)).
+//
+// It scans 8 bytes at a time for a backslash or a control byte (the latter
+// only to catch raw marker bytes, which valid JSON never has) and copies the
+// spans in between.
 func appendDecoded(dst, raw []byte) []byte {
+	dst = slices.Grow(dst, len(raw))
+	i, start := 0, 0 // raw[start:i] is plain text not yet copied
 	for {
-		i := indexEscOrMarker(raw)
-		if i < 0 {
-			return append(dst, raw...)
+		for i+8 <= len(raw) {
+			if m := specialBits(binary.LittleEndian.Uint64(raw[i:])); m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				goto found
+			}
+			i += 8
 		}
-		dst = append(dst, raw[:i]...)
-		if c := raw[i]; c != '\\' {
-			dst = append(dst, markEsc, c|0x40)
-			raw = raw[i+1:]
+		for i < len(raw) && raw[i] != '\\' && raw[i] >= 0x20 {
+			i++
+		}
+		if i == len(raw) {
+			return append(dst, raw[start:]...)
+		}
+	found:
+		c := raw[i]
+		if c != '\\' {
+			if isMarker(c) {
+				dst = append(dst, raw[start:i]...)
+				dst = append(dst, markEsc, c|0x40)
+				start = i + 1
+			}
+			i++
 			continue
 		}
-		if i+1 >= len(raw) { // cannot end a parsed string; keep it like fastjson would
+		dst = append(dst, raw[start:i]...)
+		if i+1 == len(raw) { // cannot end a parsed string; keep it like fastjson would
 			return append(dst, '\\')
 		}
 		ch := raw[i+1]
-		raw = raw[i+2:]
+		i += 2
 		switch ch {
 		case '"', '\\', '/':
 			dst = append(dst, ch)
+		case 'n':
+			dst = append(dst, '\n')
+		case 't':
+			dst = append(dst, '\t')
+		case 'r':
+			dst = append(dst, '\r')
 		case 'b':
 			dst = append(dst, '\b')
 		case 'f':
 			dst = append(dst, '\f')
-		case 'n':
-			dst = append(dst, '\n')
-		case 'r':
-			dst = append(dst, '\r')
-		case 't':
-			dst = append(dst, '\t')
 		case 'u':
-			x, ok := hex4(raw)
-			if !ok {
-				dst = append(dst, '\\', 'u')
-				break
-			}
-			xs := raw[:4]
-			raw = raw[4:]
-			if !utf16.IsSurrogate(rune(x)) {
-				dst = appendRuneEsc(dst, rune(x))
-				break
-			}
-			if len(raw) < 6 || raw[0] != '\\' || raw[1] != 'u' {
-				dst = append(dst, '\\', 'u')
-				dst = append(dst, xs...)
-				break
-			}
-			x1, ok := hex4(raw[2:])
-			if !ok {
-				dst = append(dst, '\\', 'u')
-				dst = append(dst, xs...)
-				break
-			}
-			dst = appendRuneEsc(dst, utf16.DecodeRune(rune(x), rune(x1)))
-			raw = raw[6:]
+			dst, i = appendUnicodeEscape(dst, raw, i)
 		default:
 			dst = append(dst, '\\')
 			if isMarker(ch) {
@@ -139,7 +123,31 @@ func appendDecoded(dst, raw []byte) []byte {
 				dst = append(dst, ch)
 			}
 		}
+		start = i
 	}
+}
+
+// appendUnicodeEscape decodes the \uXXXX escape whose hex digits start at
+// raw[i] (a surrogate pair takes a second \uXXXX) and returns where the
+// text continues. Invalid sequences are kept as text, as fastjson keeps them.
+func appendUnicodeEscape(dst, raw []byte, i int) ([]byte, int) {
+	x, ok := hex4(raw[i:])
+	if !ok {
+		return append(dst, '\\', 'u'), i
+	}
+	xs := raw[i : i+4]
+	i += 4
+	if !utf16.IsSurrogate(rune(x)) {
+		return appendRuneEsc(dst, rune(x)), i
+	}
+	if len(raw)-i < 6 || raw[i] != '\\' || raw[i+1] != 'u' {
+		return append(append(dst, '\\', 'u'), xs...), i
+	}
+	x1, ok := hex4(raw[i+2:])
+	if !ok {
+		return append(append(dst, '\\', 'u'), xs...), i
+	}
+	return appendRuneEsc(dst, utf16.DecodeRune(rune(x), rune(x1))), i + 6
 }
 
 func appendRuneEsc(dst []byte, r rune) []byte {
