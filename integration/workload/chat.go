@@ -10,30 +10,30 @@ import (
 // are immutable once built, so requests share them freely (turn t+1 of a
 // conversation reuses turn t's messages slice).
 
-// Role is a chat message role.
-type Role uint8
+// role is a chat message role.
+type role uint8
 
 // Roles used by the generators.
 const (
-	RoleSystem Role = iota
-	RoleUser
-	RoleAssistant
+	roleSystem role = iota
+	roleUser
+	roleAssistant
 )
 
 var roleJSON = [...]string{
-	RoleSystem:    `{"role":"system","content":"`,
-	RoleUser:      `{"role":"user","content":"`,
-	RoleAssistant: `{"role":"assistant","content":"`,
+	roleSystem:    `{"role":"system","content":"`,
+	roleUser:      `{"role":"user","content":"`,
+	roleAssistant: `{"role":"assistant","content":"`,
 }
 
 // String returns the OpenAI role name.
-func (r Role) String() string {
+func (r role) String() string {
 	switch r {
-	case RoleSystem:
+	case roleSystem:
 		return "system"
-	case RoleUser:
+	case roleUser:
 		return "user"
-	case RoleAssistant:
+	case roleAssistant:
 		return "assistant"
 	}
 	return "role(" + strconv.Itoa(int(r)) + ")"
@@ -48,7 +48,7 @@ type span struct {
 // message is one chat message: its role and content spans. The content text
 // is the spans' words joined by single spaces.
 type message struct {
-	role  Role
+	role  role
 	spans []span
 }
 

@@ -71,10 +71,10 @@ func checkRequest(t *testing.T, r *Request) simBody {
 
 func TestBodyEncodingOptions(t *testing.T) {
 	msgs := []message{
-		{role: RoleSystem, spans: []span{{block: 1, words: 7}}},
-		{role: RoleUser, spans: []span{{block: 2, words: 3}, {block: 3, words: 0}, {block: 4, words: 5}}},
-		{role: RoleAssistant, spans: nil},
-		{role: RoleUser, spans: []span{{block: 5, words: 1}}},
+		{role: roleSystem, spans: []span{{block: 1, words: 7}}},
+		{role: roleUser, spans: []span{{block: 2, words: 3}, {block: 3, words: 0}, {block: 4, words: 5}}},
+		{role: roleAssistant, spans: nil},
+		{role: roleUser, spans: []span{{block: 5, words: 1}}},
 	}
 	for _, o := range []BodyOptions{
 		{Model: "m", Stream: true},
@@ -110,7 +110,7 @@ func TestBodyEncodingOptions(t *testing.T) {
 }
 
 func TestRoleString(t *testing.T) {
-	for r, want := range map[Role]string{RoleSystem: "system", RoleUser: "user", RoleAssistant: "assistant", 9: "role(9)"} {
+	for r, want := range map[role]string{roleSystem: "system", roleUser: "user", roleAssistant: "assistant", 9: "role(9)"} {
 		if r.String() != want {
 			t.Errorf("%d.String() = %q, want %q", r, r.String(), want)
 		}

@@ -89,12 +89,12 @@ func HotPrefix(o HotPrefixOptions) (*Workload, error) {
 	z := newZipf(o.Groups, o.ZipfS)
 	prefixes := make([]message, o.Groups)
 	for g := range prefixes {
-		prefixes[g] = message{role: RoleSystem, spans: []span{{block: textID(nsHotPrefixPrefix, o.Seed, g, 0), words: int32(o.PrefixTokens)}}}
+		prefixes[g] = message{role: roleSystem, spans: []span{{block: textID(nsHotPrefixPrefix, o.Seed, g, 0), words: int32(o.PrefixTokens)}}}
 	}
 	reqs := make([]Request, o.Requests)
 	for i := range reqs {
 		g := z.Sample(r)
-		suffix := message{role: RoleUser, spans: []span{{block: textID(nsHotPrefixSuffix, o.Seed, i, 0), words: int32(o.SuffixTokens)}}}
+		suffix := message{role: roleUser, spans: []span{{block: textID(nsHotPrefixSuffix, o.Seed, i, 0), words: int32(o.SuffixTokens)}}}
 		reqs[i] = newRequest(enc, []message{prefixes[g], suffix}, o.OutputTokens)
 		reqs[i].Group, reqs[i].Conversation = g, i
 	}

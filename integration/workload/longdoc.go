@@ -80,7 +80,7 @@ func LongDocument(o LongDocumentOptions) (*Workload, error) {
 		doc := span{block: textID(nsLongDocDocument, o.Seed, d, 0), words: int32(o.DocumentTokens)}
 		for q := range o.QuestionsPerDocument {
 			question := span{block: textID(nsLongDocQuestion, o.Seed, d, q), words: int32(o.QuestionTokens)}
-			req := newRequest(enc, []message{{role: RoleUser, spans: []span{doc, question}}}, o.OutputTokens)
+			req := newRequest(enc, []message{{role: roleUser, spans: []span{doc, question}}}, o.OutputTokens)
 			req.Group, req.Conversation = d, d*o.QuestionsPerDocument+q
 			reqs = append(reqs, req)
 		}

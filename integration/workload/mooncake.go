@@ -269,7 +269,7 @@ func (b *mooncakeBuilder) add(line int, rec MooncakeRecord) error {
 		spans = append(spans, span{block: textID(nsMooncake, b.opts.Seed, int(id), 0), words: int32(n)})
 		left -= n
 	}
-	msgs := []message{{role: RoleUser, spans: spans}}
+	msgs := []message{{role: roleUser, spans: spans}}
 	req := newRequest(b.enc, msgs, out)
 	req.At = time.Duration(float64(ts-b.opts.Start) / b.opts.Compression)
 	b.track(&req, ids, in)

@@ -121,14 +121,14 @@ func MultiTurn(o MultiTurnOptions) (*Workload, error) {
 			user := span{block: textID(nsMultiTurnUser, o.Seed, ci, t), words: int32(r.Range(o.MinUserTokens, o.MaxUserTokens))}
 			if t == 0 {
 				first := []span{common, {block: textID(nsMultiTurnConversation, o.Seed, ci, 0), words: int32(prefix)}, user}
-				msgs = append(msgs, message{role: RoleUser, spans: first})
+				msgs = append(msgs, message{role: roleUser, spans: first})
 			} else {
-				msgs = append(msgs, message{role: RoleUser, spans: []span{user}})
+				msgs = append(msgs, message{role: roleUser, spans: []span{user}})
 			}
 			reply := r.Range(o.MinAssistantTokens, o.MaxAssistantTokens)
 			reqs[t] = newRequest(enc, msgs[:len(msgs):len(msgs)], reply)
 			reqs[t].Conversation, reqs[t].Group, reqs[t].Turn = ci, ci, t
-			msgs = append(msgs, message{role: RoleAssistant, spans: []span{{block: textID(nsMultiTurnAssistant, o.Seed, ci, t), words: int32(reply)}}})
+			msgs = append(msgs, message{role: roleAssistant, spans: []span{{block: textID(nsMultiTurnAssistant, o.Seed, ci, t), words: int32(reply)}}})
 		}
 		convs[ci] = reqs
 		total += turns

@@ -72,9 +72,9 @@ func SharedPrefix(o SharedPrefixOptions) (*Workload, error) {
 	enc := newEncoding(o.Body)
 	reqs := make([]Request, 0, o.Groups*o.PromptsPerGroup)
 	for g := range o.Groups {
-		system := message{role: RoleSystem, spans: []span{{block: textID(nsSharedPrefixSystem, o.Seed, g, 0), words: int32(o.SystemPromptTokens)}}}
+		system := message{role: roleSystem, spans: []span{{block: textID(nsSharedPrefixSystem, o.Seed, g, 0), words: int32(o.SystemPromptTokens)}}}
 		for q := range o.PromptsPerGroup {
-			question := message{role: RoleUser, spans: []span{{block: textID(nsSharedPrefixQuestion, o.Seed, g, q), words: int32(o.QuestionTokens)}}}
+			question := message{role: roleUser, spans: []span{{block: textID(nsSharedPrefixQuestion, o.Seed, g, q), words: int32(o.QuestionTokens)}}}
 			req := newRequest(enc, []message{system, question}, o.OutputTokens)
 			req.Group, req.Conversation = g, g*o.PromptsPerGroup+q
 			reqs = append(reqs, req)
