@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 )
 
 // Wire format of one message. Every message travels on its own QUIC
@@ -42,6 +43,11 @@ const (
 	maxEmptyReads = 100
 )
 
+// headerPool holds frame headers so that neither Send nor readFrame
+// allocates one per message (a slice handed to an io.Reader or to quic-go's
+// Write escapes to the heap; both are done with it when the call returns).
+var headerPool = sync.Pool{New: func() any { return new([frameHeaderLen]byte) }}
+
 // errMalformed marks a frame that breaks the wire format (as opposed to one
 // that is merely too large, or a stream that failed underneath).
 var errMalformed = errors.New("transport: malformed frame")
@@ -73,19 +79,36 @@ func parseFrameHeader(h []byte, max int) (int, error) {
 // after it. It allocates at most the announced length, and never more than
 // max. Errors wrap errMalformed, ErrMessageTooLarge, or r's own error.
 func readFrame(r io.Reader, max int) ([]byte, error) {
-	var h [frameHeaderLen]byte
-	if k, err := io.ReadFull(r, h[:]); err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, fmt.Errorf("%w: stream ended after %d header bytes", errMalformed, k)
+	hp := headerPool.Get().(*[frameHeaderLen]byte) // r.Read would move a local array to the heap
+	defer headerPool.Put(hp)
+	h := hp[:]
+	empty := 0 // consecutive (0, nil) reads: a broken reader must not spin us
+	for k := 0; k < frameHeaderLen; {
+		m, err := r.Read(h[k:])
+		k += m
+		if k == frameHeaderLen {
+			break // a final io.EOF here surfaces again below
 		}
-		return nil, err
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil, fmt.Errorf("%w: stream ended after %d header bytes", errMalformed, k)
+			}
+			return nil, err
+		}
+		if m == 0 {
+			if empty++; empty > maxEmptyReads {
+				return nil, io.ErrNoProgress
+			}
+			continue
+		}
+		empty = 0
 	}
-	n, err := parseFrameHeader(h[:], max)
+	n, err := parseFrameHeader(h, max)
 	if err != nil {
 		return nil, err
 	}
 	buf := make([]byte, 0, min(n, growStart))
-	empty := 0 // consecutive (0, nil) reads: a broken reader must not spin us
+	empty = 0
 	for len(buf) < n {
 		if len(buf) == cap(buf) {
 			grown := make([]byte, len(buf), min(2*cap(buf), n))

@@ -174,9 +174,10 @@ func (q *QUIC) Addr() string { return q.addr }
 // Inbound returns the messages received from peers. It is closed by Close.
 func (q *QUIC) Inbound() <-chan Message { return q.inbound }
 
-// headerPool holds frame headers so that Send does not allocate one per
-// message (quic-go keeps a reference to written bytes until Write returns).
-var headerPool = sync.Pool{New: func() any { return new([frameHeaderLen]byte) }}
+// smallMessage is the size up to which quic-go copies a Write into its
+// packet buffer without waiting for flow control (it buffers up to one
+// packet, 1452 bytes, header included).
+const smallMessage = 1024
 
 // Send hands one message to the peer at addr. It dials the peer if there is
 // no live connection (concurrent Sends share one dial), opens a stream,
@@ -198,9 +199,17 @@ func (q *QUIC) Send(ctx context.Context, addr string, data []byte) error {
 	q.mu.Unlock()
 	defer q.sends.Done()
 
-	ctx, cancel := context.WithTimeout(ctx, q.cfg.SendTimeout)
-	defer cancel()
-	defer context.AfterFunc(q.ctx, cancel)() // Close aborts us after DrainTimeout
+	// One deadline bounds the whole Send. A caller's earlier deadline is used
+	// as is (no extra context). Close needs no hook here: it cancels dials
+	// and closes the connections, which unblocks every step below.
+	deadline := time.Now().Add(q.cfg.SendTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	} else {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
 
 	conn, err := q.conn(ctx, addr)
 	if err != nil {
@@ -210,9 +219,14 @@ func (q *QUIC) Send(ctx context.Context, addr string, data []byte) error {
 	if err != nil {
 		return q.sendFailed(ctx, reasonStream, addr, err)
 	}
-	// Write blocks on flow control; cancelling the stream is what unblocks
-	// it when ctx ends.
-	stop := context.AfterFunc(ctx, func() { str.CancelWrite(streamAborted) })
+	_ = str.SetWriteDeadline(deadline)
+	// A large Write can block on flow control; cancelling the stream is what
+	// unblocks it if ctx is cancelled before its deadline. A small one is
+	// copied into quic-go's buffer at once and needs no such hook.
+	stop := func() bool { return true }
+	if len(data) > smallMessage {
+		stop = context.AfterFunc(ctx, func() { str.CancelWrite(streamAborted) })
+	}
 	h := headerPool.Get().(*[frameHeaderLen]byte)
 	putFrameHeader(h[:], len(data))
 	_, err = str.Write(h[:])
@@ -237,14 +251,15 @@ func (q *QUIC) Send(ctx context.Context, addr string, data []byte) error {
 	return nil
 }
 
-// sendFailed counts and wraps a Send error. An ended ctx wins over the
-// reason given, since it is usually the cause.
+// sendFailed counts and wraps a Send error. Close, then an ended ctx, win
+// over the reason given, since they are usually the cause.
 func (q *QUIC) sendFailed(ctx context.Context, reason, addr string, err error) error {
-	if ctx.Err() != nil {
+	switch {
+	case q.ctx.Err() != nil:
+		reason, err = reasonClosed, ErrClosed
+	case ctx.Err() != nil:
 		reason = reasonCancelled
-		if q.ctx.Err() != nil {
-			err = ErrClosed
-		} else if !errors.Is(err, ctx.Err()) {
+		if !errors.Is(err, ctx.Err()) {
 			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
 		}
 	}
@@ -395,8 +410,7 @@ func (q *QUIC) Close() error {
 		}
 		t.Stop()
 	}
-	q.cancel()
-	<-drained
+	q.cancel() // fails dials in progress and stops accepting
 
 	q.mu.Lock()
 	q.aborted = true
@@ -415,6 +429,7 @@ func (q *QUIC) Close() error {
 		wg.Go(func() { _ = c.CloseWithError(codeShutdown, "shutting down") })
 	}
 	wg.Wait()
+	<-drained // closed connections have unblocked every Send
 
 	// Errors from here on mean "already closed" at worst; the socket's is
 	// the only one worth reporting.
