@@ -76,10 +76,10 @@ type Prompt struct {
 
 	Endpoint Endpoint   // the kind of request rendered
 	Format   UnitFormat // how to read Units; fold it into cache-key seeds
-	// HasTools is true when Units starts with a tools segment (the request's
-	// tool definitions); Ends[0] is then that segment's end and the messages'
-	// ends follow.
-	HasTools bool
+	// HasPreamble is true when Units starts with a preamble segment (the
+	// request's tool definitions and chat-template options); Ends[0] is then
+	// that segment's end and the messages' ends follow.
+	HasPreamble bool
 
 	// Last strings handed out for Model and CacheSalt: a pooled Prompt that
 	// sees the same model again reuses the string instead of allocating.
@@ -91,13 +91,13 @@ func (p *Prompt) Reset() {
 	p.Model, p.CacheSalt, p.Stream = "", "", false
 	p.Units, p.Ends = p.Units[:0], p.Ends[:0]
 	p.MaxTokens = 0
-	p.Endpoint, p.Format, p.HasTools = 0, 0, false
+	p.Endpoint, p.Format, p.HasPreamble = 0, 0, false
 }
 
 // Messages returns how many messages (or prompt segments) Ends delimits,
-// not counting a leading tools segment.
+// not counting a leading preamble segment.
 func (p *Prompt) Messages() int {
-	if p.HasTools {
+	if p.HasPreamble {
 		return len(p.Ends) - 1
 	}
 	return len(p.Ends)

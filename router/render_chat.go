@@ -38,7 +38,7 @@ func (l loc) typeErr(field, want string) error {
 	return badRequest(l.param(field), "%s must be %s", l.param(field), want)
 }
 
-// chat renders a chat request: the tools segment, then every message.
+// chat renders a chat request: the preamble segment, then every message.
 func (r *renderer) chat(obj *fastjson.Object) error {
 	msgs := obj.Get("messages")
 	if isAbsent(msgs) {
@@ -51,7 +51,7 @@ func (r *renderer) chat(obj *fastjson.Object) error {
 	if len(arr) == 0 {
 		return badRequest("messages", "messages must not be empty")
 	}
-	if err := r.tools(obj); err != nil {
+	if err := r.preamble(obj); err != nil {
 		return err
 	}
 	for i, m := range arr {
@@ -63,31 +63,81 @@ func (r *renderer) chat(obj *fastjson.Object) error {
 	return nil
 }
 
-// tools renders the request's tool (or legacy function) definitions as the
-// leading tools segment: they change the chat template's output, and every
-// turn of a conversation repeats them, so they belong at the front.
-func (r *renderer) tools(obj *fastjson.Object) error {
-	key := "tools"
-	v := obj.Get(key)
-	if isAbsent(v) {
-		key = "functions"
-		v = obj.Get(key)
-	}
-	if isAbsent(v) {
-		return nil
-	}
-	if v.Type() != fastjson.TypeArray {
-		return badRequest(key, "%s must be an array", key)
-	}
-	if a, _ := v.Array(); len(a) == 0 {
-		return nil
-	}
+// preambleKeys are the request fields other than the messages that change
+// what a chat template renders (vLLM passes them all to the template), in
+// canonical (sorted) order, with the JSON type each must have.
+var preambleKeys = [...]struct {
+	key  string
+	want fastjson.Type
+}{
+	{"chat_template", fastjson.TypeString},
+	{"chat_template_kwargs", fastjson.TypeObject},
+	{"documents", fastjson.TypeArray},
+	{"functions", fastjson.TypeArray}, // deprecated form of tools
+	{"tools", fastjson.TypeArray},
+}
+
+// preamble renders the preamble segment, FS followed by the canonical JSON
+// object of the preambleKeys present (empty values count as absent). Every
+// turn of a conversation repeats them and templates put tool definitions
+// first, so they lead the rendering with a boundary of their own.
+func (r *renderer) preamble(obj *fastjson.Object) error {
 	p := r.p
-	p.Units = append(p.Units, markTools)
-	p.Units = r.appendCanonical(p.Units, v)
-	p.Ends = append(p.Ends, len(p.Units))
-	p.HasTools = true
+	n := 0
+	for _, pk := range preambleKeys {
+		v := obj.Get(pk.key)
+		if isAbsent(v) {
+			continue
+		}
+		if v.Type() != pk.want {
+			return badRequest(pk.key, "%s must be %s", pk.key, typeName(pk.want))
+		}
+		if isEmptyValue(v) {
+			continue
+		}
+		if n == 0 {
+			p.Units = append(p.Units, markPreamble, '{')
+		} else {
+			p.Units = append(p.Units, ',')
+		}
+		p.Units = append(p.Units, '"')
+		p.Units = append(p.Units, pk.key...)
+		p.Units = append(p.Units, '"', ':')
+		p.Units = r.appendCanonical(p.Units, v)
+		n++
+	}
+	if n > 0 {
+		p.Units = append(p.Units, '}')
+		p.Ends = append(p.Ends, len(p.Units))
+		p.HasPreamble = true
+	}
 	return nil
+}
+
+func typeName(t fastjson.Type) string {
+	switch t {
+	case fastjson.TypeString:
+		return "a string"
+	case fastjson.TypeObject:
+		return "an object"
+	}
+	return "an array"
+}
+
+// isEmptyValue: "", [] and {}.
+func isEmptyValue(v *fastjson.Value) bool {
+	switch v.Type() {
+	case fastjson.TypeString:
+		s, _ := v.StringBytes()
+		return len(s) == 0
+	case fastjson.TypeArray:
+		a, _ := v.Array()
+		return len(a) == 0
+	case fastjson.TypeObject:
+		o, _ := v.Object()
+		return o.Len() == 0
+	}
+	return false
 }
 
 func (r *renderer) chatMessage(m *fastjson.Value, at loc) error {

@@ -6,7 +6,7 @@ package router
 // framed by five ASCII control bytes that JSON text almost never carries:
 //
 //	ESC 0x1B  escape: a content byte in 0x1B..0x1F is written as ESC, byte|0x40
-//	FS  0x1C  starts the tools segment
+//	FS  0x1C  starts the preamble segment
 //	GS  0x1D  starts a content part or a tool call inside a message
 //	RS  0x1E  starts a message
 //	US  0x1F  starts a field inside a message, part or tool call
@@ -16,7 +16,9 @@ package router
 // rendering is unambiguous without lengths. Tags after GS and US are single
 // ASCII letters.
 //
-//	tools     = FS canonical-JSON(tools array)           (only when non-empty)
+//	preamble  = FS canonical-JSON({"tools": [...], ...}) tool definitions and chat-template
+//	                                                     options (chat_template, chat_template_kwargs,
+//	                                                     documents, functions); only when any is set
 //	message   = RS role [US 'n' name] [US 'i' tool_call_id] part* call*
 //	part      = GS 't' text                              text, input_text, output_text
 //	          | GS 'r' text                              refusal
@@ -52,11 +54,11 @@ import (
 )
 
 const (
-	markEsc   = 0x1B
-	markTools = 0x1C
-	markPart  = 0x1D
-	markMsg   = 0x1E
-	markField = 0x1F
+	markEsc      = 0x1B
+	markPreamble = 0x1C
+	markPart     = 0x1D
+	markMsg      = 0x1E
+	markField    = 0x1F
 )
 
 const (

@@ -100,7 +100,7 @@ func checkPrompt(t *testing.T, p *Prompt) {
 func samePrompt(a, b *Prompt) bool {
 	return bytes.Equal(a.Units, b.Units) && fmt.Sprint(a.Ends) == fmt.Sprint(b.Ends) && a.Model == b.Model &&
 		a.CacheSalt == b.CacheSalt && a.Stream == b.Stream && a.MaxTokens == b.MaxTokens && a.Format == b.Format &&
-		a.HasTools == b.HasTools && a.Endpoint == b.Endpoint
+		a.HasPreamble == b.HasPreamble && a.Endpoint == b.Endpoint
 }
 
 // remarshaler writes a parsed value back as JSON with random whitespace,

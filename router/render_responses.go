@@ -4,7 +4,7 @@ import (
 	"github.com/valyala/fastjson"
 )
 
-// responses renders a /v1/responses request: the tools segment, the
+// responses renders a /v1/responses request: the preamble segment, the
 // instructions as a leading system message, then the input (a string is one
 // user message; an array holds items, each rendered as one message).
 //
@@ -31,7 +31,7 @@ func (r *renderer) responses(obj *fastjson.Object) error {
 			return badRequest("input", "input must not be empty")
 		}
 	}
-	if err := r.tools(obj); err != nil {
+	if err := r.preamble(obj); err != nil {
 		return err
 	}
 	var it fastjson.Type

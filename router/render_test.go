@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -79,8 +80,15 @@ func TestRenderShapes(t *testing.T) {
 		{"chat tools segment, canonical", EndpointChat,
 			`{"model":"m","tools":[{"type":"function","function":{"name":"get","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}],
 			  "messages":[{"role":"developer","content":"use tools"}]}`,
-			[]string{`¶[{"function":{"name":"get","parameters":{"properties":{"city":{"type":"string"}},"type":"object"}},"type":"function"}]`,
+			[]string{`¶{"tools":[{"function":{"name":"get","parameters":{"properties":{"city":{"type":"string"}},"type":"object"}},"type":"function"}]}`,
 				"§developer¦tuse tools"}, FormatMessages},
+		{"chat template options join the preamble", EndpointChat,
+			`{"model":"m","chat_template_kwargs":{"enable_thinking":false},"documents":[],"chat_template":"","tools":[{"type":"function","function":{"name":"f"}}],
+			  "messages":[{"role":"user","content":"x"}]}`,
+			[]string{`¶{"chat_template_kwargs":{"enable_thinking":false},"tools":[{"function":{"name":"f"},"type":"function"}]}`, "§user¦tx"}, FormatMessages},
+		{"chat legacy functions", EndpointChat,
+			`{"model":"m","functions":[{"name":"f"}],"messages":[{"role":"user","content":"x"}]}`,
+			[]string{`¶{"functions":[{"name":"f"}]}`, "§user¦tx"}, FormatMessages},
 		{"chat empty tools array is no segment", EndpointChat,
 			`{"model":"m","tools":[],"messages":[{"role":"user","content":"x"}]}`, []string{"§user¦tx"}, FormatMessages},
 		{"chat marker bytes in content are escaped", EndpointChat,
@@ -104,7 +112,7 @@ func TestRenderShapes(t *testing.T) {
 			  {"type":"function_call","call_id":"k","name":"f","arguments":"{}"},
 			  {"type":"function_call_output","call_id":"k","output":"42"},
 			  {"type":"reasoning","summary":[]}]}`,
-			[]string{`¶[{"name":"f","parameters":{},"type":"function"}]`,
+			[]string{`¶{"tools":[{"name":"f","parameters":{},"type":"function"}]}`,
 				"§user¦thi¦I" + hx('I', "https://i") + "¦F" + hx('F', `{"file_id":"F9","type":"input_file"}`),
 				"§assistant¦tcalling", "§assistant¦ck·f·{}", "§tool·ik¦t42",
 				"§·yreasoning¦x" + hx('x', `{"summary":[],"type":"reasoning"}`)}, FormatMessages},
@@ -119,8 +127,8 @@ func TestRenderShapes(t *testing.T) {
 			if p.Format != c.fmt || p.Endpoint != c.ep || p.Model != "m" {
 				t.Errorf("format %v endpoint %v model %q; want %v %v m", p.Format, p.Endpoint, p.Model, c.fmt, c.ep)
 			}
-			if p.HasTools != strings.HasPrefix(c.segs[0], "¶") {
-				t.Errorf("HasTools = %v", p.HasTools)
+			if p.HasPreamble != strings.HasPrefix(c.segs[0], "¶") {
+				t.Errorf("HasPreamble = %v", p.HasPreamble)
 			}
 		})
 	}
@@ -239,8 +247,8 @@ func TestRenderPrefixAcrossTurns(t *testing.T) {
 			}
 			body += `"messages":[` + strings.Join(turns[:n], ",") + `]}`
 			p := mustRender(t, EndpointChat, body)
-			if p.Messages() != n || p.HasTools != withTools {
-				t.Fatalf("n=%d: Messages()=%d HasTools=%v", n, p.Messages(), p.HasTools)
+			if p.Messages() != n || p.HasPreamble != withTools {
+				t.Fatalf("n=%d: Messages()=%d HasPreamble=%v", n, p.Messages(), p.HasPreamble)
 			}
 			if prev != nil {
 				if !bytes.HasPrefix(p.Units, prev.Units) {
@@ -298,6 +306,10 @@ func TestRenderErrors(t *testing.T) {
 		{EndpointChat, `{"model":"m","messages":[{"role":"assistant","function_call":"f"}]}`, "messages[0].function_call"},
 		{EndpointChat, `{"model":"m","tools":{},"messages":[{"role":"user","content":"x"}]}`, "tools"},
 		{EndpointChat, `{"model":"m","functions":"f","messages":[{"role":"user","content":"x"}]}`, "functions"},
+		{EndpointChat, `{"model":"m","chat_template_kwargs":[],"messages":[{"role":"user","content":"x"}]}`, "chat_template_kwargs"},
+		{EndpointChat, `{"model":"m","chat_template":{},"messages":[{"role":"user","content":"x"}]}`, "chat_template"},
+		{EndpointChat, `{"model":"m","documents":"d","messages":[{"role":"user","content":"x"}]}`, "documents"},
+		{EndpointResponses, `{"model":"m","tools":3,"input":"x"}`, "tools"},
 		{EndpointCompletions, `{"model":"m"}`, "prompt"},
 		{EndpointCompletions, `{"model":"m","prompt":5}`, "prompt"},
 		{EndpointCompletions, `{"model":"m","prompt":[]}`, "prompt"},
@@ -442,5 +454,34 @@ func TestEndpointForPath(t *testing.T) {
 	}
 	if _, ok := EndpointForPath("/v1/models"); ok || Endpoint(9).String() != "unknown" {
 		t.Error("unexpected endpoint for /v1/models")
+	}
+}
+
+// Render is safe for concurrent use with distinct Prompts (parsers are pooled).
+func TestRenderConcurrent(t *testing.T) {
+	var want []*Prompt
+	for _, s := range renderSeeds[:9] {
+		want = append(want, mustRender(t, s.ep, s.body))
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, 8)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			var p Prompt
+			for i := 0; i < 200; i++ {
+				k := (g + i) % len(want)
+				if err := Render(renderSeeds[k].ep, []byte(renderSeeds[k].body), &p); err != nil || !samePrompt(&p, want[k]) {
+					errs <- fmt.Sprintf("goroutine %d, seed %d: %v %q", g, k, err, show(p.Units))
+					return
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
 	}
 }
