@@ -175,15 +175,15 @@ func (r *renderer) chatMessage(m *fastjson.Value, at loc) error {
 				return cat.typeErr("", "an object")
 			}
 			co, _ := c.Object()
-			fn := co.Get("function")
-			if isAbsent(fn) {
-				return r.call(co.Get("id"), nil, nil, cat)
+			var name, args *fastjson.Value
+			if fn := co.Get("function"); !isAbsent(fn) {
+				if fn.Type() != fastjson.TypeObject {
+					return cat.typeErr("function", "an object")
+				}
+				fo, _ := fn.Object()
+				name, args = fo.Get("name"), fo.Get("arguments")
 			}
-			if fn.Type() != fastjson.TypeObject {
-				return cat.typeErr("function", "an object")
-			}
-			fo, _ := fn.Object()
-			if err := r.call(co.Get("id"), fo.Get("name"), fo.Get("arguments"), cat); err != nil {
+			if err := r.call(co.Get("id"), name, args, cat); err != nil {
 				return err
 			}
 		}
@@ -354,8 +354,11 @@ func (r *renderer) urlPart(o *fastjson.Object, key string, tag byte, at loc) err
 		v = vo.Get("url")
 		key += ".url"
 	}
+	if isAbsent(v) {
+		return badRequest(at.param(key), "missing required parameter: %s", at.param(key))
+	}
 	u, ok := optString(v)
-	if !ok || u == nil {
+	if !ok {
 		return at.typeErr(key, "a string")
 	}
 	r.p.Units = appendHash(r.p.Units, tag, hash64(u, uint64(tag)))
