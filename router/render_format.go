@@ -41,7 +41,13 @@ package router
 // do empty text parts; string content equals a single text part. Each
 // message's end is a boundary (Prompt.Ends) and nothing is written after the
 // last message, so the rendering of a conversation's first n messages is a
-// prefix of the rendering of its first n+1.
+// prefix of the rendering of its first n+1. Responses items map onto the
+// same grammar (see render_responses.go), so a conversation sent to either
+// API renders alike message by message.
+//
+// The other formats carry no framing: FormatText is the prompt strings'
+// bytes back to back, FormatTokens their token ids as 4-byte little-endian
+// words; Ends alone marks the segments.
 
 import (
 	"bytes"
@@ -203,7 +209,7 @@ func (r *renderer) appendCanonical(dst []byte, v *fastjson.Value) []byte {
 	case fastjson.TypeNumber:
 		f, err := v.Float64()
 		if err != nil { // fastjson keeps odd number text such as "1-2"; keep it verbatim
-			return append(dst, v.String()...)
+			return v.MarshalTo(dst)
 		}
 		return strconv.AppendFloat(dst, f, 'g', -1, 64)
 	case fastjson.TypeTrue:
