@@ -78,7 +78,10 @@ func ParseORCA(value string) (LoadReport, error) {
 		return LoadReport{}, fmt.Errorf("orca: header value of %d bytes exceeds %d", len(value), maxORCAValue)
 	}
 	value = strings.TrimLeft(value, " \t")
-	name, rest, _ := strings.Cut(value, " ")
+	name, rest := value, ""
+	if i := strings.IndexAny(value, " \t"); i >= 0 {
+		name, rest = value[:i], value[i+1:]
+	}
 	var r LoadReport
 	var err error
 	switch {

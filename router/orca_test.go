@@ -30,6 +30,7 @@ func TestParseORCA(t *testing.T) {
 		{"unknown keys skipped, colon in a metric name", "TEXT utilization.gpu=0.5, request_cost.db:3, named_metrics.vllm:foo:9, eps=2",
 			LoadReport{}},
 		{"empty TEXT", "TEXT", LoadReport{}},
+		{"tab after the format name", "TEXT\tnamed_metrics.num_requests_running=2", LoadReport{Running: 2, Has: HasRunning}},
 		{"vLLM JSON", `JSON {"named_metrics": {"kv_cache_usage_perc": 0.4, "num_requests_waiting": 0.0}}`,
 			LoadReport{KVCacheUsage: 0.4, Has: HasKVCacheUsage | HasWaiting}},
 		{"proto3 JSON camelCase, string numbers, duplicates", `json {"cpuUtilization":"0.25","namedMetrics":{"num_requests_running":2,"num_requests_running":"3","gpu_cache_usage_perc":0.5},"requestCost":{"x":1},"rpsFractional":4}`,
