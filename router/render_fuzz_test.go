@@ -95,6 +95,28 @@ func checkPrompt(t *testing.T, p *Prompt) {
 	if p.Model == "" {
 		t.Fatal("success without a model")
 	}
+	if p.Format == FormatMessages {
+		// Framing: it starts with a message or the preamble, every message
+		// boundary is followed by RS, and ESC only ever escapes a marker.
+		if u := p.Units; u[0] != markMsg && u[0] != markPreamble {
+			t.Fatalf("rendering starts with %#x", u[0])
+		}
+		for _, e := range p.Ends[:len(p.Ends)-1] {
+			if p.Units[e] != markMsg {
+				t.Fatalf("boundary %d not followed by RS in %q", e, p.Units)
+			}
+		}
+		for i := 0; i < len(p.Units); i++ {
+			if p.Units[i] == markEsc {
+				if i++; i == len(p.Units) || p.Units[i] < markEsc|0x40 || p.Units[i] > markField|0x40 {
+					t.Fatalf("stray ESC at %d in %q", i, p.Units)
+				}
+			}
+		}
+		if p.HasPreamble != (p.Units[0] == markPreamble) {
+			t.Fatalf("HasPreamble %v for %q", p.HasPreamble, p.Units)
+		}
+	}
 }
 
 func samePrompt(a, b *Prompt) bool {
