@@ -268,3 +268,32 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 	}
 }
 
+
+// chainFor returns the chain the router derives for a body (a copy).
+func chainFor(t testing.TB, g *testRig, ep Endpoint, body, tenant string) *tree.Chain {
+	t.Helper()
+	st := g.rt.getState()
+	defer g.rt.putState(st)
+	if aerr := g.rt.prepare(st, ep, []byte(body), tenant); aerr != nil {
+		t.Fatal(aerr)
+	}
+	ch := st.chain
+	ch.Keys = append([]tree.Key(nil), ch.Keys...)
+	ch.Learn = append([]int32(nil), ch.Learn...)
+	return &ch
+}
+
+// holders returns, per backend name, the depth in blocks its claims hold of
+// the body's prompt.
+func (g *testRig) holders(ep Endpoint, body, tenant string) map[string]int {
+	g.t.Helper()
+	ch := chainFor(g.t, g, ep, body, tenant)
+	var res tree.Result
+	g.ix.Lookup(ch, time.Now().UnixMilli(), &res)
+	out := map[string]int{}
+	for _, m := range res.Matches {
+		e, _ := g.ix.Backend(m.Backend)
+		out[e.Name] = int(m.Blocks)
+	}
+	return out
+}

@@ -1,0 +1,321 @@
+package router
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/kvmesh/kvmesh/tree"
+)
+
+// policyCase builds a policy request by hand: a chain of blocks keys and
+// candidates with given matched depths and in-flight counts.
+type policyCase struct {
+	req    Request
+	chain  tree.Chain
+	cands  []Candidate
+	scores []float64
+}
+
+func newPolicyCase(blocks int, keySalt uint64, names ...string) *policyCase {
+	pc := &policyCase{}
+	pc.chain.UnitsPerBlock = 64
+	pc.chain.Units = blocks*64 + 10
+	for i := 0; i < blocks; i++ {
+		pc.chain.Keys = append(pc.chain.Keys, tree.Key(mix64(keySalt*1000+uint64(i)+1)))
+	}
+	for i, n := range names {
+		pc.cands = append(pc.cands, Candidate{Name: n, Slot: i, ID: tree.BackendID(i), Hash: stableHash(n), Weight: 1,
+			Load: LoadView{SignalWeight: 1}})
+	}
+	pc.scores = make([]float64, len(names))
+	pc.req = Request{Model: "m", Chain: &pc.chain, Seed: 1, Now: time.Unix(1_700_000_000, 0), scratch: make([]float64, 2*len(names))}
+	return pc
+}
+
+func (pc *policyCase) match(depths ...int32) *policyCase {
+	pc.req.Deepest = 0
+	for i, d := range depths {
+		pc.cands[i].Matched = d
+		pc.req.Deepest = max(pc.req.Deepest, d)
+	}
+	return pc
+}
+
+func (pc *policyCase) inflight(n ...int) *policyCase {
+	for i, f := range n {
+		pc.cands[i].Load.InFlight = f
+	}
+	return pc
+}
+
+func (pc *policyCase) choose(p Policy) (string, Decision) {
+	d := p.Choose(&pc.req, pc.cands, pc.scores)
+	return pc.cands[d.Index].Name, d
+}
+
+func TestKVMeshPrefersDeepestHolder(t *testing.T) {
+	p := newKVMeshPolicy(DefaultKVMeshConfig())
+	pc := newPolicyCase(40, 1, "a", "b", "c").match(10, 35, 0)
+	name, d := pc.choose(p)
+	if name != "b" || d.Reason != ReasonPrefix || !d.Learn {
+		t.Fatalf("chose %s %+v, want b prefix learn", name, d)
+	}
+	if !(pc.scores[1] < pc.scores[0] && pc.scores[0] < pc.scores[2]) {
+		t.Errorf("costs %v should rank b < a < c", pc.scores)
+	}
+}
+
+// Load pressure on the deepest holder: the cost model trades a short match
+// for a lighter backend, and the override diverts without learning.
+func TestKVMeshLoadOverride(t *testing.T) {
+	cfg := DefaultKVMeshConfig()
+	cfg.LoadWeight = 0 // isolate the override rule from the cost's load term
+	p := newKVMeshPolicy(cfg)
+	pc := newPolicyCase(40, 2, "a", "b", "c").match(40, 0, 0).inflight(30, 2, 3)
+	name, d := pc.choose(p)
+	if name != "b" || d.Reason != ReasonLoadOverride || d.Learn {
+		t.Fatalf("chose %s %+v, want b (least cost among the others), load-override, no learning", name, d)
+	}
+	// Below the floor nothing is overloaded, whatever the median.
+	pc.inflight(8, 0, 0)
+	if name, d := pc.choose(p); name != "a" || d.Reason != ReasonPrefix {
+		t.Fatalf("with a at the floor: chose %s %+v", name, d)
+	}
+}
+
+func TestKVMeshCostTradesMatchForLoad(t *testing.T) {
+	p := newKVMeshPolicy(DefaultKVMeshConfig()) // avg prompt 4096 units, 0.25 per in-flight request
+	pc := newPolicyCase(40, 3, "a", "b").match(4, 0).inflight(3, 0)
+	// a saves 256 units of prefill but has 3 in flight (3072 units of load).
+	name, d := pc.choose(p)
+	if name != "b" || d.Reason != ReasonCost || !d.Learn {
+		t.Fatalf("chose %s %+v, want b by cost", name, d)
+	}
+	// a holding 2560 units with 2 in flight (about 2048 of load) wins.
+	pc.match(40, 0).inflight(2, 0)
+	if name, _ := pc.choose(p); name != "a" {
+		t.Fatalf("chose %s (costs %v), want a", name, pc.scores)
+	}
+}
+
+// A hot prefix whose holder is overloaded gets a second holder (learned),
+// up to HotMaxHolders; a cold one is only diverted.
+func TestKVMeshHotPrefixReplicates(t *testing.T) {
+	cfg := DefaultKVMeshConfig()
+	cfg.HotThreshold = 5
+	cfg.LoadWeight = 0
+	p := newKVMeshPolicy(cfg)
+	pc := newPolicyCase(20, 4, "a", "b", "c", "d", "e").match(20, 0, 0, 0, 0)
+	for i := 0; i < 4; i++ { // hits below the threshold, holder not overloaded
+		if name, _ := pc.choose(p); name != "a" {
+			t.Fatalf("chose %s", name)
+		}
+	}
+	pc.inflight(30, 1, 2, 1, 0)
+	name, d := pc.choose(p) // 5th hit: hot
+	if name != "b" || d.Reason != ReasonReplicate || !d.Learn {
+		t.Fatalf("chose %s %+v, want b replicate+learn", name, d)
+	}
+	pc.match(20, 20, 0, 0, 0).inflight(30, 30, 2, 1, 0) // two holders, both overloaded: cap reached
+	name, d = pc.choose(p)
+	if name != "c" || d.Reason != ReasonLoadOverride || d.Learn {
+		t.Fatalf("chose %s %+v, want c load-override without learning", name, d)
+	}
+}
+
+// Ties (misses, or a prefix every backend holds equally) go by rendezvous
+// hashing of the first block beyond the match: the same on every node,
+// spread over the backends, skipping overloaded ones.
+func TestKVMeshTiesByRendezvous(t *testing.T) {
+	names := []string{"a", "b", "c", "d"}
+	counts := map[string]int{}
+	for k := uint64(0); k < 400; k++ {
+		p1 := newKVMeshPolicy(DefaultKVMeshConfig())
+		p2 := newKVMeshPolicy(DefaultKVMeshConfig())
+		pc := newPolicyCase(10, 100+k, names...)
+		n1, d := pc.choose(p1)
+		if d.Reason != ReasonMiss {
+			t.Fatalf("reason %v on a miss", d.Reason)
+		}
+		// The same prompt seen by another node with candidates in another order.
+		pc2 := newPolicyCase(10, 100+k, "d", "c", "b", "a")
+		n2, _ := pc2.choose(p2)
+		if n1 != n2 {
+			t.Fatalf("prompt %d: nodes disagree: %s vs %s", k, n1, n2)
+		}
+		counts[n1]++
+	}
+	for _, n := range names {
+		if counts[n] < 60 {
+			t.Errorf("rendezvous spread %v is uneven", counts)
+		}
+	}
+	// Equal holders of a shared system prompt: the winner depends on the
+	// block after it, not on which holder is first.
+	pc := newPolicyCase(10, 7, names...).match(3, 3, 3, 3)
+	winner, d := pc.choose(newKVMeshPolicy(DefaultKVMeshConfig()))
+	if d.Reason != ReasonPrefix {
+		t.Fatalf("reason %v", d.Reason)
+	}
+	want := rendezvous(uint64(pc.chain.Keys[3]), pc.cands, nil)
+	if winner != pc.cands[want].Name {
+		t.Fatalf("winner %s, rendezvous of block 3 says %s", winner, pc.cands[want].Name)
+	}
+	// The rendezvous winner above the load bound is skipped.
+	var loads []int
+	for i := range names {
+		if i == want {
+			loads = append(loads, 5)
+		} else {
+			loads = append(loads, 0)
+		}
+	}
+	pc.inflight(loads...)
+	if w2, _ := pc.choose(newKVMeshPolicy(DefaultKVMeshConfig())); w2 == winner {
+		t.Fatalf("overloaded rendezvous winner %s chosen anyway", w2)
+	}
+}
+
+func TestKVMeshChooseAllocatesNothing(t *testing.T) {
+	p := newKVMeshPolicy(DefaultKVMeshConfig())
+	pc := newPolicyCase(256, 9, "a", "b", "c", "d", "e", "f", "g", "h").match(100, 256, 0, 0, 3, 3, 0, 256).inflight(1, 40, 2, 3, 0, 0, 1, 2)
+	if n := testing.AllocsPerRun(200, func() { pc.choose(p) }); n != 0 {
+		t.Fatalf("kvmesh Choose allocates %v times per call", n)
+	}
+}
+
+func TestRoundRobinRotates(t *testing.T) {
+	p := new(roundRobinPolicy)
+	pc := newPolicyCase(2, 1, "a", "b", "c")
+	var got string
+	for i := 0; i < 6; i++ {
+		n, d := pc.choose(p)
+		if d.Reason != ReasonRoundRobin {
+			t.Fatal(d.Reason)
+		}
+		got += n
+	}
+	if got != "abcabc" {
+		t.Fatalf("order %s", got)
+	}
+	pc.req.Explain = true
+	pc.choose(p)
+	pc.req.Explain = false
+	if n, _ := pc.choose(p); n != "a" {
+		t.Fatalf("an explained decision advanced the rotation: got %s", n)
+	}
+}
+
+func TestRandomSpreads(t *testing.T) {
+	pc := newPolicyCase(2, 1, "a", "b")
+	counts := map[string]int{}
+	for i := 0; i < 400; i++ {
+		n, _ := pc.choose(randomPolicy{})
+		counts[n]++
+	}
+	if counts["a"] < 100 || counts["b"] < 100 {
+		t.Fatalf("counts %v", counts)
+	}
+}
+
+func TestLeastLoaded(t *testing.T) {
+	p := new(leastLoadedPolicy)
+	pc := newPolicyCase(2, 1, "a", "b", "c").inflight(5, 0, 2)
+	if n, d := pc.choose(p); n != "b" || d.Reason != ReasonLeastLoaded {
+		t.Fatalf("chose %s", n)
+	}
+	pc.inflight(1, 1, 1)
+	pc.cands[0].Load.Waiting = 3
+	seen := map[string]int{}
+	for i := 0; i < 4; i++ {
+		n, _ := pc.choose(p)
+		seen[n]++
+	}
+	if seen["a"] != 0 || seen["b"] != 2 || seen["c"] != 2 {
+		t.Fatalf("ties should rotate among b and c (a has a queue): %v", seen)
+	}
+}
+
+func TestConsistentHashBoundedLoads(t *testing.T) {
+	p := newConsistentHashPolicy(DefaultConsistentHashConfig())
+	names := []string{"a", "b", "c", "d"}
+	choose := func(text string, loads ...int) string {
+		pc := newPolicyCase(2, 1, names...).inflight(loads...)
+		pc.req.Prompt = &Prompt{Units: []byte(text)}
+		n, d := pc.choose(p)
+		if d.Reason != ReasonHash {
+			t.Fatal(d.Reason)
+		}
+		return n
+	}
+	base := longText("shared opening of a hundred characters or more, identical for every request", 100)
+	first := choose(base + " tail one")
+	if got := choose(base + " a completely different tail"); got != first {
+		t.Fatalf("prompts sharing their first 100 characters went to %s and %s", first, got)
+	}
+	spread := map[string]bool{}
+	for i := 0; i < 64; i++ {
+		spread[choose(fmt.Sprintf("%03d %s", i, base))] = true
+	}
+	if len(spread) < 3 {
+		t.Errorf("different prefixes used only %v", spread)
+	}
+	// The chosen backend at its bound: the request walks on.
+	loads := []int{0, 0, 0, 0}
+	for i, n := range names {
+		if n == first {
+			loads[i] = 3 // ceil(1.25*(3+1)/4) = 2 < 3+1
+		}
+	}
+	if got := choose(base+" tail one", loads...); got == first {
+		t.Fatalf("overloaded %s still chosen", first)
+	}
+}
+
+func TestSGLangCacheAware(t *testing.T) {
+	cfg := DefaultSGLangConfig()
+	cfg.TreeCapacity = 1 << 12
+	p, err := newSGLangPolicy(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := newPolicyCase(20, 5, "a", "b", "c").inflight(3, 1, 2)
+	if n, d := pc.choose(p); n != "b" || d.Reason != ReasonLeastLoaded {
+		t.Fatalf("cold tree: chose %s %v, want least loaded b", n, d.Reason)
+	}
+	// b now holds the prompt in the private tree: a repeat goes to b even
+	// when b is not the least loaded.
+	pc.inflight(0, 5, 0)
+	if n, d := pc.choose(p); n != "b" || d.Reason != ReasonPrefix || pc.scores[1] < 0.9 {
+		t.Fatalf("repeat: chose %s %v scores %v, want b by prefix", n, d.Reason, pc.scores)
+	}
+	// Imbalanced: max-min > 64 and max > 1.5*min: least loaded wins.
+	pc.inflight(100, 100, 10)
+	if n, d := pc.choose(p); n != "c" || d.Reason != ReasonImbalance {
+		t.Fatalf("imbalanced: chose %s %v", n, d.Reason)
+	}
+	// A prompt sharing less than 30% with anything goes to the least loaded.
+	other := newPolicyCase(20, 6, "a", "b", "c").inflight(1, 4, 4)
+	copy(other.chain.Keys[:5], pc.chain.Keys[:5]) // 25% shared with b's and c's
+	if n, d := other.choose(p); n != "a" || d.Reason != ReasonLeastLoaded {
+		t.Fatalf("low match: chose %s %v", n, d.Reason)
+	}
+}
+
+func TestPolicyTable(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.SGLang.TreeCapacity = 1 << 12
+	for _, name := range PolicyNames() {
+		p, err := NewPolicy(name, cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Name() != name {
+			t.Errorf("NewPolicy(%q).Name() = %q", name, p.Name())
+		}
+	}
+	if _, err := NewPolicy("nope", cfg, nil); err == nil {
+		t.Error("unknown policy accepted")
+	}
+}
