@@ -93,6 +93,9 @@ type Config struct {
 	// us at once (QUIC's unidirectional stream limit per connection). It
 	// bounds goroutines and buffers per peer; beyond it the peer's Send
 	// waits for credit. 32 allows plenty of concurrency for a gossip mesh.
+	// Worst case, a peer can make us hold MaxIncomingStreams x
+	// MaxMessageBytes of message buffers at once (buffers grow only as
+	// bytes arrive, so this takes a peer actually sending that much).
 	MaxIncomingStreams int64
 
 	// InboundQueueLen is the capacity of the Inbound channel. When it is

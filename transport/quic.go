@@ -189,6 +189,10 @@ func (q *QUIC) Send(ctx context.Context, addr string, data []byte) error {
 		q.m.sendErrors.WithLabelValues(reasonTooLarge).Inc()
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrMessageTooLarge, len(data), q.cfg.MaxMessageBytes)
 	}
+	if err := ctx.Err(); err != nil {
+		q.m.sendErrors.WithLabelValues(reasonCancelled).Inc()
+		return err
+	}
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()

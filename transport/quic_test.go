@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -505,4 +506,60 @@ func TestNewQUICConfigErrors(t *testing.T) {
 	if q.Addr() != "n1.example:7947" {
 		t.Errorf("Addr() = %q, want the advertised address", q.Addr())
 	}
+}
+
+func TestQUICDialFailureSharedAndBackedOff(t *testing.T) {
+	defer checkGoroutines(t)()
+	ca := testCA(t)
+	// An address where nothing listens: bind a UDP port, then free it.
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := c.LocalAddr().String()
+	_ = c.Close()
+
+	reg := prometheus.NewRegistry()
+	cfg := testConfig(t, ca, "a")
+	cfg.Registerer = reg
+	cfg.HandshakeTimeout = 300 * time.Millisecond
+	cfg.DialTimeout = 300 * time.Millisecond
+	cfg.DialBackoff = time.Hour // nothing below may dial a second time
+	a := startQUIC(t, cfg)
+
+	var wg sync.WaitGroup
+	var failed sync.Map
+	for i := range 10 {
+		wg.Go(func() {
+			if err := a.Send(context.Background(), dead, []byte("x")); err != nil {
+				failed.Store(i, err)
+			}
+		})
+	}
+	wg.Wait()
+	for i := range 10 {
+		if _, ok := failed.Load(i); !ok {
+			t.Fatalf("send %d to a dead address succeeded", i)
+		}
+	}
+	start := time.Now()
+	if err := a.Send(context.Background(), dead, []byte("x")); err == nil {
+		t.Fatal("send in backoff succeeded")
+	}
+	if d := time.Since(start); d > 100*time.Millisecond {
+		t.Errorf("send in backoff took %s, want fail-fast", d)
+	}
+	if v := metricValue(t, reg, "kvmesh_transport_dials_total", "result", "error"); v != 1 {
+		t.Errorf("dials_total{error} = %v, want 1 (shared dial, then backoff)", v)
+	}
+	if v := metricValue(t, reg, "kvmesh_transport_send_errors_total", "reason", reasonDial); v != 11 {
+		t.Errorf("send_errors_total{dial} = %v, want 11", v)
+	}
+	// A cancelled caller does not wait for anyone's dial.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := a.Send(ctx, "127.0.0.1:1", []byte("x")); !errors.Is(err, context.Canceled) {
+		t.Errorf("send with cancelled ctx: %v, want context.Canceled", err)
+	}
+	_ = a.Close()
 }

@@ -40,11 +40,15 @@ var bufferWarnOnce sync.Once
 // reports the outcome (see above).
 func tuneSocketBuffers(c *net.UDPConn, log zerolog.Logger) {
 	rcv, snd, err := raiseSocketBuffers(c, wantSocketBuffer)
+	reportSocketBuffers(&bufferWarnOnce, log, rcv, snd, err)
+}
+
+func reportSocketBuffers(once *sync.Once, log zerolog.Logger, rcv, snd int, err error) {
 	if err == nil && rcv >= wantSocketBuffer && snd >= wantSocketBuffer {
 		log.Debug().Int("rcvbuf", rcv).Int("sndbuf", snd).Msg("transport: UDP socket buffers ok")
 		return
 	}
-	bufferWarnOnce.Do(func() {
+	once.Do(func() {
 		lvl := zerolog.WarnLevel
 		if v, ok := os.LookupEnv(quicBufferWarnEnv); ok {
 			if off, _ := strconv.ParseBool(v); off {
