@@ -135,7 +135,9 @@ func newRig(t testing.TB, mod func(*Config, *Deps), backends ...*fakeBackend) *t
 		cfg.Backends = append(cfg.Backends, BackendConfig{Name: b.name, URL: b.URL(), Models: b.models})
 	}
 	cfg.SGLang.TreeCapacity = 1 << 14
-	ix, err := tree.New(tree.DefaultConfig())
+	tc := tree.DefaultConfig()
+	tc.Capacity = 1 << 16 // the default's 64 MiB table is slow to allocate in every test
+	ix, err := tree.New(tc)
 	if err != nil {
 		t.Fatal(err)
 	}

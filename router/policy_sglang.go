@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvmesh/kvmesh/tree"
@@ -73,22 +74,32 @@ func (c SGLangConfig) validate() []error {
 //     * min, choose the least loaded candidate (reason imbalance);
 //  2. else if the deepest holder in the private tree matches more than
 //     CacheThreshold of the prompt, choose it (reason prefix);
-//  3. else choose the least loaded (reason least-loaded);
+//  3. else choose the candidate with the smallest tree, the most free cache
+//     (reason miss; SGLang's get_smallest_tenant);
 //
-// and in every case insert the prompt for the chosen backend. Scores are
-// each candidate's matched share of the prompt.
+// and in every case insert the prompt for the chosen backend. A tree's size
+// is the units inserted for the backend that it did not hold yet, capped at
+// TreeCapacity blocks (SGLang evicts each tenant down to its maximum tree
+// size). Ties go to the least loaded, then the first. Scores are each
+// candidate's matched share of the prompt.
 type sglangPolicy struct {
 	cfg SGLangConfig
 	ix  *tree.Index // private
 
 	idMu    sync.RWMutex
-	ids     map[string]tree.BackendID // backend name -> id in ix
+	ids     map[string]*sglangBackend // by backend name
 	results sync.Pool
 
 	mu      sync.Mutex // guards depths and changed
 	depths  []int32    // 1, 2, 3, ...: a claim at every block
 	changed []tree.Claim
 	origin  tree.NodeID
+}
+
+// sglangBackend is a backend's id in the private tree and its tree size.
+type sglangBackend struct {
+	id   tree.BackendID
+	size atomic.Int64 // units
 }
 
 func newSGLangPolicy(cfg SGLangConfig, shared *tree.Index) (*sglangPolicy, error) {
@@ -104,28 +115,31 @@ func newSGLangPolicy(cfg SGLangConfig, shared *tree.Index) (*sglangPolicy, error
 	if err != nil {
 		return nil, fmt.Errorf("router: sglang_cache_aware tree: %w", err)
 	}
-	p := &sglangPolicy{cfg: cfg, ix: ix, ids: make(map[string]tree.BackendID), origin: tree.NodeIDOf("sglang_cache_aware")}
+	p := &sglangPolicy{cfg: cfg, ix: ix, ids: make(map[string]*sglangBackend), origin: tree.NodeIDOf("sglang_cache_aware")}
 	p.results.New = func() any { return new(tree.Result) }
 	return p, nil
 }
 
 func (p *sglangPolicy) Name() string { return PolicySGLangCacheAware }
 
-func (p *sglangPolicy) id(c *Candidate) (tree.BackendID, bool) {
+func (p *sglangPolicy) backend(c *Candidate) *sglangBackend {
 	p.idMu.RLock()
-	id, ok := p.ids[c.Name]
+	sb := p.ids[c.Name]
 	p.idMu.RUnlock()
-	if ok {
-		return id, true
+	if sb != nil {
+		return sb
 	}
 	id, err := p.ix.EnsureBackend(c.Name)
 	if err != nil {
-		return 0, false
+		return nil
 	}
 	p.idMu.Lock()
-	p.ids[c.Name] = id
-	p.idMu.Unlock()
-	return id, true
+	defer p.idMu.Unlock()
+	if sb = p.ids[c.Name]; sb == nil {
+		sb = &sglangBackend{id: id}
+		p.ids[c.Name] = sb
+	}
+	return sb
 }
 
 // Choose implements Policy.
@@ -150,14 +164,22 @@ func (p *sglangPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 	} else {
 		res.Matches, res.Deepest = res.Matches[:0], 0
 	}
-	deep := -1
+	deep, smallest := -1, -1
+	var smallestSize int64
 	for i := range cands {
 		scores[i] = 0
-		id, ok := p.id(&cands[i])
-		if !ok || total == 0 {
+		sb := p.backend(&cands[i])
+		if sb == nil {
 			continue
 		}
-		d := res.Depth(id)
+		if size := sb.size.Load(); smallest < 0 || size < smallestSize ||
+			(size == smallestSize && cands[i].Load.InFlight < cands[smallest].Load.InFlight) {
+			smallest, smallestSize = i, size
+		}
+		if total == 0 {
+			continue
+		}
+		d := res.Depth(sb.id)
 		scores[i] = float64(min(ch.UnitsAt(int(d)), total)) / float64(total)
 		if d > 0 && (deep < 0 || scores[i] > scores[deep] ||
 			(scores[i] == scores[deep] && cands[i].Load.InFlight < cands[deep].Load.InFlight)) {
@@ -165,24 +187,34 @@ func (p *sglangPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 		}
 	}
 
-	d := Decision{Index: minI, Reason: ReasonLeastLoaded, Learn: true}
+	d := Decision{Index: minI, Reason: ReasonImbalance, Learn: true}
 	switch {
 	case imbalanced:
-		d.Reason = ReasonImbalance
 	case deep >= 0 && scores[deep] > p.cfg.CacheThreshold:
 		d.Index, d.Reason = deep, ReasonPrefix
+	case smallest >= 0:
+		d.Index, d.Reason = smallest, ReasonMiss
 	}
 	if !req.Explain && ch != nil && len(ch.Keys) > 0 {
-		p.insert(ch, &cands[d.Index], req.Now)
+		held := scores[d.Index] * float64(total)
+		p.insert(ch, &cands[d.Index], req.Now, int64(float64(total)-held))
 	}
 	return d
 }
 
-// insert records the whole prompt, block by block, for the chosen backend.
-func (p *sglangPolicy) insert(ch *tree.Chain, c *Candidate, now time.Time) {
-	id, ok := p.id(c)
-	if !ok {
+// insert records the whole prompt, block by block, for the chosen backend,
+// whose tree grows by the added units it did not hold.
+func (p *sglangPolicy) insert(ch *tree.Chain, c *Candidate, now time.Time, added int64) {
+	sb := p.backend(c)
+	if sb == nil {
 		return
+	}
+	limit := int64(p.cfg.TreeCapacity) * int64(ch.UnitsPerBlock)
+	for {
+		old := sb.size.Load()
+		if sb.size.CompareAndSwap(old, min(old+max(added, 0), limit)) {
+			break
+		}
 	}
 	n := len(ch.Keys)
 	p.mu.Lock()
@@ -194,5 +226,5 @@ func (p *sglangPolicy) insert(ch *tree.Chain, c *Candidate, now time.Time) {
 	every.Learn = p.depths[:n]
 	ms := now.UnixMilli()
 	ts := tree.MakeTimestamp(ms, 0)
-	p.changed = p.ix.Learn(&every, id, ts, p.cfg.TreeTTL.Milliseconds(), p.origin, ms, p.changed[:0])
+	p.changed = p.ix.Learn(&every, sb.id, ts, p.cfg.TreeTTL.Milliseconds(), p.origin, ms, p.changed[:0])
 }
