@@ -142,7 +142,7 @@ func TestCertFilesRoundTrip(t *testing.T) {
 	if err := nodes[0].Send(context.Background(), nodes[1].Addr(), []byte("from files")); err != nil {
 		t.Fatal(err)
 	}
-	if m := recv(t, nodes[1].Inbound(), 5*time.Second); m.From != "n1" || string(m.Data) != "from files" {
+	if m := recv(t, nodes[1].Inbound(), wait); m.From != "n1" || string(m.Data) != "from files" {
 		t.Fatalf("got %q from %q", m.Data, m.From)
 	}
 

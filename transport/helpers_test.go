@@ -28,6 +28,10 @@ var (
 	_ Transport = (*MemEndpoint)(nil)
 )
 
+// wait bounds how long a test waits for something that should happen; it is
+// only reached when the code is broken, so it can be generous.
+const wait = 20 * time.Second
+
 var (
 	clusterCAOnce sync.Once
 	clusterCA     *CA
@@ -56,11 +60,11 @@ func testConfig(t testing.TB, ca *CA, name string) Config {
 	}
 	cfg := DefaultConfig()
 	cfg.TLS = ca.TLSConfig(nc)
-	cfg.HandshakeTimeout = time.Second
-	cfg.DialTimeout = time.Second
+	// Timeouts stay generous: the machine is shared and tests run under
+	// -race next to other packages. Tests that need a short one set it.
 	cfg.DialBackoff = 50 * time.Millisecond
-	cfg.SendTimeout = 3 * time.Second
-	cfg.ReadTimeout = 3 * time.Second
+	cfg.SendTimeout = wait
+	cfg.ReadTimeout = wait
 	cfg.DrainTimeout = 200 * time.Millisecond
 	return cfg
 }

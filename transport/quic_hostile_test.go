@@ -19,7 +19,7 @@ func TestQUICHostilePeer(t *testing.T) {
 	cfg := testConfig(t, ca, "victim")
 	cfg.Registerer = reg
 	cfg.Logger = logs.logger()
-	cfg.ReadTimeout = 300 * time.Millisecond
+	cfg.ReadTimeout = time.Second // the stalled stream below must hit it
 	cfg.MaxMessageBytes = 1 << 20
 	victim := startQUIC(t, cfg)
 
@@ -32,7 +32,7 @@ func TestQUICHostilePeer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	conn, err := quic.DialAddr(ctx, victim.Addr(), pair.client, &quic.Config{})
 	if err != nil {
@@ -65,7 +65,7 @@ func TestQUICHostilePeer(t *testing.T) {
 	reset := send(append(header(1, 100), "then reset"...), false)
 	reset.CancelWrite(42)
 
-	waitFor(t, 5*time.Second, "all bad streams accounted for", func() bool {
+	waitFor(t, wait, "all bad streams accounted for", func() bool {
 		return metricValue(t, reg, "kvmesh_transport_receive_errors_total", "reason", reasonMalformed) == 4 &&
 			metricValue(t, reg, "kvmesh_transport_receive_errors_total", "reason", reasonTooLarge) == 1 &&
 			metricValue(t, reg, "kvmesh_transport_receive_errors_total", "reason", reasonTimeout) == 1 &&
@@ -75,7 +75,7 @@ func TestQUICHostilePeer(t *testing.T) {
 
 	// The same connection still delivers a well-formed message.
 	send(frame([]byte("honest at last")), true)
-	m := recv(t, victim.Inbound(), 5*time.Second)
+	m := recv(t, victim.Inbound(), wait)
 	if string(m.Data) != "honest at last" || m.From != "mallory" {
 		t.Fatalf("got %q from %q", m.Data, m.From)
 	}

@@ -49,7 +49,7 @@ func TestQUICRoundTripThreeNodes(t *testing.T) {
 	for j, to := range nodes {
 		got := map[string]string{}
 		for range len(nodes) - 1 {
-			m := recv(t, to.Inbound(), 5*time.Second)
+			m := recv(t, to.Inbound(), wait)
 			got[m.From] = string(m.Data)
 		}
 		for i := range nodes {
@@ -78,7 +78,7 @@ func TestQUICRoundTripThreeNodes(t *testing.T) {
 	if v := metricValue(t, reg, "kvmesh_transport_dials_total", "result", "ok"); v != 6 {
 		t.Errorf("dials_total{ok} = %v, want 6 (one per ordered pair)", v)
 	}
-	waitFor(t, 2*time.Second, "6 inbound connections", func() bool {
+	waitFor(t, wait, "6 inbound connections", func() bool {
 		return metricValue(t, reg, "kvmesh_transport_connections", "direction", "inbound") == 6
 	})
 	if v := metricValue(t, reg, "kvmesh_transport_connections", "direction", "outbound"); v != 6 {
@@ -88,7 +88,7 @@ func TestQUICRoundTripThreeNodes(t *testing.T) {
 	if err := nodes[0].Send(ctx, nodes[1].Addr(), []byte("again")); err != nil {
 		t.Fatal(err)
 	}
-	if m := recv(t, nodes[1].Inbound(), 5*time.Second); string(m.Data) != "again" {
+	if m := recv(t, nodes[1].Inbound(), wait); string(m.Data) != "again" {
 		t.Fatalf("got %q", m.Data)
 	}
 	if v := metricValue(t, reg, "kvmesh_transport_dials_total"); v != 6 {
@@ -120,7 +120,7 @@ func TestQUICLargeMessageAndBufferReuse(t *testing.T) {
 	for i := range big {
 		big[i] = 'x'
 	}
-	m := recv(t, b.Inbound(), 10*time.Second)
+	m := recv(t, b.Inbound(), wait)
 	if !bytes.Equal(m.Data, want) || m.From != "a" {
 		t.Fatalf("got %d bytes from %q, want %d bytes from a", len(m.Data), m.From, len(want))
 	}
@@ -131,7 +131,7 @@ func TestQUICLargeMessageAndBufferReuse(t *testing.T) {
 	if err := a.Send(context.Background(), b.Addr(), nil); err != nil {
 		t.Fatal(err)
 	}
-	if m := recv(t, b.Inbound(), 5*time.Second); len(m.Data) != 0 || m.From != "a" {
+	if m := recv(t, b.Inbound(), wait); len(m.Data) != 0 || m.From != "a" {
 		t.Fatalf("empty message: got %d bytes from %q", len(m.Data), m.From)
 	}
 }
@@ -170,7 +170,7 @@ func TestQUICRejectsForeignCA(t *testing.T) {
 				NextProtos:         []string{ALPN},
 				MinVersion:         tls.VersionTLS13,
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), wait)
 			conn, err := quic.DialAddr(ctx, good.Addr(), tlsConf, &quic.Config{})
 			cancel()
 			if err == nil {
@@ -181,7 +181,7 @@ func TestQUICRejectsForeignCA(t *testing.T) {
 				}
 				select {
 				case <-conn.Context().Done():
-				case <-time.After(2 * time.Second):
+				case <-time.After(wait):
 					t.Fatalf("client %d: server did not close the connection", i)
 				}
 				_ = conn.CloseWithError(0, "")
@@ -237,7 +237,7 @@ func TestQUICOversizedMessageRejected(t *testing.T) {
 	// Receiver-side limit: a's Send may return before b refuses the stream
 	// (best effort), but b must never deliver it.
 	_ = a.Send(ctx, b.Addr(), make([]byte, 4096))
-	waitFor(t, 5*time.Second, "receive_errors_total{too_large}", func() bool {
+	waitFor(t, wait, "receive_errors_total{too_large}", func() bool {
 		return metricValue(t, reg, "kvmesh_transport_receive_errors_total", "reason", reasonTooLarge) == 1
 	})
 	if l := logs.lines(`"level":"error"`, "too_large", "big-a"); len(l) != 1 {
@@ -247,20 +247,20 @@ func TestQUICOversizedMessageRejected(t *testing.T) {
 	if err := a.Send(ctx, b.Addr(), []byte("small")); err != nil {
 		t.Fatal(err)
 	}
-	if m := recv(t, b.Inbound(), 5*time.Second); string(m.Data) != "small" || m.From != "big-a" {
+	if m := recv(t, b.Inbound(), wait); string(m.Data) != "small" || m.From != "big-a" {
 		t.Fatalf("got %q from %q", m.Data, m.From)
 	}
 	if err := c.Send(ctx, b.Addr(), []byte("from c")); err != nil {
 		t.Fatal(err)
 	}
-	if m := recv(t, b.Inbound(), 5*time.Second); string(m.Data) != "from c" {
+	if m := recv(t, b.Inbound(), wait); string(m.Data) != "from c" {
 		t.Fatalf("got %q", m.Data)
 	}
 	// Exactly at the limit is fine.
 	if err := a.Send(ctx, b.Addr(), make([]byte, 1024)); err != nil {
 		t.Fatal(err)
 	}
-	if m := recv(t, b.Inbound(), 5*time.Second); len(m.Data) != 1024 {
+	if m := recv(t, b.Inbound(), wait); len(m.Data) != 1024 {
 		t.Fatalf("got %d bytes, want 1024", len(m.Data))
 	}
 	expectNone(t, b.Inbound(), 100*time.Millisecond)
@@ -272,6 +272,10 @@ func TestQUICRedialAfterRestart(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	acfg := testConfig(t, ca, "a")
 	acfg.Registerer = reg
+	// Dialling a stopped node takes a handshake timeout (UDP has no
+	// connection refused), so keep it short here.
+	acfg.HandshakeTimeout = 500 * time.Millisecond
+	acfg.DialTimeout = 500 * time.Millisecond
 	a := startQUIC(t, acfg)
 	bcfg := testConfig(t, ca, "b")
 	b := startQUIC(t, bcfg)
@@ -280,12 +284,12 @@ func TestQUICRedialAfterRestart(t *testing.T) {
 	if err := a.Send(ctx, addr, []byte("one")); err != nil {
 		t.Fatal(err)
 	}
-	recv(t, b.Inbound(), 5*time.Second)
+	recv(t, b.Inbound(), wait)
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
 	// b's CONNECTION_CLOSE makes a forget the connection.
-	waitFor(t, 5*time.Second, "outbound connection dropped", func() bool {
+	waitFor(t, wait, "outbound connection dropped", func() bool {
 		return metricValue(t, reg, "kvmesh_transport_connections", "direction", "outbound") == 0
 	})
 	// While b is down, Sends fail (dial error or backoff), they do not hang.
@@ -293,14 +297,14 @@ func TestQUICRedialAfterRestart(t *testing.T) {
 	if err := a.Send(ctx, addr, []byte("lost")); err == nil {
 		t.Fatal("Send to a stopped node succeeded")
 	}
-	if d := time.Since(start); d > 3*time.Second {
-		t.Fatalf("Send to a stopped node took %s", d)
+	if d := time.Since(start); d > acfg.DialTimeout+5*time.Second {
+		t.Fatalf("Send to a stopped node took %s (DialTimeout %s)", d, acfg.DialTimeout)
 	}
 
 	// Restart b on the same address with the same identity.
 	bcfg.ListenAddr = addr
 	b2 := startQUIC(t, bcfg)
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(wait)
 	for {
 		err := a.Send(ctx, addr, []byte("two"))
 		if err == nil {
@@ -311,7 +315,7 @@ func TestQUICRedialAfterRestart(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if m := recv(t, b2.Inbound(), 5*time.Second); string(m.Data) != "two" || m.From != "a" {
+	if m := recv(t, b2.Inbound(), wait); string(m.Data) != "two" || m.From != "a" {
 		t.Fatalf("got %q from %q", m.Data, m.From)
 	}
 	if v := metricValue(t, reg, "kvmesh_transport_dials_total", "result", "ok"); v != 2 {
@@ -348,7 +352,7 @@ func TestQUICConcurrentSendersShareOneDial(t *testing.T) {
 	}
 	got := map[string]int{}
 	for range 2 * senders * each {
-		m := recv(t, b.Inbound(), 10*time.Second)
+		m := recv(t, b.Inbound(), wait)
 		got[m.From+":"+string(m.Data)]++
 	}
 	wg.Wait()
@@ -406,7 +410,7 @@ func TestQUICBackpressureAndCloseAbortsSends(t *testing.T) {
 	}
 	// Every successful Send is delivered once the consumer reads.
 	for range ok {
-		recv(t, b.Inbound(), 5*time.Second)
+		recv(t, b.Inbound(), wait)
 	}
 
 	// Close while a Send is blocked: it returns ErrClosed quickly.
@@ -434,10 +438,12 @@ func TestQUICBackpressureAndCloseAbortsSends(t *testing.T) {
 		if !errors.Is(err, ErrClosed) {
 			t.Errorf("blocked Send returned %v, want ErrClosed", err)
 		}
-	case <-time.After(3 * time.Second):
+	case <-time.After(wait):
 		t.Fatal("blocked Send did not return after Close")
 	}
-	if d := time.Since(start); d > 2*time.Second {
+	// Far below SendTimeout (20 s), which is what a Close that failed to
+	// abort blocked Sends would take.
+	if d := time.Since(start); d > 8*time.Second {
 		t.Errorf("Close took %s with a blocked Send (DrainTimeout 200ms)", d)
 	}
 	_ = b.Close()
@@ -451,7 +457,7 @@ func TestQUICCloseSemantics(t *testing.T) {
 	if err := a.Send(context.Background(), b.Addr(), []byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	recv(t, b.Inbound(), 5*time.Second)
+	recv(t, b.Inbound(), wait)
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -522,8 +528,8 @@ func TestQUICDialFailureSharedAndBackedOff(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	cfg := testConfig(t, ca, "a")
 	cfg.Registerer = reg
-	cfg.HandshakeTimeout = 300 * time.Millisecond
-	cfg.DialTimeout = 300 * time.Millisecond
+	cfg.HandshakeTimeout = time.Second // nothing answers: every dial times out
+	cfg.DialTimeout = time.Second
 	cfg.DialBackoff = time.Hour // nothing below may dial a second time
 	a := startQUIC(t, cfg)
 
@@ -546,8 +552,8 @@ func TestQUICDialFailureSharedAndBackedOff(t *testing.T) {
 	if err := a.Send(context.Background(), dead, []byte("x")); err == nil {
 		t.Fatal("send in backoff succeeded")
 	}
-	if d := time.Since(start); d > 100*time.Millisecond {
-		t.Errorf("send in backoff took %s, want fail-fast", d)
+	if d := time.Since(start); d > cfg.DialTimeout/2 {
+		t.Errorf("send in backoff took %s, want fail-fast (no dial)", d)
 	}
 	if v := metricValue(t, reg, "kvmesh_transport_dials_total", "result", "error"); v != 1 {
 		t.Errorf("dials_total{error} = %v, want 1 (shared dial, then backoff)", v)
