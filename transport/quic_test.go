@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -568,4 +569,58 @@ func TestQUICDialFailureSharedAndBackedOff(t *testing.T) {
 		t.Errorf("send with cancelled ctx: %v, want context.Canceled", err)
 	}
 	_ = a.Close()
+}
+
+// Under steady traffic nothing accumulates: per-message goroutines end,
+// the connection is reused, and the heap does not grow with the count.
+func TestQUICSteadyLoadNoGrowth(t *testing.T) {
+	ca := testCA(t)
+	a := startQUIC(t, testConfig(t, ca, "a"))
+	b := startQUIC(t, testConfig(t, ca, "b"))
+	// 4 KiB: anything kept per message would show as 8 MiB of heap.
+	msg := make([]byte, 4096)
+	round := func(n int) {
+		t.Helper()
+		var wg sync.WaitGroup
+		for s := range 4 {
+			wg.Go(func() {
+				for range n / 4 {
+					if err := a.Send(context.Background(), b.Addr(), msg); err != nil {
+						t.Errorf("sender %d: %v", s, err)
+						return
+					}
+				}
+			})
+		}
+		for range n {
+			recv(t, b.Inbound(), wait)
+		}
+		wg.Wait()
+	}
+	settle := func() (int, uint64) {
+		var ms runtime.MemStats
+		time.Sleep(50 * time.Millisecond)
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		return runtime.NumGoroutine(), ms.HeapAlloc
+	}
+	round(200) // warm up connections and pools
+	g0, h0 := settle()
+	round(2000)
+	waitFor(t, wait, "per-message goroutines to end", func() bool {
+		return runtime.NumGoroutine() <= g0
+	})
+	_, h1 := settle()
+	if h1 > h0+4<<20 {
+		t.Errorf("heap grew from %d to %d bytes over 2000 messages", h0, h1)
+	}
+	a.mu.Lock()
+	peers := len(a.peers)
+	a.mu.Unlock()
+	b.mu.Lock()
+	in := len(b.inConns)
+	b.mu.Unlock()
+	if peers != 1 || in != 1 {
+		t.Errorf("a has %d outbound peers, b %d inbound connections; want 1 and 1", peers, in)
+	}
 }
