@@ -1,0 +1,99 @@
+package router
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+func TestDefaultConfigValidates(t *testing.T) {
+	cfg := DefaultConfig()
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "at least one backend") {
+		t.Fatalf("a config without backends: %v", err)
+	}
+	cfg.Backends = []BackendConfig{{URL: "http://127.0.0.1:8000"}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestValidateReportsEachProblem(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Backends = []BackendConfig{
+		{Name: "x", URL: "ftp://h"},
+		{Name: "x", URL: "http://h:1", Weight: -1},
+		{URL: "http://h:2", Models: []string{""}},
+	}
+	cfg.Policy = "fastest"
+	cfg.MaxBodyBytes = 10
+	cfg.ProvisionalTTL = time.Hour
+	cfg.SignalFresh = time.Minute
+	cfg.ORCAFormat = "XML"
+	cfg.KVMesh.LoadOverrideFactor = 0.5
+	cfg.ConsistentHash.VirtualNodes = 0
+	cfg.SGLang.CacheThreshold = 2
+	err := cfg.Validate()
+	if err == nil {
+		t.Fatal("invalid config accepted")
+	}
+	for _, want := range []string{
+		`backends[0]: url "ftp://h": scheme must be http or https`,
+		`backends[1]: name "x" is already used by backends[0]`,
+		`backends[1]: weight must be a positive number`,
+		`backends[2].models[0]: empty model name`,
+		`policy "fastest" is unknown; choose one of consistent_hash, kvmesh, least_loaded, random, round_robin, sglang_cache_aware`,
+		`max_body_bytes must be at least 1024`,
+		`confirmed_claim_ttl (10m0s) must not be shorter than provisional_claim_ttl (1h0m0s)`,
+		`signal_fresh (1m0s) must be in [0, signal_max_age (6s))`,
+		`orca_format "XML"`,
+		`kvmesh.load_override_factor must be at least 1`,
+		`consistent_hash.virtual_nodes must be in [1, 4096]`,
+		`sglang_cache_aware.cache_threshold must be in [0, 1]`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in:\n%v", want, err)
+		}
+	}
+}
+
+// The serve command loads YAML into a Config: snake_case keys, durations
+// as strings, defaults kept for what the file does not set.
+func TestConfigFromYAML(t *testing.T) {
+	src := `
+backends:
+  - name: gpu-0
+    url: http://10.0.0.1:8000
+    models: [llama]
+  - url: http://10.0.0.2:8000
+    weight: 2
+policy: least_loaded
+tenant_header: X-Org
+provisional_claim_ttl: 45s
+confirmed_claim_ttl: 15m
+kvmesh:
+  load_weight: 0.5
+  hot_window: 5s
+consistent_hash:
+  prefix_chars: 200
+`
+	cfg := DefaultConfig()
+	if err := yaml.Unmarshal([]byte(src), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Backends[0].Name != "gpu-0" || cfg.Backends[1].Weight != 2 || cfg.Policy != "least_loaded" || cfg.TenantHeader != "X-Org" ||
+		cfg.ProvisionalTTL != 45*time.Second || cfg.ConfirmedTTL != 15*time.Minute || cfg.KVMesh.LoadWeight != 0.5 ||
+		cfg.KVMesh.HotWindow != 5*time.Second || cfg.ConsistentHash.PrefixChars != 200 {
+		t.Fatalf("loaded %+v", cfg)
+	}
+	if cfg.KVMesh.PrefillWeight != 1 || cfg.MaxBodyBytes != 32<<20 || cfg.ConsistentHash.VirtualNodes != 256 {
+		t.Fatal("defaults not kept")
+	}
+	if cfg.Backends[1].effectiveName() != "http://10.0.0.2:8000" {
+		t.Error("a backend without a name is named by its URL")
+	}
+}
