@@ -25,8 +25,11 @@ import (
 // stream: QUIC streams are cheap (no round trip to open), a 1 MiB full-state
 // chunk does not hold up the small deltas queued behind it (no head-of-line
 // blocking), one bad message costs one stream reset instead of the
-// connection, and there is no shared writer lock. BenchmarkFraming in
-// bench_test.go measures both layouts on loopback.
+// connection, and there is no shared writer lock. The price, measured by
+// BenchmarkFraming (raw quic-go, loopback, 200 B one-way, 2 shared vCPUs):
+// ~8 us and 24 allocations per message for a stream each, against ~3 us
+// and 3 for frames on one stream. At mesh's rates (a few hundred messages a
+// second per peer) that is well under 1% of a core, so isolation wins.
 const (
 	frameVersion   = 1
 	frameHeaderLen = 5

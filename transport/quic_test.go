@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"runtime"
 	"sync"
 	"testing"
@@ -267,65 +266,6 @@ func TestQUICOversizedMessageRejected(t *testing.T) {
 	expectNone(t, b.Inbound(), 100*time.Millisecond)
 }
 
-func TestQUICRedialAfterRestart(t *testing.T) {
-	defer checkGoroutines(t)()
-	ca := testCA(t)
-	reg := prometheus.NewRegistry()
-	acfg := testConfig(t, ca, "a")
-	acfg.Registerer = reg
-	// Dialling a stopped node takes a handshake timeout (UDP has no
-	// connection refused), so keep it short here.
-	acfg.HandshakeTimeout = 500 * time.Millisecond
-	acfg.DialTimeout = 500 * time.Millisecond
-	a := startQUIC(t, acfg)
-	bcfg := testConfig(t, ca, "b")
-	b := startQUIC(t, bcfg)
-	addr := b.Addr()
-	ctx := context.Background()
-	if err := a.Send(ctx, addr, []byte("one")); err != nil {
-		t.Fatal(err)
-	}
-	recv(t, b.Inbound(), wait)
-	if err := b.Close(); err != nil {
-		t.Fatal(err)
-	}
-	// b's CONNECTION_CLOSE makes a forget the connection.
-	waitFor(t, wait, "outbound connection dropped", func() bool {
-		return metricValue(t, reg, "kvmesh_transport_connections", "direction", "outbound") == 0
-	})
-	// While b is down, Sends fail (dial error or backoff), they do not hang.
-	start := time.Now()
-	if err := a.Send(ctx, addr, []byte("lost")); err == nil {
-		t.Fatal("Send to a stopped node succeeded")
-	}
-	if d := time.Since(start); d > acfg.DialTimeout+5*time.Second {
-		t.Fatalf("Send to a stopped node took %s (DialTimeout %s)", d, acfg.DialTimeout)
-	}
-
-	// Restart b on the same address with the same identity.
-	bcfg.ListenAddr = addr
-	b2 := startQUIC(t, bcfg)
-	deadline := time.Now().Add(wait)
-	for {
-		err := a.Send(ctx, addr, []byte("two"))
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no successful Send after restart: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if m := recv(t, b2.Inbound(), wait); string(m.Data) != "two" || m.From != "a" {
-		t.Fatalf("got %q from %q", m.Data, m.From)
-	}
-	if v := metricValue(t, reg, "kvmesh_transport_dials_total", "result", "ok"); v != 2 {
-		t.Errorf("dials_total{ok} = %v, want 2 (first dial and re-dial)", v)
-	}
-	_ = a.Close()
-	_ = b2.Close()
-}
-
 func TestQUICConcurrentSendersShareOneDial(t *testing.T) {
 	defer checkGoroutines(t)()
 	ca := testCA(t)
@@ -376,78 +316,6 @@ func TestQUICConcurrentSendersShareOneDial(t *testing.T) {
 	_ = a.Close()
 	_ = b.Close()
 	_ = c.Close()
-}
-
-func TestQUICBackpressureAndCloseAbortsSends(t *testing.T) {
-	defer checkGoroutines(t)()
-	ca := testCA(t)
-	bcfg := testConfig(t, ca, "slow-b")
-	bcfg.InboundQueueLen = 1
-	bcfg.MaxIncomingStreams = 2
-	b := startQUIC(t, bcfg)
-	a := startQUIC(t, testConfig(t, ca, "a"))
-
-	// Nobody reads b's Inbound: after a handful of messages (queue, slots
-	// and QUIC stream credit) Sends must block and time out, not pile up.
-	var ok, timedOut int
-	for i := 0; i < 20 && timedOut == 0; i++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := a.Send(ctx, b.Addr(), []byte{byte(i)})
-		cancel()
-		switch {
-		case err == nil:
-			ok++
-		case errors.Is(err, context.DeadlineExceeded):
-			timedOut++
-		default:
-			t.Fatalf("send %d: %v", i, err)
-		}
-	}
-	if timedOut == 0 {
-		t.Fatalf("20 Sends to a stalled consumer all succeeded; no backpressure")
-	}
-	if ok > 10 {
-		t.Errorf("%d Sends succeeded before backpressure, want a handful", ok)
-	}
-	// Every successful Send is delivered once the consumer reads.
-	for range ok {
-		recv(t, b.Inbound(), wait)
-	}
-
-	// Close while a Send is blocked: it returns ErrClosed quickly.
-	for len(b.Inbound()) < cap(b.Inbound()) { // refill the queue
-		if err := a.Send(context.Background(), b.Addr(), []byte("fill")); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	blocked := make(chan error, 1)
-	go func() {
-		var err error
-		for err == nil {
-			err = a.Send(context.Background(), b.Addr(), []byte("blocked"))
-		}
-		blocked <- err
-	}()
-	time.Sleep(100 * time.Millisecond)
-	start := time.Now()
-	if err := a.Close(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-blocked:
-		if !errors.Is(err, ErrClosed) {
-			t.Errorf("blocked Send returned %v, want ErrClosed", err)
-		}
-	case <-time.After(wait):
-		t.Fatal("blocked Send did not return after Close")
-	}
-	// Far below SendTimeout (20 s), which is what a Close that failed to
-	// abort blocked Sends would take.
-	if d := time.Since(start); d > 8*time.Second {
-		t.Errorf("Close took %s with a blocked Send (DrainTimeout 200ms)", d)
-	}
-	_ = b.Close()
 }
 
 func TestQUICCloseSemantics(t *testing.T) {
@@ -513,62 +381,6 @@ func TestNewQUICConfigErrors(t *testing.T) {
 	if q.Addr() != "n1.example:7947" {
 		t.Errorf("Addr() = %q, want the advertised address", q.Addr())
 	}
-}
-
-func TestQUICDialFailureSharedAndBackedOff(t *testing.T) {
-	defer checkGoroutines(t)()
-	ca := testCA(t)
-	// An address where nothing listens: bind a UDP port, then free it.
-	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := c.LocalAddr().String()
-	_ = c.Close()
-
-	reg := prometheus.NewRegistry()
-	cfg := testConfig(t, ca, "a")
-	cfg.Registerer = reg
-	cfg.HandshakeTimeout = time.Second // nothing answers: every dial times out
-	cfg.DialTimeout = time.Second
-	cfg.DialBackoff = time.Hour // nothing below may dial a second time
-	a := startQUIC(t, cfg)
-
-	var wg sync.WaitGroup
-	var failed sync.Map
-	for i := range 10 {
-		wg.Go(func() {
-			if err := a.Send(context.Background(), dead, []byte("x")); err != nil {
-				failed.Store(i, err)
-			}
-		})
-	}
-	wg.Wait()
-	for i := range 10 {
-		if _, ok := failed.Load(i); !ok {
-			t.Fatalf("send %d to a dead address succeeded", i)
-		}
-	}
-	start := time.Now()
-	if err := a.Send(context.Background(), dead, []byte("x")); err == nil {
-		t.Fatal("send in backoff succeeded")
-	}
-	if d := time.Since(start); d > cfg.DialTimeout/2 {
-		t.Errorf("send in backoff took %s, want fail-fast (no dial)", d)
-	}
-	if v := metricValue(t, reg, "kvmesh_transport_dials_total", "result", "error"); v != 1 {
-		t.Errorf("dials_total{error} = %v, want 1 (shared dial, then backoff)", v)
-	}
-	if v := metricValue(t, reg, "kvmesh_transport_send_errors_total", "reason", reasonDial); v != 11 {
-		t.Errorf("send_errors_total{dial} = %v, want 11", v)
-	}
-	// A cancelled caller does not wait for anyone's dial.
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := a.Send(ctx, "127.0.0.1:1", []byte("x")); !errors.Is(err, context.Canceled) {
-		t.Errorf("send with cancelled ctx: %v, want context.Canceled", err)
-	}
-	_ = a.Close()
 }
 
 // Under steady traffic nothing accumulates: per-message goroutines end,
