@@ -74,7 +74,7 @@ func (r *renderer) textPrompt(obj *fastjson.Object, key string) error {
 func (r *renderer) appendTokens(a []*fastjson.Value, at loc) error {
 	p := r.p
 	for j, e := range a {
-		id, ok := tokenID(e)
+		id, ok := r.tokenID(e)
 		if !ok {
 			return badRequest(at.param(""), "%s[%d] must be a token id (an integer in [0, 2^32))", at.param(""), j)
 		}
@@ -83,13 +83,23 @@ func (r *renderer) appendTokens(a []*fastjson.Value, at loc) error {
 	return nil
 }
 
-func tokenID(v *fastjson.Value) (uint32, bool) {
+func (r *renderer) tokenID(v *fastjson.Value) (uint32, bool) {
 	if v.Type() != fastjson.TypeNumber {
 		return 0, false
 	}
-	if n, err := v.Uint64(); err == nil {
+	// Fast path: plain decimal digits, read from the number's JSON text.
+	r.tmp = v.MarshalTo(r.tmp[:0])
+	if s := r.tmp; len(s) > 0 && len(s) <= 10 {
+		var n uint64
+		for _, c := range s {
+			if c < '0' || c > '9' {
+				goto slow
+			}
+			n = n*10 + uint64(c-'0')
+		}
 		return uint32(n), n <= math.MaxUint32
 	}
+slow:
 	f, err := v.Float64() // 12.0 is still token 12
 	if err != nil || f < 0 || f > math.MaxUint32 || f != math.Trunc(f) {
 		return 0, false
