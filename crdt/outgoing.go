@@ -123,6 +123,9 @@ func bucketBits(n int) uint {
 // removals and restarts travel even without claims) and the floor.
 func (r *Replica) bucketBatch(b int, now int64, withRegistry bool) Batch {
 	batch := Batch{Floor: r.ix.Floor()}
+	// Snapshot the registry first: the walk below holds the index's lock, so
+	// backendIndex must not need to refresh it.
+	r.reg = r.ix.Backends(r.reg[:0])
 	r.resetBackendIndex()
 	if withRegistry {
 		for id := range r.reg {

@@ -43,11 +43,11 @@ func init() {
 		panic(err)
 	}
 	decMode, err = cbor.DecOptions{
-		MaxNestedLevels:  8,
-		MaxArrayElements: claimFields * MaxClaimsPerMessage,
-		MaxMapPairs:      16,
-		IndefLength:      cbor.IndefLengthForbidden,
-		DupMapKey:        cbor.DupMapKeyEnforcedAPF,
+		MaxNestedLevels:   8,
+		MaxArrayElements:  claimFields * MaxClaimsPerMessage,
+		MaxMapPairs:       16,
+		IndefLength:       cbor.IndefLengthForbidden,
+		DupMapKey:         cbor.DupMapKeyEnforcedAPF,
 		ExtraReturnErrors: cbor.ExtraDecErrorUnknownField,
 	}.DecMode()
 	if err != nil {
