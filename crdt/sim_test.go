@@ -15,7 +15,10 @@ var longSim = flag.Bool("crdt.long", false, "run the long randomized CRDT simula
 // restart. Once delivery resumes, every replica holds identical digests
 // within a bounded number of rounds, and no expired claim is held anywhere.
 func TestRandomizedSimulation(t *testing.T) {
-	type run struct{ seed uint64; nodes, steps int }
+	type run struct {
+		seed         uint64
+		nodes, steps int
+	}
 	runs := []run{{1, 3, 300}, {2, 8, 200}, {3, 16, 120}}
 	if *longSim {
 		runs = append(runs, run{4, 32, 400}, run{5, 8, 2000}, run{6, 16, 1000}, run{7, 32, 600})
@@ -25,7 +28,7 @@ func TestRandomizedSimulation(t *testing.T) {
 	for _, rn := range runs {
 		t.Run(fmt.Sprintf("seed%d-n%d", rn.seed, rn.nodes), func(t *testing.T) {
 			s := newSimNet(t, rn.seed, func(c *Config, ic *tree.Config) {
-				ic.Capacity = 1500 // small: eviction happens
+				ic.Capacity = 1500  // small: eviction happens
 				c.LogCapacity = 256 // small: peers fall behind and need full state
 			})
 			for i := 0; i < rn.nodes; i++ {
