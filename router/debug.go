@@ -107,8 +107,11 @@ func (rt *Router) Explain(path string, body []byte, tenant string) (*RouteExplan
 	}
 	st := rt.getState()
 	defer rt.putState(st)
-	st.body = append(st.body[:0], body...)
-	if aerr := rt.prepare(st, ep, st.body, tenant); aerr != nil {
+	return rt.explain(st, ep, path, body, tenant)
+}
+
+func (rt *Router) explain(st *reqState, ep Endpoint, path string, body []byte, tenant string) (*RouteExplanation, *APIError) {
+	if aerr := rt.prepare(st, ep, body, tenant); aerr != nil {
 		return nil, aerr
 	}
 	now := rt.now()
@@ -150,16 +153,19 @@ func (rt *Router) serveDebugRoute(w http.ResponseWriter, r *http.Request) {
 	if path == "" {
 		path = "/v1/chat/completions"
 	}
+	ep, ok := EndpointForPath(path)
+	if !ok {
+		NewAPIError(http.StatusBadRequest, "endpoint", "endpoint %q is not routed by prompt (want /v1/chat/completions, /v1/completions, /v1/responses or /v1/embeddings)", clip(path)).WriteTo(w)
+		return
+	}
 	st := rt.getState()
+	defer rt.putState(st)
 	body, aerr := rt.readBody(st, r)
 	if aerr != nil {
-		rt.putState(st)
 		aerr.WriteTo(w)
 		return
 	}
-	body = append([]byte(nil), body...)
-	rt.putState(st)
-	x, aerr := rt.Explain(path, body, rt.tenant(r))
+	x, aerr := rt.explain(st, ep, path, body, rt.tenant(r))
 	if aerr != nil && x == nil {
 		aerr.WriteTo(w)
 		return

@@ -92,6 +92,7 @@ func (rt *Router) serveRouted(w http.ResponseWriter, r *http.Request, ep Endpoin
 	if aerr != nil {
 		return rt.fail(w, kindOf(aerr), aerr)
 	}
+	t0 := rt.now()
 	if aerr = rt.prepare(st, ep, body, rt.tenant(r)); aerr != nil {
 		return rt.fail(w, errBadRequest, aerr)
 	}
@@ -105,7 +106,7 @@ func (rt *Router) serveRouted(w http.ResponseWriter, r *http.Request, ep Endpoin
 			"no healthy backend serves model %q; try again shortly", st.model))
 	}
 	d := rt.decide(st, ep, now, 0, false)
-	rt.metrics.decisionTime.Observe(rt.now().Sub(start).Seconds())
+	rt.metrics.decisionTime.Observe(rt.now().Sub(t0).Seconds())
 	return rt.forward(w, r, st, ep, start, d)
 }
 

@@ -54,7 +54,8 @@ type KVMeshConfig struct {
 	// batches dozens of sequences, a handful is no overload.
 	LoadOverrideFloor float64 `yaml:"load_override_floor"`
 	// BoundedLoadFactor bounds ties placed by rendezvous hashing: a backend
-	// whose in-flight count exceeds this factor times the mean is skipped.
+	// whose queue (in-flight plus waiting) would exceed this factor times
+	// the mean is skipped.
 	// 1.25, the factor of consistent hashing with bounded loads (Mirrokni et
 	// al.) that KubeAI uses too.
 	BoundedLoadFactor float64 `yaml:"bounded_load_factor"`
@@ -190,17 +191,22 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 	// skipping candidates above the bounded load, so that nodes which have
 	// not seen the prefix yet agree on where it goes.
 	depth := cands[best].Matched
-	inflight, sumW := loadTotals(cands)
 	ties := 0
+	var totalQ, sumW float64
 	for i := range cands {
 		if cands[i].Matched == depth {
 			ties++
 		}
+		totalQ += queues[i] * cands[i].Weight
+		sumW += cands[i].Weight
 	}
 	if ties > 1 {
 		key := tieKey(req, depth)
 		if w := rendezvous(key, cands, func(i int) bool {
-			return cands[i].Matched == depth && withinBound(&cands[i], cfg.BoundedLoadFactor, inflight, sumW)
+			// Bounded load (Mirrokni et al.) on the queue: in-flight plus
+			// the backend's own waiting requests, weighted by freshness.
+			limit := math.Ceil(cfg.BoundedLoadFactor * (totalQ + 1) * cands[i].Weight / sumW)
+			return cands[i].Matched == depth && queues[i]*cands[i].Weight+1 <= limit
 		}); w >= 0 {
 			best = w
 		}

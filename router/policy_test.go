@@ -175,6 +175,12 @@ func TestKVMeshTiesByRendezvous(t *testing.T) {
 	if w2, _ := pc.choose(newKVMeshPolicy(DefaultKVMeshConfig())); w2 == winner {
 		t.Fatalf("overloaded rendezvous winner %s chosen anyway", w2)
 	}
+	// So is one whose own queue (seen by every router) is long.
+	pc.inflight(0, 0, 0, 0)
+	pc.cands[want].Load.Waiting = 5
+	if w2, _ := pc.choose(newKVMeshPolicy(DefaultKVMeshConfig())); w2 == winner {
+		t.Fatalf("rendezvous winner %s with 5 waiting chosen anyway", w2)
+	}
 }
 
 func TestKVMeshChooseAllocatesNothing(t *testing.T) {

@@ -40,6 +40,10 @@ const copyBufSize = 32 << 10
 // maxPooledBodyCap: bodies larger than this are not kept in the pool.
 const maxPooledBodyCap = 1 << 20
 
+// maxPrealloc bounds the buffer reserved from a request's Content-Length
+// before its bytes arrive; larger bodies grow the buffer as they come.
+const maxPrealloc = 256 << 10
+
 func newReqState() any {
 	return &reqState{buf: make([]byte, copyBufSize), tail: make([]byte, 0, 2*usageTail)}
 }
@@ -75,7 +79,10 @@ func (rt *Router) readBody(st *reqState, r *http.Request) ([]byte, *APIError) {
 	}
 	buf := st.body[:0]
 	if r.ContentLength > int64(cap(buf)) {
-		buf = make([]byte, 0, r.ContentLength+1) // +1 to see EOF without growing
+		// +1 to see EOF without growing; a claimed length is trusted only up
+		// to maxPrealloc, so a client cannot make the router reserve memory
+		// for a body it never sends.
+		buf = make([]byte, 0, min(r.ContentLength+1, maxPrealloc))
 	}
 	for {
 		if len(buf) == cap(buf) {
