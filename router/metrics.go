@@ -53,12 +53,13 @@ const (
 	errProbe                         // a health probe failed
 	errDiscovery                     // GET /v1/models on a backend failed
 	errScrape                        // GET /metrics on a backend failed
+	errTokenize                      // the tokenizer rejected a prompt (keyed by bytes instead)
 	numErrKinds
 )
 
 var errKindNames = [numErrKinds]string{"bad_request", "too_large", "model_not_found", "path_not_found",
 	"no_backend", "backend_connect", "backend_timeout", "backend_5xx", "client_canceled", "stream_broken",
-	"signal_parse", "probe", "discovery", "scrape"}
+	"signal_parse", "probe", "discovery", "scrape", "tokenize"}
 
 // metrics holds the router's Prometheus metrics with their label children
 // resolved up front, so the request path never looks a label up.

@@ -28,6 +28,8 @@ type reqState struct {
 	key     []byte // seed-cache key
 	tail    []byte // last bytes of the answer, for usage counts
 	buf     []byte // body copy buffer
+	tokens  []uint32 // token mode: the prompt's ids
+	tokEnds []int    // token mode: message ends in tokens
 	seed    tree.Seed
 	routed  bool // the request has a prompt (chain and lookup are valid)
 	model   string
@@ -59,6 +61,9 @@ func (rt *Router) putState(st *reqState) {
 	}
 	if cap(st.chain.Keys) > maxPooledBodyCap/64 {
 		st.chain = tree.Chain{}
+	}
+	if cap(st.tokens) > maxPooledBodyCap/4 {
+		st.tokens, st.tokEnds = nil, nil
 	}
 	st.body, st.tried, st.tail = st.body[:0], st.tried[:0], st.tail[:0]
 	st.routed, st.model = false, ""
@@ -121,10 +126,38 @@ func (rt *Router) prepare(st *reqState, ep Endpoint, body []byte, tenant string)
 	}
 	p := &st.prompt
 	st.model = p.Model
-	st.seed = rt.seedFor(st, p.Model, tenant, p.CacheSalt, p.Format)
-	rt.ix.Keyer().Bytes(&st.chain, st.seed, p.Units, p.Ends)
 	st.routed = true
+	if rt.tokenizer != nil && rt.tokenize(st) {
+		st.seed = rt.seedFor(st, p.Model, tenant, p.CacheSalt, p.Format, true)
+		rt.ix.Keyer().Tokens(&st.chain, st.seed, st.tokens, st.tokEnds)
+		return nil
+	}
+	st.seed = rt.seedFor(st, p.Model, tenant, p.CacheSalt, p.Format, false)
+	rt.ix.Keyer().Bytes(&st.chain, st.seed, p.Units, p.Ends)
 	return nil
+}
+
+// tokenize fills st.tokens and st.tokEnds in token mode. A prompt given as
+// token ids is read as such; a rendering the tokenizer rejects falls back
+// to byte mode (its keys then match only byte-mode claims) and is counted.
+func (rt *Router) tokenize(st *reqState) bool {
+	p := &st.prompt
+	if p.Format == FormatTokens {
+		st.tokens = DecodeTokenIDs(p.Units, st.tokens)
+		st.tokEnds = st.tokEnds[:0]
+		for _, e := range p.Ends {
+			st.tokEnds = append(st.tokEnds, e/4)
+		}
+		return true
+	}
+	var err error
+	st.tokens, st.tokEnds, err = rt.tokenizer.Tokenize(p.Model, p.Units, p.Ends, st.tokens, st.tokEnds)
+	if err != nil {
+		rt.metrics.errors[errTokenize].Inc()
+		rt.log.Debug().Err(err).Str("model", p.Model).Msg("tokenizer failed; keying this prompt by bytes")
+		return false
+	}
+	return true
 }
 
 // lookup finds, for each backend, the deepest prefix its claims hold.
@@ -222,22 +255,26 @@ type seedCache struct {
 // maxSeeds bounds the cache; past it the cache starts over.
 const maxSeeds = 8192
 
-// tenantKey frames the tenant header value, the body's cache_salt and the
-// rendering format into the "tenant" part of a seed, so that no two
-// different triples give the same string: tree.NewSeed(model, tenantKey, "").
-func tenantKey(dst []byte, tenant, salt string, f UnitFormat) []byte {
+// tenantKey frames the tenant header value, the body's cache_salt, the
+// rendering format and the key mode (bytes or tokens) into the "tenant" part
+// of a seed, so that no two different combinations give the same string:
+// tree.NewSeed(model, tenantKey, "").
+func tenantKey(dst []byte, tenant, salt string, f UnitFormat, tokens bool) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(tenant)))
 	dst = append(dst, tenant...)
 	dst = binary.AppendUvarint(dst, uint64(len(salt)))
 	dst = append(dst, salt...)
+	if tokens {
+		f |= 0x80
+	}
 	return append(dst, byte(f))
 }
 
-func (rt *Router) seedFor(st *reqState, model, tenant, salt string, f UnitFormat) tree.Seed {
+func (rt *Router) seedFor(st *reqState, model, tenant, salt string, f UnitFormat, tokens bool) tree.Seed {
 	k := binary.AppendUvarint(st.key[:0], uint64(len(model)))
 	k = append(k, model...)
 	mark := len(k)
-	k = tenantKey(k, tenant, salt, f)
+	k = tenantKey(k, tenant, salt, f, tokens)
 	st.key = k
 	c := &rt.seeds
 	c.mu.RLock()

@@ -36,6 +36,11 @@ type Deps struct {
 	// Policy overrides Config.Policy with a policy built elsewhere (the
 	// benchmark's oracle arm).
 	Policy Policy
+	// Tokenizer, if set, switches keys to token mode: prompts are hashed as
+	// token ids (blocks of tree.Config.BlockTokens tokens, aligned with a
+	// backend's KV blocks when the tokenizer is the model's) instead of the
+	// bytes of their rendering. Every node of a mesh must use the same mode.
+	Tokenizer Tokenizer
 }
 
 // Router is one kvmesh node's OpenAI-compatible, cache-aware proxy.
@@ -51,6 +56,7 @@ type Router struct {
 	learner   Learner
 	log       zerolog.Logger
 	policy    Policy
+	tokenizer Tokenizer
 	now       func() time.Time
 	transport http.RoundTripper
 	owned     *http.Transport // the default transport, closed by Close
@@ -87,6 +93,7 @@ func New(cfg Config, deps Deps) (*Router, error) {
 		log:          deps.Logger.With().Str("component", "router").Logger(),
 		now:          deps.Now,
 		transport:    deps.Transport,
+		tokenizer:    deps.Tokenizer,
 		tenantHeader: canonicalHeader(cfg.TenantHeader),
 	}
 	if rt.now == nil {
