@@ -24,6 +24,8 @@ type simNet struct {
 	drop    float64
 	dup     float64
 	reorder bool
+	hold    bool     // keep messages in flight instead of delivering them
+	held    []simMsg // messages held back while hold is on
 	group   map[string]int // partition group; nodes talk only within a group
 	cfg     Config
 	icfg    tree.Config
@@ -136,6 +138,12 @@ func (s *simNet) round() {
 	}
 	q := s.queue
 	s.queue = nil
+	if s.hold {
+		s.held = append(s.held, q...)
+		return
+	}
+	q = append(s.held, q...)
+	s.held = nil
 	if s.reorder {
 		s.rng.Shuffle(len(q), func(i, j int) { q[i], q[j] = q[j], q[i] })
 	}
@@ -283,3 +291,5 @@ func sortedContents(ix *tree.Index, now int64) []string {
 	slices.Sort(out)
 	return out
 }
+
+var fmtSprintf = fmt.Sprintf

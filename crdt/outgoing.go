@@ -28,7 +28,7 @@ func (r *Replica) Outgoing(now int64, out []Envelope) []Envelope {
 		if !r.log.covers(p.sent) {
 			r.startFull(p) // the buffer no longer holds what the peer lacks
 		}
-		out = r.fullChunks(p, now, out)
+		out = r.emitFullChunks(p, now, out)
 		for len(p.inflight) < r.cfg.Window && p.sent < r.log.last() {
 			m, to := r.buildDelta(p, now)
 			if m == nil {
@@ -65,10 +65,10 @@ func (r *Replica) Outgoing(now int64, out []Envelope) []Envelope {
 	return out
 }
 
-// fullChunks emits the chunks of a running full transfer that are due: not
+// emitFullChunks emits the chunks of a running full transfer that are due: not
 // sent yet, or unacknowledged for longer than RetransmitAfter, at most
 // Window outstanding.
-func (r *Replica) fullChunks(p *peer, now int64, out []Envelope) []Envelope {
+func (r *Replica) emitFullChunks(p *peer, now int64, out []Envelope) []Envelope {
 	f := p.full
 	if f == nil {
 		return out
@@ -80,8 +80,9 @@ func (r *Replica) fullChunks(p *peer, now int64, out []Envelope) []Envelope {
 			outstanding++
 		}
 	}
+	window := 4 * r.cfg.Window // chunks are acknowledged one by one: keep more in flight
 	for i := range f.acked {
-		if outstanding >= r.cfg.Window {
+		if outstanding >= window {
 			break
 		}
 		if f.acked[i] || (f.sentAt[i] != 0 && now-f.sentAt[i] < retransmit) {
@@ -93,7 +94,8 @@ func (r *Replica) fullChunks(p *peer, now int64, out []Envelope) []Envelope {
 		f.sentAt[i] = now
 		outstanding++
 		m := &Message{Type: MsgFull, Epoch: f.epoch, Chunk: uint32(i), Chunks: uint32(len(f.acked)), BaseSeq: f.base}
-		m.Batch = r.bucketBatch(i, now, true)
+		per := r.cfg.DigestBuckets / len(f.acked)
+		m.Batch = r.bucketBatch(i*per, (i+1)*per, now)
 		out = append(out, Envelope{To: p.name, Msg: m})
 	}
 	return out
@@ -119,20 +121,20 @@ func bucketBits(n int) uint {
 	return b
 }
 
-// bucketBatch is every live claim of bucket b, with the whole registry (so
-// removals and restarts travel even without claims) and the floor.
-func (r *Replica) bucketBatch(b int, now int64, withRegistry bool) Batch {
+// bucketBatch is every live claim of the buckets [from, to), with the whole
+// registry (so removals and restarts travel even without claims) and the
+// floor.
+func (r *Replica) bucketBatch(from, to int, now int64) Batch {
 	batch := Batch{Floor: r.ix.Floor()}
 	// Snapshot the registry first: the walk below holds the index's lock, so
 	// backendIndex must not need to refresh it.
 	r.reg = r.ix.Backends(r.reg[:0])
 	r.resetBackendIndex()
-	if withRegistry {
-		for id := range r.reg {
-			r.backendIndex(&batch, tree.BackendID(id))
-		}
+	for id := range r.reg {
+		r.backendIndex(&batch, tree.BackendID(id))
 	}
-	lo, hi := r.bucketRange(b)
+	lo, _ := r.bucketRange(from)
+	_, hi := r.bucketRange(to - 1)
 	r.ix.RangeKeys(lo, hi, now, func(c *tree.Claim) bool {
 		batch.Claims = append(batch.Claims, r.wireClaim(&batch, c))
 		return true
@@ -224,7 +226,7 @@ func (r *Replica) queueRepair(p *peer, buckets []uint32, now int64) {
 		if int(b) >= r.cfg.DigestBuckets {
 			continue
 		}
-		batch := r.bucketBatch(int(b), now, true)
+		batch := r.bucketBatch(int(b), int(b)+1, now)
 		r.stats.BucketsRepaired++
 		for len(batch.Claims) > r.cfg.MaxBatchClaims {
 			part := batch

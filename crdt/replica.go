@@ -183,9 +183,21 @@ func (r *Replica) startFull(p *peer) {
 		return // nothing to transfer
 	}
 	r.epoch++
-	n := r.cfg.DigestBuckets
+	n := r.fullChunks(r.ix.Len())
 	p.full = &fullSend{epoch: r.epoch, base: base, acked: make([]bool, n), sentAt: make([]int64, n), left: n}
 	r.stats.FullSyncsStarted++
+}
+
+// fullChunks is how many chunks a full transfer of a state of n claims is
+// cut into: whole groups of digest buckets, enough that a chunk holds about
+// MaxBatchClaims/2 claims, so a small state goes in one message and a large
+// one in messages of a bounded size.
+func (r *Replica) fullChunks(n int) int {
+	c := 1
+	for c < r.cfg.DigestBuckets && n/c > r.cfg.MaxBatchClaims/2 {
+		c *= 2
+	}
+	return c
 }
 
 // gcLog drops the delta-buffer entries every peer has acknowledged.
