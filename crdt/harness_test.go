@@ -24,8 +24,8 @@ type simNet struct {
 	drop    float64
 	dup     float64
 	reorder bool
-	hold    bool     // keep messages in flight instead of delivering them
-	held    []simMsg // messages held back while hold is on
+	hold    bool           // keep messages in flight instead of delivering them
+	held    []simMsg       // messages held back while hold is on
 	group   map[string]int // partition group; nodes talk only within a group
 	cfg     Config
 	icfg    tree.Config
