@@ -270,7 +270,6 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 	}
 }
 
-
 // chainFor returns the chain the router derives for a body (a copy).
 func chainFor(t testing.TB, g *testRig, ep Endpoint, body, tenant string) *tree.Chain {
 	t.Helper()

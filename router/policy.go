@@ -154,11 +154,13 @@ const (
 // policyTable maps a policy name to its constructor. ix is the router's
 // Index (for the key configuration of private indexes).
 var policyTable = map[string]func(cfg *Config, ix *tree.Index) (Policy, error){
-	PolicyKVMesh:           func(cfg *Config, _ *tree.Index) (Policy, error) { return newKVMeshPolicy(cfg.KVMesh), nil },
-	PolicyRoundRobin:       func(*Config, *tree.Index) (Policy, error) { return new(roundRobinPolicy), nil },
-	PolicyRandom:           func(*Config, *tree.Index) (Policy, error) { return randomPolicy{}, nil },
-	PolicyLeastLoaded:      func(*Config, *tree.Index) (Policy, error) { return new(leastLoadedPolicy), nil },
-	PolicyConsistentHash:   func(cfg *Config, _ *tree.Index) (Policy, error) { return newConsistentHashPolicy(cfg.ConsistentHash), nil },
+	PolicyKVMesh:      func(cfg *Config, _ *tree.Index) (Policy, error) { return newKVMeshPolicy(cfg.KVMesh), nil },
+	PolicyRoundRobin:  func(*Config, *tree.Index) (Policy, error) { return new(roundRobinPolicy), nil },
+	PolicyRandom:      func(*Config, *tree.Index) (Policy, error) { return randomPolicy{}, nil },
+	PolicyLeastLoaded: func(*Config, *tree.Index) (Policy, error) { return new(leastLoadedPolicy), nil },
+	PolicyConsistentHash: func(cfg *Config, _ *tree.Index) (Policy, error) {
+		return newConsistentHashPolicy(cfg.ConsistentHash), nil
+	},
 	PolicySGLangCacheAware: func(cfg *Config, ix *tree.Index) (Policy, error) { return newSGLangPolicy(cfg.SGLang, ix) },
 }
 

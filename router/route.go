@@ -25,9 +25,9 @@ type reqState struct {
 	scratch []float64
 	tried   []int // slots already tried for this request
 	body    []byte
-	key     []byte // seed-cache key
-	tail    []byte // last bytes of the answer, for usage counts
-	buf     []byte // body copy buffer
+	key     []byte   // seed-cache key
+	tail    []byte   // last bytes of the answer, for usage counts
+	buf     []byte   // body copy buffer
 	tokens  []uint32 // token mode: the prompt's ids
 	tokEnds []int    // token mode: message ends in tokens
 	seed    tree.Seed
