@@ -125,10 +125,13 @@ const maxPooledBody = 1 << 20
 type renderer struct {
 	parser  fastjson.Parser
 	p       *Prompt
-	scratch []byte     // canonical JSON of parts and items that get hashed
-	tmp     []byte     // raw JSON text of the string being rendered (see peek)
-	tmp2    []byte     // a second one, for the responses input held while instructions render
-	kvs     []sortedKV // stack of object members being sorted by key
+	scratch []byte // canonical JSON of parts and items that get hashed
+	tmp     []byte // raw JSON text of the string being rendered (see peek)
+	tmp2    []byte // a second one, for the responses input held while instructions render
+	spliced []byte // body with its token-id array cut out (see tokenFastPath)
+
+	noFastPath bool       // tests: force the general path
+	kvs        []sortedKV // stack of object members being sorted by key
 }
 
 var rendererPool = sync.Pool{New: func() any { return new(renderer) }}
@@ -145,7 +148,7 @@ func Render(ep Endpoint, body []byte, p *Prompt) error {
 	r.p = p
 	err := r.render(ep, body)
 	r.p = nil
-	if len(body) <= maxPooledBody && cap(r.scratch) <= maxPooledBody {
+	if len(body) <= maxPooledBody && cap(r.scratch) <= maxPooledBody && cap(r.spliced) <= maxPooledBody {
 		rendererPool.Put(r)
 	}
 	if err != nil {
@@ -156,6 +159,16 @@ func Render(ep Endpoint, body []byte, p *Prompt) error {
 }
 
 func (r *renderer) render(ep Endpoint, body []byte) error {
+	fast := false
+	if (ep == EndpointCompletions || ep == EndpointEmbeddings) && len(body) >= tokenFastPathMin && !r.noFastPath {
+		key := "prompt"
+		if ep == EndpointEmbeddings {
+			key = "input"
+		}
+		if b, ok := r.tokenFastPath(body, key); ok {
+			body, fast = b, true // the ids are rendered; parse the rest
+		}
+	}
 	root, err := r.parser.ParseBytes(body)
 	if err != nil {
 		return badRequest("", "request body is not valid JSON: %v", err)
@@ -166,6 +179,9 @@ func (r *renderer) render(ep Endpoint, body []byte) error {
 	}
 	if err := r.common(obj, ep); err != nil {
 		return err
+	}
+	if fast {
+		return nil
 	}
 	switch ep {
 	case EndpointChat:
