@@ -39,7 +39,8 @@ type healthState struct {
 }
 
 // markSuccess records an answer from b (a request's or a probe's). Only a
-// probe re-admits an ejected backend: requests are not sent to it.
+// probe re-admits an ejected backend (requests are not sent to it) or
+// decides that it came back cold.
 func (rt *Router) markSuccess(b *backend, probe bool) {
 	now := rt.now()
 	b.mu.Lock()
@@ -53,6 +54,12 @@ func (rt *Router) markSuccess(b *backend, probe bool) {
 	}
 	if h.ejectedAt.IsZero() { // a blip: the run ends, the cache is warm
 		h.fails, h.downSince = 0, time.Time{}
+		b.mu.Unlock()
+		return
+	}
+	if !probe {
+		// A request sent before the ejection finished well: it says nothing
+		// about whether the backend restarted since.
 		b.mu.Unlock()
 		return
 	}

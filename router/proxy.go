@@ -55,14 +55,15 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, st *reqState, 
 		b := st.backs[d.Index]
 		matched := st.cands[d.Index].MatchedUnits(st.req.Chain)
 		rt.record(st, b, d, matched)
-		if d.Learn && st.routed {
+		learn := d.Learn && st.routed && len(st.chain.Learn) > 0
+		if learn {
 			rt.learner.Learn(&st.chain, b.id, rt.cfg.ProvisionalTTL)
 			rt.metrics.learned[0].Inc()
 		}
 		last = rt.attempt(w, r, st, b, d, matched, attempt >= rt.cfg.Retries || len(st.cands) <= 1, start, ep)
 		switch last.out {
 		case outDone:
-			if last.ok && d.Learn && st.routed {
+			if last.ok && learn {
 				rt.learner.Learn(&st.chain, b.id, rt.cfg.ConfirmedTTL)
 				rt.metrics.learned[1].Inc()
 			}

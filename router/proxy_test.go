@@ -32,7 +32,7 @@ func prefer(names ...string) func(*Config, *Deps) {
 	return func(_ *Config, d *Deps) { d.Policy = preferPolicy{names} }
 }
 
-const streamBody = `{"model":"m1","stream":true,"messages":[{"role":"user","content":"count"}]}`
+const streamBody = `{"model":"m1","stream":true,"messages":[{"role":"user","content":"count from one to ten slowly, one number per event, then stop counting please"}]}`
 
 // SSE events reach the client one by one, as the backend sends them: the
 // client reads the first event before the backend writes the second.
