@@ -25,6 +25,10 @@ const endpointNone Endpoint = 255
 // Errors are OpenAI-style JSON bodies: 400 malformed request, 404 unknown
 // model or path, 405 wrong method, 413 body too large, 502 every attempt
 // failed, 503 no backend in rotation serves the model, 504 backend timeout.
+// When a backend's answer breaks off after its first byte was sent (the
+// request is never retried then), ServeHTTP panics with
+// http.ErrAbortHandler, which net/http turns into a silently aborted
+// connection, so the client sees a broken answer rather than a clean end.
 func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := rt.now()
 	path := r.URL.Path
@@ -56,6 +60,10 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			Message: "Unknown request URL: " + r.Method + " " + clip(path) + "."}
 		e.WriteTo(w)
 		status = e.Status
+	}
+	if status == statusAborted {
+		rt.metrics.request(label, http.StatusBadGateway, rt.now().Sub(start))
+		panic(http.ErrAbortHandler)
 	}
 	rt.metrics.request(label, status, rt.now().Sub(start))
 }

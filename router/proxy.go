@@ -10,6 +10,12 @@ import (
 	"time"
 )
 
+// statusAborted is what forward returns when the backend's answer broke
+// off after its first byte reached the client: ServeHTTP then aborts the
+// connection (panic with http.ErrAbortHandler, as httputil.ReverseProxy
+// does) so the client sees a broken answer rather than a clean end.
+const statusAborted = -1
+
 // errHeaderTimeout is the cause of an attempt canceled because the backend
 // sent no response headers within BackendHeaderTimeout.
 var errHeaderTimeout = errors.New("backend sent no response headers in time")
@@ -73,7 +79,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, st *reqState, 
 		case outClientGone:
 			return 499
 		case outBroken:
-			panic(http.ErrAbortHandler) // make the client see a broken answer, not a clean end
+			return statusAborted
 		}
 		st.tried = append(st.tried, b.slot)
 		if attempt >= rt.cfg.Retries {

@@ -213,7 +213,8 @@ func TestNeverRetryAfterFirstByte(t *testing.T) {
 		t.Error("retry counted")
 	}
 	waitFor(t, "stream_broken counted", func() bool {
-		return g.counter("kvmesh_router_errors_total", "kind", "stream_broken") == 1
+		return g.counter("kvmesh_router_errors_total", "kind", "stream_broken") == 1 &&
+			g.counter("kvmesh_router_requests_total", "endpoint", "chat", "code", "5xx") == 1
 	})
 }
 
