@@ -1,12 +1,59 @@
-// Command kvmesh is the kvmesh router node.
+// Command kvmesh is a kvmesh router node and its tools.
+//
+//	kvmesh serve   [flags]   run a router node (API + admin listeners, optional mesh)
+//	kvmesh certs   [flags]   create a CA and node certificates for a dev or test cluster
+//	kvmesh members [flags]   print a running node's mesh membership
+//	kvmesh version
+//
+// Run `kvmesh <command> -h` for a command's flags.
 package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 )
 
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
 func main() {
-	fmt.Fprintln(os.Stderr, "kvmesh: not yet implemented")
-	os.Exit(2)
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	switch args[0] {
+	case "serve":
+		return serveCommand(args[1:], stdout, stderr)
+	case "certs":
+		return certsCommand(args[1:], stdout, stderr)
+	case "members":
+		return membersCommand(args[1:], stdout, stderr)
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, "kvmesh", version)
+		return 0
+	case "help", "-h", "--help":
+		usage(stdout)
+		return 0
+	}
+	fmt.Fprintf(stderr, "kvmesh: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `kvmesh — a cache-aware router mesh for LLM inference.
+
+Usage:
+  kvmesh serve   [flags]   run a router node
+  kvmesh certs   [flags]   create a CA and node certificates for a dev or test cluster
+  kvmesh members [flags]   print a running node's mesh membership
+  kvmesh version           print the version
+
+Run 'kvmesh <command> -h' for the flags of a command.
+`)
 }

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/kvmesh/kvmesh/router"
+	"github.com/kvmesh/kvmesh/tree"
+)
+
+// ServeConfig is the whole configuration of `kvmesh serve`, as read from the
+// YAML file given with --config. Environment variables (KVMESH_*) override
+// the file and flags override both; see flags.go.
+type ServeConfig struct {
+	Node   NodeConfig    `yaml:"node"`
+	Listen ListenConfig  `yaml:"listen"`
+	Log    LogConfig     `yaml:"log"`
+	Index  IndexConfig   `yaml:"index"`
+	Router router.Config `yaml:"router"`
+	Mesh   MeshConfig    `yaml:"mesh"`
+	// ShutdownTimeout bounds the graceful shutdown: in-flight requests get
+	// this long to finish after SIGTERM. 60 s lets most streamed
+	// completions end; a Kubernetes pod's terminationGracePeriodSeconds
+	// should be longer.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+}
+
+// NodeConfig names this router node.
+type NodeConfig struct {
+	// Name must be unique in the mesh (claims record their origin by it).
+	// Default: the hostname.
+	Name string `yaml:"name"`
+}
+
+// ListenConfig places the two listeners. The API listener carries client
+// traffic only; the admin listener has /metrics, /healthz, /readyz,
+// /debug/route and /admin/*, and should not be exposed to clients.
+type ListenConfig struct {
+	API   string `yaml:"api"`
+	Admin string `yaml:"admin"`
+}
+
+// LogConfig: zerolog level (debug logs one line per routing decision) and
+// format (json for machines, console for humans).
+type LogConfig struct {
+	Level  string `yaml:"level"`
+	Format string `yaml:"format"`
+}
+
+// IndexConfig is the claim index (package tree). Every node of a mesh must
+// use the same values.
+type IndexConfig struct {
+	Capacity         int `yaml:"capacity"`
+	BlockTokens      int `yaml:"block_tokens"`
+	CheckpointTokens int `yaml:"checkpoint_tokens"`
+}
+
+// MeshConfig turns a node into a member of a mesh of router nodes.
+type MeshConfig struct {
+	// Enabled turns the mesh on. Without it the node routes alone.
+	Enabled bool `yaml:"enabled"`
+	// Join is the seed list: host:port of serf listeners, or DNS names
+	// (A records, or SRV records such as a Kubernetes headless Service's).
+	Join []string `yaml:"join"`
+	// Bind is the serf (membership gossip) listener, TCP and UDP.
+	Bind string `yaml:"bind"`
+	// Advertise is the serf address other nodes use, when Bind is a
+	// wildcard address.
+	Advertise string `yaml:"advertise"`
+	// QUIC is the UDP listener for claim replication.
+	QUIC string `yaml:"quic"`
+	// QUICAdvertise is the QUIC address other nodes use, when QUIC binds a
+	// wildcard address.
+	QUICAdvertise string `yaml:"quic_advertise"`
+	// GossipKey encrypts serf gossip: 32 bytes, base64 (e.g. `openssl rand
+	// -base64 32`). Required unless Dev is set.
+	GossipKey string `yaml:"gossip_key"`
+	// TLS: the cluster CA and this node's certificate (its CommonName is the
+	// node name). `kvmesh certs` creates them for a dev or test cluster.
+	TLSCA   string `yaml:"tls_ca"`
+	TLSCert string `yaml:"tls_cert"`
+	TLSKey  string `yaml:"tls_key"`
+	// Dev allows a mesh without a gossip key, for a local cluster. Never in
+	// production: anyone who reaches the serf port can join.
+	Dev bool `yaml:"dev"`
+}
+
+// DefaultServeConfig is the configuration before the file, the environment
+// and the flags are applied.
+func DefaultServeConfig() ServeConfig {
+	tc := tree.DefaultConfig()
+	host, _ := os.Hostname()
+	return ServeConfig{
+		Node: NodeConfig{Name: host},
+		// 8080 is the usual port of an HTTP proxy; 9090 keeps the admin and
+		// metrics port next to it, as Prometheus exporters do.
+		Listen: ListenConfig{API: ":8080", Admin: ":9090"},
+		Log:    LogConfig{Level: "info", Format: "json"},
+		Index:  IndexConfig{Capacity: tc.Capacity, BlockTokens: tc.BlockTokens, CheckpointTokens: tc.CheckpointTokens},
+		Router: router.DefaultConfig(),
+		// 7946 is serf's and memberlist's conventional port; QUIC on 7947.
+		Mesh:            MeshConfig{Bind: ":7946", QUIC: ":7947"},
+		ShutdownTimeout: 60 * time.Second,
+	}
+}
+
+// loadConfigFile decodes a YAML file over cfg. Unknown keys are errors, so
+// a typo never silently keeps a default.
+func loadConfigFile(path string, cfg *ServeConfig) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	// An empty file (io.EOF) means "all defaults".
+	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	return nil
+}
+
+// treeConfig is the index configuration as package tree wants it.
+func (c *ServeConfig) treeConfig() tree.Config {
+	tc := tree.DefaultConfig()
+	tc.Capacity = c.Index.Capacity
+	tc.BlockTokens = c.Index.BlockTokens
+	tc.CheckpointTokens = c.Index.CheckpointTokens
+	return tc
+}
+
+// Validate checks the whole configuration and reports every problem at
+// once, each prefixed with where it is set.
+func (c *ServeConfig) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.Node.Name == "" {
+		add("node.name: must be set (or the hostname must be readable)")
+	} else if strings.ContainsAny(c.Node.Name, " \t\n/") {
+		add("node.name %q: must not contain spaces or slashes", c.Node.Name)
+	}
+	for name, addr := range map[string]string{"listen.api": c.Listen.API, "listen.admin": c.Listen.Admin} {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			add("%s %q: %v", name, addr, err)
+		}
+	}
+	if c.Listen.API == c.Listen.Admin && !strings.HasSuffix(c.Listen.API, ":0") {
+		add("listen.api and listen.admin must differ (both %q)", c.Listen.API)
+	}
+	switch c.Log.Level {
+	case "trace", "debug", "info", "warn", "error":
+	default:
+		add("log.level %q: want trace, debug, info, warn or error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "json", "console":
+	default:
+		add("log.format %q: want json or console", c.Log.Format)
+	}
+	if err := c.treeConfig().Validate(); err != nil {
+		add("index: %v", err)
+	}
+	if err := c.Router.Validate(); err != nil {
+		add("%v", err)
+	}
+	if c.ShutdownTimeout <= 0 {
+		add("shutdown_timeout must be positive")
+	}
+	if c.Mesh.Enabled {
+		if err := c.Mesh.validate(); err != nil {
+			add("mesh: %v", err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (m *MeshConfig) validate() error {
+	var errs []error
+	if _, _, err := net.SplitHostPort(m.Bind); err != nil {
+		errs = append(errs, fmt.Errorf("bind %q: %v", m.Bind, err))
+	}
+	if _, _, err := net.SplitHostPort(m.QUIC); err != nil {
+		errs = append(errs, fmt.Errorf("quic %q: %v", m.QUIC, err))
+	}
+	if m.GossipKey == "" && !m.Dev {
+		errs = append(errs, errors.New("gossip_key is required (32 bytes, base64: `openssl rand -base64 32`) unless dev mode is on"))
+	}
+	if m.TLSCA == "" || m.TLSCert == "" || m.TLSKey == "" {
+		errs = append(errs, errors.New("tls_ca, tls_cert and tls_key are required (create a dev set with `kvmesh certs`)"))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestConfigPrecedenceFlagOverEnvOverFile(t *testing.T) {
+	file := writeFile(t, "kvmesh.yaml", `
+node:
+  name: from-file
+listen:
+  api: 127.0.0.1:1111
+  admin: 127.0.0.1:2222
+router:
+  policy: round_robin
+  backends:
+    - name: a
+      url: http://10.0.0.1:8000
+  confirmed_claim_ttl: 5m
+index:
+  capacity: 5000
+shutdown_timeout: 15s
+`)
+	cfg, err := loadServeConfig([]string{"--config", file, "--policy", "least_loaded"},
+		env(map[string]string{"KVMESH_POLICY": "random", "KVMESH_NODE_NAME": "from-env", "KVMESH_LISTEN": "127.0.0.1:3333"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Router.Policy != "least_loaded" { // flag beats env beats file
+		t.Errorf("policy %q", cfg.Router.Policy)
+	}
+	if cfg.Node.Name != "from-env" || cfg.Listen.API != "127.0.0.1:3333" { // env beats file
+		t.Errorf("node %q listen %q", cfg.Node.Name, cfg.Listen.API)
+	}
+	if cfg.Listen.Admin != "127.0.0.1:2222" || cfg.Index.Capacity != 5000 || cfg.Router.ConfirmedTTL != 5*time.Minute || cfg.ShutdownTimeout != 15*time.Second {
+		t.Errorf("file values lost: %+v", cfg)
+	}
+	if len(cfg.Router.Backends) != 1 || cfg.Router.Backends[0].URL != "http://10.0.0.1:8000" {
+		t.Errorf("backends %+v", cfg.Router.Backends)
+	}
+	// Defaults survive where nothing is set.
+	if cfg.Router.TenantHeader == "" || cfg.Index.BlockTokens != 16 {
+		t.Errorf("defaults lost: tenant header %q block %d", cfg.Router.TenantHeader, cfg.Index.BlockTokens)
+	}
+}
+
+func TestConfigErrorsAreClear(t *testing.T) {
+	cases := []struct {
+		args []string
+		env  map[string]string
+		file string
+		want []string
+	}{
+		{args: []string{"--backends", "ftp://x"}, want: []string{"--backends", "http://"}},
+		{args: []string{"--backends", "http://a", "--log-level", "loud"}, want: []string{"log.level", "loud"}},
+		{args: []string{"--backends", "http://a", "--policy", "best"}, want: []string{"best"}},
+		{args: nil, env: map[string]string{"KVMESH_BACKENDS": "http://a", "KVMESH_INDEX_CAPACITY": "lots"}, want: []string{"KVMESH_INDEX_CAPACITY", "integer"}},
+		{args: []string{"--backends", "http://a", "--mesh"}, want: []string{"gossip_key is required", "tls_ca"}},
+		{args: []string{"--backends", "http://a", "--mesh", "--dev"}, want: []string{"tls_ca"}},
+		{args: []string{"stray"}, want: []string{"unexpected argument"}},
+		{file: "router:\n  polcy: kvmesh\n", want: []string{"polcy"}}, // a typo is an error, not a silent default
+		{args: []string{"--config", "/does/not/exist.yaml"}, want: []string{"exist.yaml"}},
+		{args: []string{"--listen", "nonsense", "--backends", "http://a"}, want: []string{"listen.api", "nonsense"}},
+		{args: []string{}, want: []string{"at least one backend"}},
+	}
+	for i, c := range cases {
+		args := c.args
+		if c.file != "" {
+			args = append([]string{"--config", writeFile(t, "c.yaml", c.file)}, args...)
+		}
+		_, err := loadServeConfig(args, env(c.env))
+		if err == nil {
+			t.Errorf("case %d: no error", i)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("case %d: error %q does not mention %q", i, err, w)
+			}
+		}
+	}
+}
+
+func TestEmptyConfigFileMeansDefaults(t *testing.T) {
+	cfg, err := loadServeConfig([]string{"--config", writeFile(t, "empty.yaml", ""), "--backends", "a=http://10.0.0.1:8000"}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Router.Backends[0].Name != "a" || cfg.Listen.API != ":8080" {
+		t.Fatalf("%+v", cfg)
+	}
+}
+
+func TestCertsCommand(t *testing.T) {
+	dir := t.TempDir()
+	var out, errb strings.Builder
+	if code := run([]string{"certs", "--dir", dir, "--nodes", "n1,n2"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	for _, f := range []string{"ca.pem", "ca-key.pem", "n1.pem", "n1-key.pem", "n2.pem", "n2-key.pem"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("missing %s", f)
+		}
+	}
+	if st, err := os.Stat(filepath.Join(dir, "n1-key.pem")); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("key file mode: %v %v", st.Mode(), err)
+	}
+	// A second run reuses the CA: certificates of both runs verify together.
+	ca1, _ := os.ReadFile(filepath.Join(dir, "ca.pem"))
+	out.Reset()
+	if code := run([]string{"certs", "--dir", dir, "--nodes", "n3"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "using the CA") {
+		t.Fatalf("second run: %d %s", code, out.String())
+	}
+	ca2, _ := os.ReadFile(filepath.Join(dir, "ca.pem"))
+	if string(ca1) != string(ca2) {
+		t.Fatal("the CA was replaced")
+	}
+	if code := run([]string{"certs", "--dir", dir, "--nodes", "bad name"}, &out, &errb); code != 2 {
+		t.Fatalf("invalid node name accepted: %d", code)
+	}
+	if code := run([]string{"certs", "--dir", dir}, &out, &errb); code != 2 {
+		t.Fatal("missing --nodes accepted")
+	}
+}
+
+func TestUnknownCommand(t *testing.T) {
+	var out, errb strings.Builder
+	if code := run([]string{"serf"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "unknown command") {
+		t.Fatalf("%d %q", code, errb.String())
+	}
+	if code := run([]string{"version"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "kvmesh") {
+		t.Fatalf("version: %d %q", code, out.String())
+	}
+}

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// fakeBackend answers chat completions after delay and serves /v1/models
+// and /health like vLLM.
+func fakeBackend(t *testing.T, delay time.Duration) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/health":
+			w.WriteHeader(200)
+		case "/v1/models":
+			io.WriteString(w, `{"object":"list","data":[{"id":"m","object":"model"}]}`)
+		case "/v1/chat/completions":
+			io.Copy(io.Discard, r.Body)
+			time.Sleep(delay)
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}}`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func startServe(t *testing.T, args ...string) (serving, context.CancelFunc, <-chan error) {
+	t.Helper()
+	cfg, err := loadServeConfig(append([]string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--node-name", "t1"}, args...), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan serving, 1)
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, cfg, zerolog.Nop(), ready) }()
+	select {
+	case s := <-ready:
+		return s, cancel, done
+	case err := <-done:
+		cancel()
+		t.Fatalf("serve: %v", err)
+	case <-time.After(20 * time.Second):
+		cancel()
+		t.Fatal("serve did not start")
+	}
+	return serving{}, cancel, done
+}
+
+const chatBody = `{"model":"m","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hi."}]}`
+
+func TestServeRoutesAndExplains(t *testing.T) {
+	be := fakeBackend(t, 0)
+	s, cancel, done := startServe(t, "--backends", "b1="+be.URL, "--shutdown-timeout", "5s")
+	defer func() { cancel(); <-done }()
+
+	resp, err := http.Post("http://"+s.API+"/v1/chat/completions", "application/json", strings.NewReader(chatBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "chat.completion") {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	if h := resp.Header.Get("X-Kvmesh-Route"); !strings.Contains(h, "backend=b1") {
+		t.Fatalf("route header %q", h)
+	}
+	// The admin listener has the metrics (router's and the index's) and the
+	// probes; the API listener does not expose them.
+	metrics := get(t, "http://"+s.Admin+"/metrics")
+	for _, m := range []string{"kvmesh_index_claims", "kvmesh_router_", "go_goroutines"} {
+		if !strings.Contains(metrics, m) {
+			t.Errorf("/metrics lacks %s", m)
+		}
+	}
+	if got := get(t, "http://"+s.Admin+"/healthz"); got == "" {
+		t.Error("no /healthz")
+	}
+	if r, _ := http.Get("http://" + s.API + "/metrics"); r == nil || r.StatusCode != 404 {
+		t.Error("API listener serves /metrics")
+	}
+}
+
+// SIGTERM (here: the context) drains: the node turns unready at once, and a
+// request in flight still completes.
+func TestServeShutdownFinishesInFlight(t *testing.T) {
+	be := fakeBackend(t, 700*time.Millisecond)
+	s, cancel, done := startServe(t, "--backends", "b1="+be.URL, "--shutdown-timeout", "10s")
+	result := make(chan int, 1)
+	go func() {
+		resp, err := http.Post("http://"+s.API+"/v1/chat/completions", "application/json", strings.NewReader(chatBody))
+		if err != nil {
+			result <- -1
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		result <- resp.StatusCode
+	}()
+	time.Sleep(200 * time.Millisecond) // the request is at the backend
+	cancel()
+	if code := <-result; code != 200 {
+		t.Fatalf("in-flight request got %d during shutdown", code)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("serve returned %v", err)
+	}
+	if _, err := http.Post("http://"+s.API+"/v1/chat/completions", "application/json", strings.NewReader(chatBody)); err == nil {
+		t.Fatal("API still accepts after shutdown")
+	}
+}
+
+func get(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
