@@ -67,7 +67,7 @@ func (rt *Router) watch(ctx context.Context, b *backend, ready func()) {
 // query counter that went backwards means the backend restarted (its
 // counters and its cache started from zero): its claims are invalidated.
 func (rt *Router) scrapeLoad(ctx context.Context, b *backend) {
-	ctx, cancel := context.WithTimeout(ctx, min(rt.cfg.ScrapeInterval, rt.cfg.ProbeTimeout))
+	ctx, cancel := context.WithTimeout(ctx, rt.cfg.ProbeTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.base+rt.cfg.ScrapePath, nil)
 	if err != nil {
