@@ -147,3 +147,19 @@ func TestUnknownCommand(t *testing.T) {
 		t.Fatalf("version: %d %q", code, out.String())
 	}
 }
+
+// The example configuration in deploy/ stays loadable: a doc that drifts
+// from the code fails here.
+func TestDeployExampleConfigLoads(t *testing.T) {
+	cfg, err := loadServeConfig([]string{"--config", "../../deploy/config/kvmesh.example.yaml", "--mesh=false"}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Node.Name != "router-1" || len(cfg.Router.Backends) != 2 || cfg.Router.ConfirmedTTL != 10*time.Minute || cfg.Index.Capacity != 1_000_000 {
+		t.Fatalf("%+v", cfg)
+	}
+	// With the mesh on, the example's empty gossip key is refused.
+	if _, err := loadServeConfig([]string{"--config", "../../deploy/config/kvmesh.example.yaml"}, env(nil)); err == nil || !strings.Contains(err.Error(), "gossip_key") {
+		t.Fatalf("mesh without a gossip key: %v", err)
+	}
+}
