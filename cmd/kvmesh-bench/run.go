@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	"github.com/kvmesh/kvmesh/integration/bench"
+	"github.com/kvmesh/kvmesh/integration/sim"
+	"github.com/kvmesh/kvmesh/integration/workload"
+)
+
+// runFlags are run's flags besides the workload's.
+type runFlags struct {
+	wl            workloadFlags
+	backends      int
+	cacheBlocks   int
+	capacityRatio float64
+	timeScale     float64
+	maxRunning    int
+	arms          string
+	nodes         int
+	localNodes    int
+	repeats       int
+	mode          string
+	concurrency   int
+	out           string
+	publish       string
+	title         string
+	keepSamples   bool
+	logLevel      string
+	noProgress    bool
+	notes         string
+}
+
+func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
+	f := &runFlags{}
+	fs := flag.NewFlagSet("kvmesh-bench run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.wl.kind, "workload", "mooncake", "workload: mooncake, multiturn, sharedprefix, longdoc or hotprefix")
+	fs.StringVar(&f.wl.trace, "trace", "", "Mooncake trace (JSONL, optionally gzipped); default: ../shared/traces/mooncake/conversation_trace.jsonl under the repository root, else its gzipped copy in integration/workload/testdata")
+	fs.DurationVar(&f.wl.start, "start", 0, "mooncake: skip requests before this trace time")
+	fs.DurationVar(&f.wl.duration, "duration", 10*time.Minute, "mooncake: trace time to replay from -start (0 = to the end)")
+	fs.IntVar(&f.wl.requests, "requests", 0, "replay at most this many requests (0 = all of the slice)")
+	fs.Float64Var(&f.wl.compression, "compression", 1, "mooncake: divide arrival times by this (2 = twice the request rate)")
+	fs.IntVar(&f.wl.maxInput, "max-input-tokens", 0, "cap prompts (truncating; 0 = the backends' context minus the output)")
+	fs.IntVar(&f.wl.maxOutput, "max-output-tokens", 0, "cap outputs (0 = as in the workload)")
+	fs.Float64Var(&f.wl.rate, "rate", 0, "synthetic workloads: request rate per simulated second (0 = the generator's default)")
+	fs.Uint64Var(&f.wl.seed, "seed", 1, "workload seed (text, synthetic draws)")
+	fs.IntVar(&f.backends, "backends", 8, "simulated backends per fleet")
+	fs.IntVar(&f.cacheBlocks, "cache-blocks", 0, "KV blocks per backend (0 = chosen from -capacity-ratio)")
+	fs.Float64Var(&f.capacityRatio, "capacity-ratio", 0.25, "with -cache-blocks 0: fleet KV capacity / the workload's working set (below 1: the fleet cannot hold it)")
+	fs.Float64Var(&f.timeScale, "time-scale", 10, "simulated seconds per real second (watch the max engine lag column)")
+	fs.IntVar(&f.maxRunning, "max-running", sim.DefaultConfig().MaxRunning, "running sequences per backend (vLLM max_num_seqs)")
+	fs.StringVar(&f.arms, "arms", "round_robin,least_loaded,consistent_hash,sglang_cache_aware,kvmesh,oracle", "comma-separated arms: policy[:nodes[:mesh|local]] or oracle")
+	fs.IntVar(&f.nodes, "nodes", 0, "add the arm kvmesh:<nodes>:mesh (router nodes sharing claims through the mesh)")
+	fs.IntVar(&f.localNodes, "local-nodes", 0, "add the arm kvmesh:<local-nodes>:local (nodes with independent claims)")
+	fs.IntVar(&f.repeats, "repeats", 3, "runs per arm (arm order rotates between repeats)")
+	fs.StringVar(&f.mode, "mode", "open", "open (arrivals at the workload's times) or closed (-concurrency clients)")
+	fs.IntVar(&f.concurrency, "concurrency", 2048, "closed loop: clients; open loop: most requests in flight")
+	fs.StringVar(&f.out, "out", "", "write README.md, results.json and the SVG charts into this directory")
+	fs.StringVar(&f.publish, "publish", "", "write the results into docs/bench/<name>/ of the repository (overrides -out)")
+	fs.StringVar(&f.title, "title", "", "title of the results")
+	fs.StringVar(&f.notes, "notes", "", "a note printed with the setup")
+	fs.BoolVar(&f.keepSamples, "keep-samples", false, "store every request's sample in results.json")
+	fs.StringVar(&f.logLevel, "log-level", "warn", "log level: debug, info, warn, error, disabled")
+	fs.BoolVar(&f.noProgress, "no-progress", false, "no progress bar")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	switch {
+	case f.backends < 1:
+		return nil, fmt.Errorf("-backends must be at least 1")
+	case !(f.timeScale > 0):
+		return nil, fmt.Errorf("-time-scale must be positive")
+	case f.cacheBlocks == 0 && !(f.capacityRatio > 0):
+		return nil, fmt.Errorf("-capacity-ratio must be positive")
+	}
+	return f, nil
+}
+
+func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f, err := parseRunFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(f.logLevel, stderr)
+	if err != nil {
+		return err
+	}
+	simCfg := sim.DefaultConfig()
+	simCfg.TimeScale = f.timeScale
+	simCfg.MaxRunning = f.maxRunning
+	if f.wl.maxInput == 0 && f.wl.kind == "mooncake" {
+		// Leave room for the trace's longest output (2,000 tokens).
+		f.wl.maxInput = simCfg.MaxModelLen - 2048
+	}
+
+	t0 := time.Now()
+	w, err := f.wl.build()
+	if err != nil {
+		return err
+	}
+	if len(w.Requests) == 0 {
+		return fmt.Errorf("the workload slice is empty")
+	}
+	info := bench.DescribeWorkload(w, simCfg.BlockSize, 0)
+	simCfg.CacheBlocks = f.cacheBlocks
+	if simCfg.CacheBlocks == 0 {
+		simCfg.CacheBlocks = autoCacheBlocks(info.WorkingSetBlocks, f.backends, f.capacityRatio, w, simCfg.BlockSize)
+	}
+	info.FleetBlocks = simCfg.CacheBlocks * f.backends
+	info.CapacityRatio = float64(info.FleetBlocks) / float64(max(info.WorkingSetBlocks, 1))
+	fmt.Fprintf(stderr, "workload %s: %d requests, %d prompt tokens, span %.0f s simulated (%.0f s wall at time scale %g), loaded in %v\n",
+		w.Name, len(w.Requests), w.PromptTokens, w.Span.Seconds(), w.Span.Seconds()/f.timeScale, f.timeScale, time.Since(t0).Round(time.Millisecond))
+	fmt.Fprintf(stderr, "infinite-cache bound %.1f%% (16-token blocks)", 100*info.Bound)
+	if info.TraceBound > 0 {
+		fmt.Fprintf(stderr, ", %.1f%% at the trace's 512-token blocks", 100*info.TraceBound)
+	}
+	fmt.Fprintf(stderr, "; working set %d blocks, fleet %d x %d = %d blocks, capacity ratio %.3f\n",
+		info.WorkingSetBlocks, f.backends, simCfg.CacheBlocks, info.FleetBlocks, info.CapacityRatio)
+	if info.CapacityRatio >= 1 {
+		fmt.Fprintln(stderr, "warning: the fleet can hold the whole working set; routing barely matters for hit rates")
+	}
+
+	cfg := bench.DefaultConfig()
+	cfg.Fleet = bench.SimFleet(f.backends, simCfg)
+	cfg.Models = simCfg.Models
+	cfg.TimeScale = f.timeScale
+	cfg.Repeats = f.repeats
+	cfg.Replay.Mode = bench.Mode(f.mode)
+	cfg.Replay.Concurrency = f.concurrency
+	cfg.KeepSamples = f.keepSamples
+	cfg.Logger = log
+	cfg.Mesh = meshState // nil until package mesh is wired in (mesh.go)
+	armList := f.arms
+	if f.nodes > 0 {
+		armList += fmt.Sprintf(",kvmesh:%d:mesh", f.nodes)
+	}
+	if f.localNodes > 0 {
+		armList += fmt.Sprintf(",kvmesh:%d:local", f.localNodes)
+	}
+	if cfg.Arms, err = bench.ParseArms(armList); err != nil {
+		return err
+	}
+	if !f.noProgress {
+		cfg.Progress = bench.NewProgress(stderr)
+	}
+
+	rep, err := bench.Run(ctx, cfg, w)
+	if err != nil {
+		return err
+	}
+	rep.Title = f.title
+	if rep.Title == "" {
+		rep.Title = "kvmesh benchmark: " + w.Name
+	}
+	rep.Command = commandLine("run", args)
+	rep.Workload = info
+	rep.Setup = bench.Setup{
+		Backends: f.backends, CacheBlocks: simCfg.CacheBlocks, BlockTokens: simCfg.BlockSize, TimeScale: f.timeScale,
+		Mode: cfg.Replay.Mode, Concurrency: cfg.Replay.Concurrency, Repeats: f.repeats,
+		ScaleRouterTimes: cfg.ScaleRouterTimes,
+		Notes:            fmt.Sprintf("%s Machine: %d CPUs, %s.", f.notes, runtime.NumCPU(), runtime.Version()),
+	}
+	if err := bench.WriteMarkdown(stdout, rep); err != nil {
+		return err
+	}
+	fmt.Fprintln(stderr, bench.FloorsSummary(bench.CheckFloors(rep)))
+	out := f.out
+	if f.publish != "" {
+		out = filepath.Join(repoRoot(), "docs", "bench", f.publish)
+	}
+	if out != "" {
+		if err := rep.WriteDir(out); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "results written to %s\n", out)
+	}
+	return nil
+}
+
+// autoCacheBlocks sizes each backend's KV cache so that the fleet holds
+// ratio times the working set, but never less than what the longest request
+// needs twice over (the sim refuses a request that cannot fit).
+func autoCacheBlocks(workingSet, backends int, ratio float64, w *workload.Workload, blockTokens int) int {
+	longest := (w.MaxPromptTokens + maxOutputOf(w) + blockTokens - 1) / blockTokens
+	return max(int(ratio*float64(workingSet)/float64(backends)), 2*longest, 64)
+}
+
+// meshState is the mesh arms' shared state; nil until package mesh exists.
+var meshState bench.SharedState

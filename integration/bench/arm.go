@@ -1,0 +1,123 @@
+package bench
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/kvmesh/kvmesh/router"
+)
+
+// PolicyOracle names the oracle arm's policy (see Oracle).
+const PolicyOracle = "oracle"
+
+// State says how the router nodes of a multi-node arm share what they learn.
+type State string
+
+const (
+	// StateLocal: each node keeps its own claims (NewLocalLearner each), as
+	// independent replicas behind an L4 balancer do without a mesh.
+	StateLocal State = "local"
+	// StateMesh: nodes replicate claims through kvmesh's mesh.
+	StateMesh State = "mesh"
+)
+
+// Arm is one way of routing that the harness measures.
+type Arm struct {
+	// Name labels the arm in tables and charts.
+	Name string `json:"name"`
+	// Policy is a router policy name (router.PolicyNames) or PolicyOracle.
+	Policy string `json:"policy"`
+	// Nodes is the number of router nodes; requests are spread over them
+	// uniformly at random, as by an L4 balancer. 1 for a single router.
+	Nodes int `json:"nodes"`
+	// State is how several nodes share claims (ignored for one node).
+	State State `json:"state,omitempty"`
+}
+
+// ParseArm reads an arm spec: a policy name, optionally followed by
+// ":<nodes>" and ":mesh" or ":local" (default local), e.g. "kvmesh",
+// "oracle", "kvmesh:8:mesh", "kvmesh:3:local".
+func ParseArm(spec string) (Arm, error) {
+	parts := strings.Split(strings.TrimSpace(spec), ":")
+	a := Arm{Policy: parts[0], Nodes: 1}
+	if a.Policy != PolicyOracle && !slices.Contains(router.PolicyNames(), a.Policy) {
+		return Arm{}, fmt.Errorf("bench: arm %q: unknown policy %q (want %s or %s)", spec, a.Policy,
+			strings.Join(router.PolicyNames(), ", "), PolicyOracle)
+	}
+	if len(parts) > 3 {
+		return Arm{}, fmt.Errorf("bench: arm %q: want policy[:nodes[:mesh|local]]", spec)
+	}
+	if len(parts) >= 2 {
+		n, err := strconv.Atoi(parts[1])
+		if err != nil || n < 1 || n > 64 {
+			return Arm{}, fmt.Errorf("bench: arm %q: nodes must be a number in [1, 64]", spec)
+		}
+		a.Nodes = n
+	}
+	if a.Nodes > 1 {
+		a.State = StateLocal
+	}
+	if len(parts) == 3 {
+		switch State(parts[2]) {
+		case StateLocal, StateMesh:
+			a.State = State(parts[2])
+		default:
+			return Arm{}, fmt.Errorf("bench: arm %q: state must be mesh or local, got %q", spec, parts[2])
+		}
+	}
+	if a.Policy == PolicyOracle && a.Nodes != 1 {
+		return Arm{}, fmt.Errorf("bench: arm %q: the oracle runs on one node", spec)
+	}
+	a.Name = a.Policy
+	if a.Nodes > 1 || a.State == StateMesh {
+		a.Name = fmt.Sprintf("%s x%d %s", a.Policy, a.Nodes, a.State)
+	}
+	return a, nil
+}
+
+// ParseArms reads a comma-separated list of arm specs.
+func ParseArms(list string) ([]Arm, error) {
+	var arms []Arm
+	seen := map[string]bool{}
+	for _, spec := range strings.Split(list, ",") {
+		if strings.TrimSpace(spec) == "" {
+			continue
+		}
+		a, err := ParseArm(spec)
+		if err != nil {
+			return nil, err
+		}
+		if seen[a.Name] {
+			return nil, fmt.Errorf("bench: arm %q is listed twice", a.Name)
+		}
+		seen[a.Name] = true
+		arms = append(arms, a)
+	}
+	if len(arms) == 0 {
+		return nil, fmt.Errorf("bench: no arms in %q", list)
+	}
+	return arms, nil
+}
+
+// DefaultArms are the single-node arms every comparison needs: the two
+// baselines, the two published cache-aware alternatives, kvmesh, and the
+// oracle above them all.
+func DefaultArms() []Arm {
+	arms, _ := ParseArms("round_robin,least_loaded,consistent_hash,sglang_cache_aware,kvmesh,oracle")
+	return arms
+}
+
+// rotation returns the arms in the order repeat r runs them: the list
+// rotated left by r, so every arm runs first, last and in between across
+// repeats and no arm always follows the same one's leftovers (page cache,
+// GC, CPU frequency).
+func rotation(arms []Arm, r int) []Arm {
+	n := len(arms)
+	out := make([]Arm, n)
+	for i := range arms {
+		out[i] = arms[(i+r)%n]
+	}
+	return out
+}

@@ -1,0 +1,291 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvmesh/kvmesh/router"
+)
+
+// Sample is what the client saw of one request.
+type Sample struct {
+	// Index is the request's position in the workload.
+	Index int `json:"i"`
+	// Start is when the request was sent, from the start of the run (wall).
+	Start time.Duration `json:"start_ns"`
+	// TTFT is the time from sending the request to the first SSE data event
+	// carrying content (for a non-streaming reply: to the whole answer).
+	// Wall clock; 0 if no content arrived.
+	TTFT time.Duration `json:"ttft_ns"`
+	// E2E is the time from sending the request to the end of the answer.
+	E2E time.Duration `json:"e2e_ns"`
+	// Late is how much later than its scheduled arrival the request was sent
+	// (open loop: the in-flight cap or a slow machine held it back).
+	Late time.Duration `json:"late_ns,omitempty"`
+	// OutputTokens and CachedTokens are the answer's usage (completion
+	// tokens; prompt_tokens_details.cached_tokens as the backend reported).
+	// CachedTokens is kept for cross-checks only: hit rates come from the
+	// fleet's counters.
+	OutputTokens int `json:"out"`
+	CachedTokens int `json:"cached"`
+	// Status is the HTTP status (0 when none arrived).
+	Status int `json:"status"`
+	// Err names what went wrong ("" for success): "http-<status>",
+	// "transport", "stream", "timeout", "no-content".
+	Err string `json:"err,omitempty"`
+	// Backend and Reason come from the router's x-kvmesh-route header, when
+	// present.
+	Backend string `json:"backend,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+// OK reports whether the request succeeded.
+func (s *Sample) OK() bool { return s.Err == "" }
+
+// newHTTPClient returns a client for one run: its own connection pool (so no
+// connection outlives an arm), keep-alive sized for the concurrency, no
+// compression, no proxy from the environment.
+func newHTTPClient(conns int) *http.Client {
+	d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	return &http.Client{Transport: &http.Transport{
+		Proxy:               nil,
+		DialContext:         d.DialContext,
+		MaxIdleConns:        conns,
+		MaxIdleConnsPerHost: conns,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+		WriteBufferSize:     64 << 10,
+		ReadBufferSize:      32 << 10,
+	}}
+}
+
+// bodyPool holds request body buffers. A buffer returns to the pool only
+// after the transport has closed the request body (it may read it after
+// the response arrived).
+var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
+
+// maxPooledBody: larger buffers are dropped rather than pooled.
+const maxPooledBody = 4 << 20
+
+// pooledBody is a request body over a pooled buffer.
+type pooledBody struct {
+	bytes.Reader
+	buf    *[]byte
+	closed atomic.Bool
+}
+
+func (b *pooledBody) Close() error { b.closed.Store(true); return nil }
+
+// release returns the buffer to the pool if the transport is done with it.
+func (b *pooledBody) release() {
+	if b.closed.Load() && cap(*b.buf) <= maxPooledBody {
+		bodyPool.Put(b.buf)
+	}
+}
+
+var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 16<<10) }}
+
+// send posts one rendered chat body to url and reads the answer, streaming
+// or not, filling s (Start and Index are the caller's). render appends the
+// body to the buffer it is given.
+func send(ctx context.Context, c *http.Client, url string, render func([]byte) []byte, s *Sample) {
+	bp := bodyPool.Get().(*[]byte)
+	*bp = render((*bp)[:0])
+	body := &pooledBody{buf: bp}
+	body.Reset(*bp)
+	defer body.release()
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, body)
+	if err != nil {
+		s.Err = "transport"
+		return
+	}
+	req.ContentLength = int64(len(*bp))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream, application/json")
+	t0 := time.Now()
+	resp, err := c.Do(req)
+	if err != nil {
+		s.E2E = time.Since(t0)
+		s.Err = classify(ctx, err)
+		return
+	}
+	defer resp.Body.Close()
+	s.Status = resp.StatusCode
+	s.Backend, s.Reason = parseRoute(resp.Header.Get(router.RouteHeader))
+	if resp.StatusCode != http.StatusOK {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+		s.E2E = time.Since(t0)
+		s.Err = "http-" + strconv.Itoa(resp.StatusCode)
+		return
+	}
+	br := readerPool.Get().(*bufio.Reader)
+	br.Reset(resp.Body)
+	if isEventStream(resp.Header.Get("Content-Type")) {
+		err = readStream(br, t0, s)
+	} else {
+		err = readJSON(br, t0, s)
+	}
+	br.Reset(nil)
+	readerPool.Put(br)
+	s.E2E = time.Since(t0)
+	switch {
+	case err != nil:
+		s.Err = classify(ctx, err)
+	case s.TTFT == 0:
+		s.Err = "no-content"
+	}
+}
+
+func isEventStream(ct string) bool { return strings.HasPrefix(ct, "text/event-stream") }
+
+func classify(ctx context.Context, err error) string {
+	if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
+		return "timeout"
+	}
+	var se *streamError
+	if errors.As(err, &se) {
+		return "stream"
+	}
+	return "transport"
+}
+
+// streamError is an error event inside a stream, or a stream that ended
+// without [DONE].
+type streamError struct{ msg string }
+
+func (e *streamError) Error() string { return "stream: " + e.msg }
+
+var (
+	dataPrefix   = []byte("data: ")
+	doneMarker   = []byte("[DONE]")
+	contentKey   = []byte(`"content":"`)
+	textKey      = []byte(`"text":"`)
+	usageKey     = []byte(`"usage":{`)
+	completionKy = []byte(`"completion_tokens":`)
+	cachedKey    = []byte(`"cached_tokens":`)
+	errorKey     = []byte(`"error":{`)
+)
+
+// readStream reads an SSE stream: TTFT at the first data event whose delta
+// carries non-empty content (or text), usage from the event that has it,
+// success at data: [DONE].
+func readStream(br *bufio.Reader, t0 time.Time, s *Sample) error {
+	var long []byte // a line longer than the reader's buffer
+	for {
+		line, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			long = append(long, line...)
+			continue
+		}
+		if long != nil {
+			line = append(long, line...)
+			long = nil
+		}
+		if len(line) > 0 && bytes.HasPrefix(line, dataPrefix) {
+			ev := bytes.TrimSpace(line[len(dataPrefix):])
+			switch {
+			case bytes.Equal(ev, doneMarker):
+				return nil
+			case bytes.Contains(ev, errorKey):
+				return &streamError{msg: "error event"}
+			}
+			if s.TTFT == 0 && hasContent(ev) {
+				s.TTFT = time.Since(t0)
+			}
+			if i := bytes.Index(ev, usageKey); i >= 0 {
+				s.OutputTokens = intAfter(ev[i:], completionKy)
+				s.CachedTokens = intAfter(ev[i:], cachedKey)
+			}
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return &streamError{msg: "ended without [DONE]"}
+			}
+			return err
+		}
+	}
+}
+
+// readJSON reads a non-streaming answer: the first token is the whole answer.
+func readJSON(br *bufio.Reader, t0 time.Time, s *Sample) error {
+	body, err := io.ReadAll(io.LimitReader(br, 64<<20))
+	if err != nil {
+		return err
+	}
+	if bytes.Contains(body, errorKey) && !bytes.Contains(body, usageKey) {
+		return &streamError{msg: "error object"}
+	}
+	s.TTFT = time.Since(t0)
+	if i := bytes.Index(body, usageKey); i >= 0 {
+		s.OutputTokens = intAfter(body[i:], completionKy)
+		s.CachedTokens = intAfter(body[i:], cachedKey)
+	}
+	return nil
+}
+
+// hasContent reports whether an event has a non-empty "content" or "text"
+// string (the sim's and vLLM's first chat event carries role and "").
+func hasContent(ev []byte) bool {
+	for _, key := range [][]byte{contentKey, textKey} {
+		if i := bytes.Index(ev, key); i >= 0 && i+len(key) < len(ev) && ev[i+len(key)] != '"' {
+			return true
+		}
+	}
+	return false
+}
+
+// intAfter parses the non-negative integer following key in b (0 if absent).
+func intAfter(b, key []byte) int {
+	i := bytes.Index(b, key)
+	if i < 0 {
+		return 0
+	}
+	n := 0
+	for _, c := range b[i+len(key):] {
+		if c == ' ' && n == 0 {
+			continue
+		}
+		if c < '0' || c > '9' || n > 1<<40 {
+			break
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
+
+// parseRoute reads backend and reason from an x-kvmesh-route value.
+func parseRoute(v string) (backend, reason string) {
+	for v != "" {
+		var field string
+		if i := strings.IndexByte(v, ';'); i >= 0 {
+			field, v = v[:i], v[i+1:]
+		} else {
+			field, v = v, ""
+		}
+		field = strings.TrimSpace(field)
+		if b, ok := strings.CutPrefix(field, "backend="); ok {
+			backend = b
+		} else if r, ok := strings.CutPrefix(field, "reason="); ok {
+			reason = r
+		}
+	}
+	return backend, reason
+}
+
+// String formats a sample for debugging.
+func (s *Sample) String() string {
+	return fmt.Sprintf("#%d status=%d ttft=%v e2e=%v out=%d err=%q backend=%s reason=%s",
+		s.Index, s.Status, s.TTFT, s.E2E, s.OutputTokens, s.Err, s.Backend, s.Reason)
+}

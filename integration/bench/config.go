@@ -1,0 +1,124 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/kvmesh/kvmesh/router"
+	"github.com/kvmesh/kvmesh/tree"
+)
+
+// Config describes one experiment: which arms, how often, against which
+// fleet, replayed how.
+type Config struct {
+	// Fleet starts a fresh fleet for every run (required). SimFleet gives
+	// in-process simulated backends.
+	Fleet FleetFactory
+
+	// Models are the model names the backends serve, given to the routers
+	// so they need no discovery. Default ["kvmesh-sim"], the simulator's and
+	// the workload generators' default.
+	Models []string
+
+	// TimeScale is the fleet's simulated seconds per real second: arrival
+	// times are divided by it and latencies multiplied, so every figure is
+	// in simulated time. It must equal the fleet's. Default 1.
+	TimeScale float64
+
+	// Router is the routers' base configuration; Backends and Policy are
+	// set per arm. Default router.DefaultConfig(), what a user gets.
+	Router router.Config
+	// ScaleRouterTimes divides the router's backend-related durations
+	// (claim TTLs, scrape interval, signal ages, hot window, SGLang's tree
+	// TTL) by TimeScale, so the router sees the simulated backends as it
+	// would real ones. Default true.
+	ScaleRouterTimes bool
+	// Tree configures every router node's claim index. Default
+	// tree.DefaultConfig().
+	Tree tree.Config
+	// Mesh builds the shared state of multi-node mesh arms; nil refuses
+	// such arms. Default nil (set by whoever links package mesh in).
+	Mesh SharedState
+
+	// Arms are measured in this order in the first repeat, rotated by one
+	// in each following repeat. Default DefaultArms().
+	Arms []Arm
+	// Repeats is how often every arm runs. Default 3: the least that gives
+	// a median and a spread.
+	Repeats int
+	// Replay paces the requests. Default DefaultReplayConfig().
+	Replay ReplayConfig
+
+	// LagSampleEvery is how often the backends' engine lag is sampled (0 =
+	// never). Default 1 s: cheap, and a lag lasts longer than that.
+	LagSampleEvery time.Duration
+	// KeepSamples stores every request's Sample in the results (the JSON
+	// grows by ~150 bytes per request). Default false.
+	KeepSamples bool
+
+	// Progress shows progress (nil = none). Logger receives the routers'
+	// logs and the harness's (one line per run at info).
+	Progress *Progress
+	Logger   zerolog.Logger
+}
+
+// DefaultConfig returns the defaults documented on Config, without a Fleet.
+func DefaultConfig() Config {
+	return Config{
+		Models:           []string{"kvmesh-sim"},
+		TimeScale:        1,
+		Router:           router.DefaultConfig(),
+		ScaleRouterTimes: true,
+		Tree:             tree.DefaultConfig(),
+		Arms:             DefaultArms(),
+		Repeats:          3,
+		Replay:           DefaultReplayConfig(),
+		LagSampleEvery:   time.Second,
+		Logger:           zerolog.Nop(),
+	}
+}
+
+// Validate reports every setting that cannot work.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Fleet == nil {
+		errs = append(errs, errors.New("bench: Config.Fleet is required"))
+	}
+	if len(c.Models) == 0 {
+		errs = append(errs, errors.New("bench: Config.Models must name the served model"))
+	}
+	if !(c.TimeScale > 0) {
+		errs = append(errs, fmt.Errorf("bench: TimeScale must be positive, got %v", c.TimeScale))
+	}
+	if len(c.Arms) == 0 {
+		errs = append(errs, errors.New("bench: no arms"))
+	}
+	names := map[string]bool{}
+	for _, a := range c.Arms {
+		if names[a.Name] {
+			errs = append(errs, fmt.Errorf("bench: arm %q appears twice", a.Name))
+		}
+		names[a.Name] = true
+		if a.Nodes < 1 {
+			errs = append(errs, fmt.Errorf("bench: arm %q has %d nodes", a.Name, a.Nodes))
+		}
+		if a.State == StateMesh && c.Mesh == nil {
+			errs = append(errs, fmt.Errorf("bench: arm %q needs a mesh, and Config.Mesh is nil", a.Name))
+		}
+	}
+	if c.Repeats < 1 {
+		errs = append(errs, fmt.Errorf("bench: Repeats must be at least 1, got %d", c.Repeats))
+	}
+	rp := c.Replay
+	rp.TimeScale = max(c.TimeScale, 1e-9)
+	if err := rp.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Tree.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,217 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/rs/zerolog"
+
+	"github.com/kvmesh/kvmesh/router"
+	"github.com/kvmesh/kvmesh/tree"
+)
+
+// SharedState builds the learners of n router nodes that share claims (the
+// mesh), each writing into its node's index. close stops whatever it
+// started. The harness has no mesh of its own: cmd/kvmesh-bench (or a
+// test) sets Config.Mesh once package mesh provides one.
+type SharedState func(ctx context.Context, indexes []*tree.Index, log zerolog.Logger) (learners []router.Learner, close func() error, err error)
+
+// deployment is one arm's router nodes in front of one fleet.
+type deployment struct {
+	fronts  []string // node base URLs
+	nodes   []*routerNode
+	oracle  *Oracle
+	closeFn func() error // shared state (mesh)
+}
+
+type routerNode struct {
+	rt   *router.Router
+	reg  *prometheus.Registry
+	srv  *http.Server
+	done chan struct{}
+}
+
+// routerConfig is cfg.Router for arm over the fleet's backends, with its
+// time settings on the simulated clock.
+func routerConfig(cfg *Config, policy string, urls []string) router.Config {
+	rc := cfg.Router
+	rc.Policy = policy
+	if policy == PolicyOracle {
+		rc.Policy = router.PolicyKVMesh // placeholder: Deps.Policy overrides it
+	}
+	rc.Backends = make([]router.BackendConfig, len(urls))
+	for i, u := range urls {
+		rc.Backends[i] = router.BackendConfig{Name: BackendName(i), URL: u, Models: cfg.Models}
+	}
+	if cfg.ScaleRouterTimes && cfg.TimeScale != 1 {
+		scaleRouterTimes(&rc, cfg.TimeScale)
+	}
+	return rc
+}
+
+// scaleRouterTimes divides the router's durations that are about the
+// backends' behaviour (how long a cache keeps a prefix, how fast queues
+// change) by the time scale, so the router sees the simulated backends as
+// it would see real ones. Timeouts about the machine itself (dial, header,
+// probe) are left alone.
+func scaleRouterTimes(rc *router.Config, scale float64) {
+	sc := func(d *time.Duration, floor time.Duration) {
+		*d = max(time.Duration(float64(*d)/scale), floor)
+	}
+	sc(&rc.ProvisionalTTL, time.Millisecond)
+	sc(&rc.ConfirmedTTL, time.Millisecond)
+	sc(&rc.ScrapeInterval, 20*time.Millisecond) // a floor: scraping faster only burns CPU
+	sc(&rc.SignalFresh, 0)
+	sc(&rc.SignalMaxAge, 2*rc.ScrapeInterval)
+	if rc.SignalFresh >= rc.SignalMaxAge {
+		rc.SignalFresh = rc.SignalMaxAge / 2
+	}
+	sc(&rc.KVMesh.HotWindow, time.Millisecond)
+	sc(&rc.SGLang.TreeTTL, time.Second)
+}
+
+// deploy starts arm's router nodes in front of fleet.
+func deploy(ctx context.Context, cfg *Config, arm Arm, fleet Fleet) (_ *deployment, err error) {
+	urls := fleet.URLs()
+	rc := routerConfig(cfg, arm.Policy, urls)
+	d := &deployment{}
+	defer func() {
+		if err != nil {
+			d.Close()
+		}
+	}()
+
+	indexes := make([]*tree.Index, arm.Nodes)
+	for i := range indexes {
+		if indexes[i], err = tree.New(cfg.Tree); err != nil {
+			return nil, err
+		}
+	}
+	learners := make([]router.Learner, arm.Nodes)
+	switch {
+	case arm.Nodes > 1 && arm.State == StateMesh:
+		if cfg.Mesh == nil {
+			return nil, errors.New("bench: mesh arms need Config.Mesh (package mesh is not wired in)")
+		}
+		if learners, d.closeFn, err = cfg.Mesh(ctx, indexes, cfg.Logger); err != nil {
+			return nil, fmt.Errorf("bench: starting the mesh: %w", err)
+		}
+	default:
+		for i := range learners {
+			learners[i] = router.NewLocalLearner(indexes[i], fmt.Sprintf("node-%d", i))
+		}
+	}
+
+	var policy router.Policy
+	if arm.Policy == PolicyOracle {
+		view := fleet.Oracle()
+		if view == nil {
+			return nil, errors.New("bench: this fleet cannot answer the oracle")
+		}
+		m := make(map[string]OracleBackend, len(view.Backends))
+		for i, b := range view.Backends {
+			m[BackendName(i)] = b
+		}
+		d.oracle = NewOracle(rc.KVMesh, m)
+		policy = d.oracle
+	}
+
+	for i := range arm.Nodes {
+		reg := prometheus.NewRegistry()
+		rt, err := router.New(rc, router.Deps{
+			Index:      indexes[i],
+			Learner:    learners[i],
+			Logger:     cfg.Logger.With().Int("node", i).Logger(),
+			Registerer: reg,
+			Policy:     policy,
+		})
+		if err != nil {
+			return nil, err
+		}
+		n := &routerNode{rt: rt, reg: reg, done: make(chan struct{})}
+		d.nodes = append(d.nodes, n)
+		if err := rt.Start(ctx); err != nil {
+			return nil, err
+		}
+		var api http.Handler = rt
+		if d.oracle != nil {
+			api = d.oracle.Handler(rt)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		n.srv = &http.Server{Handler: nodeMux(api, rt.AdminHandler(), reg), ReadHeaderTimeout: rc.ReadHeaderTimeout}
+		go func() {
+			defer close(n.done)
+			_ = n.srv.Serve(ln)
+		}()
+		d.fronts = append(d.fronts, "http://"+ln.Addr().String())
+	}
+	return d, nil
+}
+
+// nodeMux serves the API, the admin endpoints and /metrics on one listener.
+func nodeMux(api, admin http.Handler, reg *prometheus.Registry) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/", api)
+	for _, p := range []string{"/admin/", "/debug/", "/healthz", "/readyz"} {
+		mux.Handle(p, admin)
+	}
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	return mux
+}
+
+// Close stops the nodes' servers and routers and the shared state.
+func (d *deployment) Close() {
+	for _, n := range d.nodes {
+		if n.srv != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if n.srv.Shutdown(ctx) != nil {
+				n.srv.Close()
+			}
+			cancel()
+			<-n.done
+		}
+		n.rt.Close()
+	}
+	if d.closeFn != nil {
+		_ = d.closeFn()
+	}
+}
+
+// decisions sums kvmesh_router_decisions_total by reason over the nodes.
+func (d *deployment) decisions() map[string]float64 {
+	out := map[string]float64{}
+	for _, n := range d.nodes {
+		mfs, err := n.reg.Gather()
+		if err != nil {
+			continue
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "kvmesh_router_decisions_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				out[labelValue(m, "reason")] += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return out
+}
+
+func labelValue(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}

@@ -1,0 +1,102 @@
+package bench
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Floor is one of the figures kvmesh must reach, checked on a report's
+// medians.
+type Floor struct {
+	Name string  `json:"name"`
+	Want string  `json:"want"`
+	Got  float64 `json:"got"`  // the ratio compared
+	Need float64 `json:"need"` // the threshold (Got >= Need passes, or <= for upper bounds)
+	Pass bool    `json:"pass"`
+	// Detail shows the figures the ratio came from.
+	Detail string `json:"detail"`
+}
+
+// CheckFloors evaluates kvmesh's floors on r (arms absent from r are
+// skipped):
+//
+//   - token hit rate at least 95% of the oracle's and at least 2x
+//     round_robin's;
+//   - TTFT p99 no worse than least_loaded's, TTFT p50 at most half of
+//     round_robin's;
+//   - each kvmesh mesh arm's hit rate at least 97% of one node's.
+func CheckFloors(r *Report) []Floor {
+	var out []Floor
+	km := r.Find("kvmesh")
+	if km == nil {
+		return nil
+	}
+	ratio := func(name, want string, num, den, need float64, atMost bool, detail string) {
+		f := Floor{Name: name, Want: want, Need: need, Detail: detail}
+		if den > 0 {
+			f.Got = num / den
+		}
+		if atMost {
+			f.Pass = den > 0 && f.Got <= need
+		} else {
+			f.Pass = den > 0 && f.Got >= need
+		}
+		out = append(out, f)
+	}
+	if o := r.Find(PolicyOracle); o != nil {
+		ratio("hit rate vs oracle", ">= 0.95 x oracle", km.HitRate.Median, o.HitRate.Median, 0.95, false,
+			fmt.Sprintf("kvmesh %s, oracle %s", pct(km.HitRate.Median), pct(o.HitRate.Median)))
+	}
+	if rr := r.Find("round_robin"); rr != nil {
+		ratio("hit rate vs round_robin", ">= 2 x round_robin", km.HitRate.Median, rr.HitRate.Median, 2, false,
+			fmt.Sprintf("kvmesh %s, round_robin %s", pct(km.HitRate.Median), pct(rr.HitRate.Median)))
+		ratio("TTFT p50 vs round_robin", "<= 0.5 x round_robin", km.TTFTP50.Median, rr.TTFTP50.Median, 0.5, true,
+			fmt.Sprintf("kvmesh %.3f s, round_robin %.3f s", km.TTFTP50.Median, rr.TTFTP50.Median))
+	}
+	if ll := r.Find("least_loaded"); ll != nil {
+		ratio("TTFT p99 vs least_loaded", "<= 1 x least_loaded", km.TTFTP99.Median, ll.TTFTP99.Median, 1, true,
+			fmt.Sprintf("kvmesh %.3f s, least_loaded %.3f s", km.TTFTP99.Median, ll.TTFTP99.Median))
+	}
+	for i := range r.Arms {
+		a := &r.Arms[i]
+		if a.Arm.Policy == "kvmesh" && a.Arm.State == StateMesh {
+			ratio("hit rate "+a.Arm.Name+" vs one node", ">= 0.97 x one node", a.HitRate.Median, km.HitRate.Median, 0.97, false,
+				fmt.Sprintf("%s %s, kvmesh %s", a.Arm.Name, pct(a.HitRate.Median), pct(km.HitRate.Median)))
+		}
+	}
+	return out
+}
+
+// writeFloors writes the floor checks as a Markdown list.
+func writeFloors(ew *errWriter, floors []Floor) {
+	if len(floors) == 0 {
+		return
+	}
+	ew.printf("Floors (on the medians):\n\n")
+	for _, f := range floors {
+		mark := "MISSED"
+		if f.Pass {
+			mark = "met"
+		}
+		ew.printf("- %s: want %s, got %.3f x — **%s** (%s)\n", f.Name, f.Want, f.Got, mark, f.Detail)
+	}
+	ew.printf("\n")
+}
+
+// FloorsSummary is a one-line summary ("4/5 floors met: ...").
+func FloorsSummary(floors []Floor) string {
+	met := 0
+	var missed []string
+	for _, f := range floors {
+		if f.Pass {
+			met++
+		} else {
+			missed = append(missed, f.Name)
+		}
+	}
+	s := fmt.Sprintf("%d/%d floors met", met, len(floors))
+	if len(missed) > 0 {
+		s += "; missed: " + strings.Join(missed, ", ")
+	}
+	return s
+}

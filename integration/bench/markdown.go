@@ -1,0 +1,233 @@
+package bench
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Files WriteDir writes.
+const (
+	// MarkdownFile is the Markdown report with the charts embedded.
+	MarkdownFile = "README.md"
+	JSONFile     = "results.json"
+	HitRateSVG   = "hit_rate.svg"
+	TTFTSVG      = "ttft.svg"
+)
+
+// WriteDir writes the report into dir (created if needed): the Markdown
+// table, the JSON of every run, and the two charts.
+func (r *Report) WriteDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name  string
+		write func(io.Writer, *Report) error
+	}{
+		{MarkdownFile, writeReadme}, {JSONFile, WriteJSON}, {HitRateSVG, WriteHitRateSVG}, {TTFTSVG, WriteTTFTSVG},
+	} {
+		if err := writeFile(filepath.Join(dir, f.name), func(w io.Writer) error { return f.write(w, r) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	bw := bufio.NewWriter(f)
+	if err := write(bw); err != nil {
+		f.Close()
+		return fmt.Errorf("bench: writing %s: %w", path, err)
+	}
+	if err := bw.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// writeReadme is WriteMarkdown with the charts shown after the table's
+// section.
+func writeReadme(w io.Writer, r *Report) error {
+	if err := WriteMarkdown(w, r); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "\n## Charts\n\n![token hit rate per arm](%s)\n\n![TTFT percentiles per arm](%s)\n\nRaw results (every repeat of every arm): [%s](%s).\n",
+		HitRateSVG, TTFTSVG, JSONFile, JSONFile)
+	return err
+}
+
+// WriteJSON writes the whole report, every run included, as indented JSON.
+func WriteJSON(w io.Writer, r *Report) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteMarkdown writes the summary table (median and min–max over the
+// repeats), the setup, the workload with its infinite-cache bound, the
+// routers' decisions and a table of every run.
+func WriteMarkdown(w io.Writer, r *Report) error {
+	ew := &errWriter{w: w}
+	p := ew.printf
+	if r.Title != "" {
+		p("# %s\n\n", r.Title)
+	}
+	wl, st := &r.Workload, &r.Setup
+	p("Workload: `%s`: %d requests, %s prompt tokens (max %d), %s output tokens over %.0f s (simulated).\n\n",
+		wl.Name, wl.Requests, thousands(wl.PromptTokens), wl.MaxPromptTokens, thousands(wl.OutputTokens), wl.SpanSeconds)
+	p("**Infinite-cache bound: %s** of prompt tokens at %d-token blocks", pct(wl.Bound), wl.BoundBlockTokens)
+	if wl.TraceBound > 0 {
+		p(" (%s at the trace's 512-token granularity)", pct(wl.TraceBound))
+	}
+	p(". Working set %s blocks; the fleet holds %s blocks (capacity ratio %.3f: ", thousands(int64(wl.WorkingSetBlocks)),
+		thousands(int64(wl.FleetBlocks)), wl.CapacityRatio)
+	if wl.CapacityRatio < 1 {
+		p("the fleet cannot hold the working set).\n\n")
+	} else {
+		p("the fleet can hold the whole working set).\n\n")
+	}
+	p("Setup: %d backends x %d KV blocks of %d tokens, time scale %g, %s loop (concurrency %d), %d repeats, arm order rotated per repeat",
+		st.Backends, st.CacheBlocks, st.BlockTokens, st.TimeScale, st.Mode, st.Concurrency, st.Repeats)
+	if st.ScaleRouterTimes {
+		p(", router time settings divided by the time scale")
+	}
+	p(". Latencies and rates are in simulated time; each cell is the median over repeats with (min–max).")
+	if st.Notes != "" {
+		p(" %s", st.Notes)
+	}
+	p("\n\n")
+
+	p("| arm | hit rate (backend counters) | of bound | TTFT p50 s | TTFT p90 s | TTFT p99 s | E2E p50 s | E2E p99 s | req/s | out tok/s | work CV | errors |\n")
+	p("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for i := range r.Arms {
+		a := &r.Arms[i]
+		ofBound := "–"
+		if wl.Bound > 0 {
+			ofBound = pct(a.HitRate.Median / wl.Bound)
+		}
+		p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", a.Arm.Name,
+			spreadPct(a.HitRate), ofBound, spreadNum(a.TTFTP50, 3), spreadNum(a.TTFTP90, 3), spreadNum(a.TTFTP99, 3),
+			spreadNum(a.E2EP50, 2), spreadNum(a.E2EP99, 2), spreadNum(a.RequestsPerSec, 2),
+			spreadNum(a.OutputTokensPerSec, 0), spreadNum(a.WorkCV, 2), spreadNum(a.Errors, 0))
+	}
+	p("\nHit rate = sum of `vllm:prefix_cache_hits_total` / sum of `vllm:prefix_cache_queries_total` over the fleet. ")
+	p("Work CV = coefficient of variation of the prompt tokens each backend computed (queries - hits).\n\n")
+	writeFloors(ew, CheckFloors(r))
+
+	writeDecisions(ew, r)
+
+	p("## Every run\n\n")
+	p("| repeat | position | arm | hit rate | TTFT p50 s | TTFT p99 s | E2E p99 s | errors | requests CV | late p99 s | max engine lag s |\n")
+	p("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for i := range r.Runs {
+		run := &r.Runs[i]
+		p("| %d | %d | %s | %s | %.3f | %.3f | %.2f | %d | %.2f | %.3f | %.3f |\n", run.Repeat+1, run.Position+1, run.Arm,
+			pct(run.HitRate), run.TTFT.P50, run.TTFT.P99, run.E2E.P99, run.Errors, run.RequestsCV, run.Late.P99, run.MaxEngineLag)
+	}
+	if r.Command != "" {
+		p("\nCommand:\n\n```\n%s\n```\n", r.Command)
+	}
+	return ew.err
+}
+
+// writeDecisions writes each arm's routing decisions by reason, as shares
+// of all its decisions over every repeat.
+func writeDecisions(ew *errWriter, r *Report) {
+	reasons := map[string]bool{}
+	per := map[string]map[string]float64{}
+	for i := range r.Runs {
+		run := &r.Runs[i]
+		if per[run.Arm] == nil {
+			per[run.Arm] = map[string]float64{}
+		}
+		for k, v := range run.Decisions {
+			per[run.Arm][k] += v
+			reasons[k] = true
+		}
+	}
+	if len(reasons) == 0 {
+		return
+	}
+	keys := sortedKeys(reasons)
+	ew.printf("Routing decisions by reason (share of the arm's decisions, all repeats):\n\n| arm | %s |\n|---|%s\n",
+		strings.Join(keys, " | "), strings.Repeat("---|", len(keys)))
+	for i := range r.Arms {
+		name := r.Arms[i].Arm.Name
+		var total float64
+		for _, v := range per[name] {
+			total += v
+		}
+		ew.printf("| %s |", name)
+		for _, k := range keys {
+			if total > 0 && per[name][k] > 0 {
+				ew.printf(" %s |", pct(per[name][k]/total))
+			} else {
+				ew.printf(" – |")
+			}
+		}
+		ew.printf("\n")
+	}
+	ew.printf("\n")
+}
+
+func pct(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) }
+
+func spreadPct(s Spread) string {
+	if s.N == 0 {
+		return "–"
+	}
+	if s.N == 1 {
+		return pct(s.Median)
+	}
+	return fmt.Sprintf("%s (%.1f–%.1f)", pct(s.Median), 100*s.Min, 100*s.Max)
+}
+
+func spreadNum(s Spread, prec int) string {
+	if s.N == 0 {
+		return "–"
+	}
+	if s.N == 1 {
+		return fmt.Sprintf("%.*f", prec, s.Median)
+	}
+	return fmt.Sprintf("%.*f (%.*f–%.*f)", prec, s.Median, prec, s.Min, prec, s.Max)
+}
+
+// thousands formats n with commas.
+func thousands(n int64) string {
+	s := fmt.Sprint(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+// errWriter keeps the first write error so formatting code stays linear.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) printf(format string, args ...any) {
+	if e.err == nil {
+		_, e.err = fmt.Fprintf(e.w, format, args...)
+	}
+}

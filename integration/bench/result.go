@@ -1,0 +1,208 @@
+package bench
+
+import (
+	"sort"
+	"time"
+
+	"github.com/kvmesh/kvmesh/integration/workload"
+)
+
+// RunResult is one arm's run against one fresh fleet. Latencies and rates
+// are in simulated time.
+type RunResult struct {
+	Arm      string `json:"arm"`
+	Repeat   int    `json:"repeat"`   // 0-based
+	Position int    `json:"position"` // 0-based place in its repeat's order
+
+	Requests   int            `json:"requests"`
+	OK         int            `json:"ok"`
+	Errors     int            `json:"errors"`
+	ErrorKinds map[string]int `json:"error_kinds,omitempty"`
+
+	// HitRate is the fleet's token hit rate: the sum over backends of
+	// prefix-cache hits over the sum of queries, from their own counters.
+	HitRate float64 `json:"hit_rate"`
+	Queries uint64  `json:"prefix_cache_queries"`
+	Hits    uint64  `json:"prefix_cache_hits"`
+	// ClientCachedTokens sums usage.prompt_tokens_details.cached_tokens as
+	// the clients saw it: a cross-check of Hits, not a figure.
+	ClientCachedTokens int64 `json:"client_cached_tokens"`
+
+	TTFT LatencySummary `json:"ttft_s"`
+	E2E  LatencySummary `json:"e2e_s"`
+	// Late summarises how much later than scheduled requests were sent
+	// (open loop), in simulated seconds.
+	Late LatencySummary `json:"late_s"`
+
+	WallSeconds        float64 `json:"wall_seconds"`
+	SimSeconds         float64 `json:"sim_seconds"`
+	RequestsPerSec     float64 `json:"requests_per_s"`
+	OutputTokensPerSec float64 `json:"output_tokens_per_s"`
+
+	// WorkCV is the coefficient of variation of the prompt tokens each
+	// backend computed (queries - hits); RequestsCV of the requests each
+	// admitted.
+	WorkCV     float64 `json:"work_cv"`
+	RequestsCV float64 `json:"requests_cv"`
+
+	Backends  []BackendCounters  `json:"backends"`
+	Decisions map[string]float64 `json:"decisions,omitempty"` // router decisions by reason
+	// MaxEngineLag is the largest lag (real seconds) of any engine behind its
+	// model clock: above a few tens of ms the machine was too slow for the
+	// time scale.
+	MaxEngineLag float64 `json:"max_engine_lag_s"`
+	// OracleMisses counts oracle decisions made without the body.
+	OracleMisses uint64 `json:"oracle_misses,omitempty"`
+
+	Samples []Sample `json:"samples,omitempty"`
+}
+
+// ArmSummary is an arm's figures over its repeats: median and spread.
+type ArmSummary struct {
+	Arm                Arm    `json:"arm"`
+	HitRate            Spread `json:"hit_rate"`
+	TTFTP50            Spread `json:"ttft_p50_s"`
+	TTFTP90            Spread `json:"ttft_p90_s"`
+	TTFTP99            Spread `json:"ttft_p99_s"`
+	E2EP50             Spread `json:"e2e_p50_s"`
+	E2EP99             Spread `json:"e2e_p99_s"`
+	RequestsPerSec     Spread `json:"requests_per_s"`
+	OutputTokensPerSec Spread `json:"output_tokens_per_s"`
+	WorkCV             Spread `json:"work_cv"`
+	RequestsCV         Spread `json:"requests_cv"`
+	Errors             Spread `json:"errors"`
+}
+
+// WorkloadInfo describes the replayed workload and how it compares with the
+// fleet's capacity.
+type WorkloadInfo struct {
+	Name            string  `json:"name"`
+	Requests        int     `json:"requests"`
+	PromptTokens    int64   `json:"prompt_tokens"`
+	OutputTokens    int64   `json:"output_tokens"`
+	MaxPromptTokens int     `json:"max_prompt_tokens"`
+	SpanSeconds     float64 `json:"span_s"` // simulated
+	Conversations   int     `json:"conversations"`
+	Groups          int     `json:"groups"`
+	// Bound is the infinite-cache hit rate of the replayed prompts at the
+	// backends' block size (Workload.PrefixCacheBound): what a single
+	// backend with unlimited KV cache would hit. WorkingSetBlocks is the
+	// number of distinct blocks it stores.
+	Bound            float64 `json:"bound"`
+	BoundBlockTokens int     `json:"bound_block_tokens"`
+	WorkingSetBlocks int     `json:"working_set_blocks"`
+	// TraceBound is the trace's own bound at its 512-token granularity
+	// (Mooncake only; 0 otherwise).
+	TraceBound float64 `json:"trace_bound,omitempty"`
+	// FleetBlocks is the fleet's total KV capacity in blocks, and
+	// CapacityRatio FleetBlocks / WorkingSetBlocks: below 1 the fleet cannot
+	// hold the working set, and routing decides what stays cached.
+	FleetBlocks   int     `json:"fleet_blocks"`
+	CapacityRatio float64 `json:"capacity_ratio"`
+}
+
+// DescribeWorkload fills a WorkloadInfo for w on a fleet of fleetBlocks
+// blocks of blockTokens tokens. It computes the infinite-cache bound, which
+// takes about a second per 10M prompt tokens.
+func DescribeWorkload(w *workload.Workload, blockTokens, fleetBlocks int) WorkloadInfo {
+	b := w.PrefixCacheBound(blockTokens)
+	info := WorkloadInfo{
+		Name:             w.Name,
+		Requests:         len(w.Requests),
+		PromptTokens:     w.PromptTokens,
+		OutputTokens:     w.OutputTokens,
+		MaxPromptTokens:  w.MaxPromptTokens,
+		SpanSeconds:      w.Span.Seconds(),
+		Conversations:    w.Conversations,
+		Groups:           w.Groups,
+		Bound:            b.HitRate(),
+		BoundBlockTokens: b.BlockTokens,
+		WorkingSetBlocks: b.UniqueBlocks,
+		FleetBlocks:      fleetBlocks,
+	}
+	if b.UniqueBlocks > 0 {
+		info.CapacityRatio = float64(fleetBlocks) / float64(b.UniqueBlocks)
+	}
+	if w.Trace != nil {
+		info.TraceBound = w.Trace.Bound.HitRate()
+	}
+	return info
+}
+
+// Setup records how the experiment ran.
+type Setup struct {
+	Backends         int     `json:"backends"`
+	CacheBlocks      int     `json:"cache_blocks_per_backend"`
+	BlockTokens      int     `json:"block_tokens"`
+	TimeScale        float64 `json:"time_scale"`
+	Mode             Mode    `json:"mode"`
+	Concurrency      int     `json:"concurrency"`
+	Repeats          int     `json:"repeats"`
+	ScaleRouterTimes bool    `json:"scale_router_times"`
+	Notes            string  `json:"notes,omitempty"`
+}
+
+// Report is a whole experiment: what ran, every run, and the summaries.
+type Report struct {
+	Title    string       `json:"title"`
+	Command  string       `json:"command"`
+	Started  time.Time    `json:"started"`
+	Elapsed  float64      `json:"elapsed_s"` // wall
+	Workload WorkloadInfo `json:"workload"`
+	Setup    Setup        `json:"setup"`
+	Arms     []ArmSummary `json:"arms"`
+	Runs     []RunResult  `json:"runs"`
+}
+
+// Summarize computes each arm's summary from runs, in arms' order.
+func Summarize(arms []Arm, runs []RunResult) []ArmSummary {
+	out := make([]ArmSummary, 0, len(arms))
+	for _, a := range arms {
+		var hit, t50, t90, t99, e50, e99, rps, tps, wcv, rcv, errs []float64
+		for i := range runs {
+			r := &runs[i]
+			if r.Arm != a.Name {
+				continue
+			}
+			hit = append(hit, r.HitRate)
+			t50 = append(t50, r.TTFT.P50)
+			t90 = append(t90, r.TTFT.P90)
+			t99 = append(t99, r.TTFT.P99)
+			e50 = append(e50, r.E2E.P50)
+			e99 = append(e99, r.E2E.P99)
+			rps = append(rps, r.RequestsPerSec)
+			tps = append(tps, r.OutputTokensPerSec)
+			wcv = append(wcv, r.WorkCV)
+			rcv = append(rcv, r.RequestsCV)
+			errs = append(errs, float64(r.Errors))
+		}
+		out = append(out, ArmSummary{
+			Arm: a, HitRate: SpreadOf(hit),
+			TTFTP50: SpreadOf(t50), TTFTP90: SpreadOf(t90), TTFTP99: SpreadOf(t99),
+			E2EP50: SpreadOf(e50), E2EP99: SpreadOf(e99),
+			RequestsPerSec: SpreadOf(rps), OutputTokensPerSec: SpreadOf(tps),
+			WorkCV: SpreadOf(wcv), RequestsCV: SpreadOf(rcv), Errors: SpreadOf(errs),
+		})
+	}
+	return out
+}
+
+// Find returns the summary of the arm named name, or nil.
+func (r *Report) Find(name string) *ArmSummary {
+	for i := range r.Arms {
+		if r.Arms[i].Arm.Name == name {
+			return &r.Arms[i]
+		}
+	}
+	return nil
+}
+
+// sortedKeys returns m's keys in order (for stable output).
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,147 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/kvmesh/kvmesh/integration/workload"
+)
+
+// Run measures every arm of cfg on w, cfg.Repeats times. Each run starts a
+// fresh fleet (refusing one whose counters are not zero) and fresh router
+// state; repeat r runs the arms rotated by r. The report's Workload and
+// Setup are left for the caller, who knows the fleet's shape.
+func Run(ctx context.Context, cfg Config, w *workload.Workload) (*Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(w.Requests) == 0 {
+		return nil, errors.New("bench: the workload has no requests")
+	}
+	rep := &Report{Started: time.Now()}
+	cfg.Progress.Expect(cfg.Repeats * len(cfg.Arms) * len(w.Requests))
+	for r := range cfg.Repeats {
+		for pos, arm := range rotation(cfg.Arms, r) {
+			res, err := RunOnce(ctx, &cfg, w, arm, r, pos)
+			if err != nil {
+				return rep, fmt.Errorf("bench: arm %s, repeat %d: %w", arm.Name, r+1, err)
+			}
+			cfg.Logger.Info().Str("arm", arm.Name).Int("repeat", r+1).Float64("hit_rate", res.HitRate).
+				Float64("ttft_p50_s", res.TTFT.P50).Float64("ttft_p99_s", res.TTFT.P99).Int("errors", res.Errors).
+				Msg("run done")
+			rep.Runs = append(rep.Runs, *res)
+		}
+	}
+	rep.Elapsed = time.Since(rep.Started).Seconds()
+	rep.Arms = Summarize(cfg.Arms, rep.Runs)
+	return rep, nil
+}
+
+// RunOnce is one run: a fresh fleet, arm's routers in front of it, the
+// whole workload replayed, the fleet's counters read.
+func RunOnce(ctx context.Context, cfg *Config, w *workload.Workload, arm Arm, repeat, pos int) (*RunResult, error) {
+	fleet, err := cfg.Fleet(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("starting the fleet: %w", err)
+	}
+	defer fleet.Close()
+	before, err := fleet.Counters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range before {
+		if c.PrefixCacheQueries != 0 || c.Requests != 0 {
+			return nil, fmt.Errorf("backend %s is not fresh (%d queries, %d requests): arms must not share a fleet",
+				c.Name, c.PrefixCacheQueries, c.Requests)
+		}
+	}
+	d, err := deploy(ctx, cfg, arm, fleet)
+	if err != nil {
+		return nil, err
+	}
+	var lag *lagSampler
+	if cfg.LagSampleEvery > 0 {
+		lag = startLagSampler(fleet.URLs(), cfg.LagSampleEvery)
+	}
+	rc := cfg.Replay
+	rc.TimeScale = cfg.TimeScale
+	rc.Seed = cfg.Replay.Seed + uint64(repeat)
+	cfg.Progress.Begin(fmt.Sprintf("%-22s rep %d/%d", arm.Name, repeat+1, cfg.Repeats), len(w.Requests))
+	samples, wall, rerr := Replay(ctx, w, d.fronts, rc, cfg.Progress.Add)
+	cfg.Progress.End()
+	res := &RunResult{Arm: arm.Name, Repeat: repeat, Position: pos}
+	if lag != nil {
+		res.MaxEngineLag = lag.Stop()
+	}
+	res.Decisions = d.decisions()
+	if d.oracle != nil {
+		res.OracleMisses = d.oracle.Misses()
+	}
+	d.Close()
+	if rerr != nil {
+		return nil, rerr
+	}
+	counters, err := fleet.Counters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	fillResult(res, samples, counters, wall, cfg.TimeScale)
+	if cfg.KeepSamples {
+		res.Samples = samples
+	}
+	return res, nil
+}
+
+// fillResult computes a run's figures from its samples and the fleet's
+// counters. scale converts wall time to simulated time.
+func fillResult(res *RunResult, samples []Sample, counters []BackendCounters, wall time.Duration, scale float64) {
+	res.Requests = len(samples)
+	res.Backends = counters
+	var ttft, e2e, late []float64
+	var outTokens int64
+	for i := range samples {
+		s := &samples[i]
+		res.ClientCachedTokens += int64(s.CachedTokens)
+		if s.Late > 0 {
+			late = append(late, s.Late.Seconds()*scale)
+		}
+		if !s.OK() {
+			res.Errors++
+			if res.ErrorKinds == nil {
+				res.ErrorKinds = map[string]int{}
+			}
+			res.ErrorKinds[s.Err]++
+			continue
+		}
+		res.OK++
+		outTokens += int64(s.OutputTokens)
+		ttft = append(ttft, s.TTFT.Seconds()*scale)
+		e2e = append(e2e, s.E2E.Seconds()*scale)
+	}
+	res.TTFT = summarizeLatency(ttft)
+	res.E2E = summarizeLatency(e2e)
+	res.Late = summarizeLatency(late)
+	res.Late.N = len(late) // requests sent late at all
+
+	work := make([]float64, len(counters))
+	reqs := make([]float64, len(counters))
+	for i, c := range counters {
+		res.Queries += c.PrefixCacheQueries
+		res.Hits += c.PrefixCacheHits
+		work[i] = float64(c.ComputedTokens())
+		reqs[i] = float64(c.Requests)
+	}
+	if res.Queries > 0 {
+		res.HitRate = float64(res.Hits) / float64(res.Queries)
+	}
+	res.WorkCV = CV(work)
+	res.RequestsCV = CV(reqs)
+	res.WallSeconds = wall.Seconds()
+	res.SimSeconds = wall.Seconds() * scale
+	if res.SimSeconds > 0 {
+		res.RequestsPerSec = float64(res.OK) / res.SimSeconds
+		res.OutputTokensPerSec = float64(outTokens) / res.SimSeconds
+	}
+}
