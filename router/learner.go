@@ -10,6 +10,10 @@ import (
 // Learner records what the router learns. The mesh implements it by
 // writing into the shared tree.Index and replicating the changes; a single
 // node without a mesh uses LocalLearner.
+//
+// Learn is called on the request path, twice per routed request (at
+// dispatch with Config.ProvisionalTTL, on success with ConfirmedTTL): it
+// must not block on the network. Both methods are called concurrently.
 type Learner interface {
 	// Learn records that backend now holds every prefix of ch at ch.Learn's
 	// depths, for ttl. ch is only valid during the call.
