@@ -129,8 +129,15 @@ func (mp *metricsParser) read(r io.Reader, buf []byte) error {
 			empty = 0
 		}
 		if err == io.EOF {
-			if end > 0 {
-				return mp.line(buf[:end])
+			// The last Read may return data with io.EOF (HTTP bodies do):
+			// it can hold several lines, not just an unterminated last one.
+			for _, ln := range bytes.Split(buf[:end], []byte{'\n'}) {
+				if len(ln) == 0 {
+					continue
+				}
+				if err := mp.line(ln); err != nil {
+					return err
+				}
 			}
 			return nil
 		}

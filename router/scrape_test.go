@@ -248,3 +248,16 @@ func BenchmarkParseMetricsVLLM(b *testing.B) {
 	}
 	b.ReportMetric(float64(strings.Count(page, "\n")), "lines")
 }
+
+// HTTP bodies return their last bytes together with io.EOF: the final chunk
+// may hold several lines and must be parsed line by line.
+func TestParseMetricsDataWithEOF(t *testing.T) {
+	page := "vllm:num_requests_running{model_name=\"m\"} 3\nvllm:num_requests_waiting{model_name=\"m\"} 5000\nvllm:kv_cache_usage_perc{model_name=\"m\"} 0.5\n"
+	var got ScrapedLoad
+	if err := ParseMetrics(iotest.DataErrReader(strings.NewReader(page)), "m", &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Running != 3 || got.Waiting != 5000 || got.KVCacheUsage != 0.5 {
+		t.Fatalf("%+v", got)
+	}
+}

@@ -89,7 +89,7 @@ func (rt *Router) scrapeLoad(ctx context.Context, b *backend) {
 		return
 	}
 	var sl ScrapedLoad
-	if err := ParseMetrics(&eofApart{r: resp.Body}, "", &sl); err != nil {
+	if err := ParseMetrics(resp.Body, "", &sl); err != nil {
 		rt.metrics.errors[errSignalParse].Inc()
 		rt.log.Debug().Str("backend", b.name).Err(err).Msg("metrics page did not parse")
 		return
@@ -118,25 +118,4 @@ func (rt *Router) scrapeLoad(ctx context.Context, b *backend) {
 		rt.log.Info().Str("backend", b.name).Float64("prefix_cache_queries", sl.PrefixQueries).Float64("before", prev).
 			Msg("backend's prefix-cache counters went backwards (restart): claims invalidated (cold cache)")
 	}
-}
-
-// eofApart passes reads through but reports io.EOF only on a read of its
-// own, never together with data. An http body may return its last bytes
-// with io.EOF; ParseMetrics (at 067ea58) then treats the rest of its buffer
-// as one line, so the adapter keeps the two apart.
-type eofApart struct {
-	r   io.Reader
-	eof bool
-}
-
-func (e *eofApart) Read(p []byte) (int, error) {
-	if e.eof {
-		return 0, io.EOF
-	}
-	n, err := e.r.Read(p)
-	if err == io.EOF && n > 0 {
-		e.eof = true
-		return n, nil
-	}
-	return n, err
 }
