@@ -193,4 +193,3 @@ func (o *Oracle) Handler(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
-

@@ -1,0 +1,81 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseArm(t *testing.T) {
+	for spec, want := range map[string]Arm{
+		"kvmesh":               {Name: "kvmesh", Policy: "kvmesh", Nodes: 1},
+		"oracle":               {Name: "oracle", Policy: PolicyOracle, Nodes: 1},
+		"kvmesh:8:mesh":        {Name: "kvmesh x8 mesh", Policy: "kvmesh", Nodes: 8, State: StateMesh},
+		"kvmesh:3":             {Name: "kvmesh x3 local", Policy: "kvmesh", Nodes: 3, State: StateLocal},
+		" round_robin:3:local": {Name: "round_robin x3 local", Policy: "round_robin", Nodes: 3, State: StateLocal},
+	} {
+		got, err := ParseArm(spec)
+		if err != nil || got != want {
+			t.Errorf("ParseArm(%q) = %+v, %v; want %+v", spec, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "fastest", "kvmesh:0", "kvmesh:x", "kvmesh:2:gossip", "oracle:2", "kvmesh:2:mesh:extra"} {
+		if _, err := ParseArm(bad); err == nil {
+			t.Errorf("ParseArm(%q) accepted", bad)
+		}
+	}
+	if _, err := ParseArms("kvmesh,kvmesh"); err == nil || !strings.Contains(err.Error(), "twice") {
+		t.Errorf("a repeated arm: %v", err)
+	}
+	if arms := DefaultArms(); len(arms) != 6 || arms[5].Policy != PolicyOracle {
+		t.Errorf("DefaultArms = %+v", arms)
+	}
+}
+
+func TestRotation(t *testing.T) {
+	arms, _ := ParseArms("round_robin,least_loaded,kvmesh")
+	name := func(as []Arm) string {
+		var s []string
+		for _, a := range as {
+			s = append(s, a.Name)
+		}
+		return strings.Join(s, ",")
+	}
+	for r, want := range []string{
+		"round_robin,least_loaded,kvmesh", "least_loaded,kvmesh,round_robin", "kvmesh,round_robin,least_loaded", "round_robin,least_loaded,kvmesh",
+	} {
+		if got := name(rotation(arms, r)); got != want {
+			t.Errorf("rotation %d = %s, want %s", r, got, want)
+		}
+	}
+}
+
+func TestCheckFloors(t *testing.T) {
+	r := sampleReport()
+	r.Arms = append(r.Arms, ArmSummary{Arm: Arm{Name: "least_loaded", Policy: "least_loaded", Nodes: 1},
+		TTFTP99: Spread{Median: 1.2, N: 2}, TTFTP50: Spread{Median: 0.5, N: 2}})
+	floors := CheckFloors(r)
+	got := map[string]bool{}
+	for _, f := range floors {
+		got[f.Name] = f.Pass
+	}
+	want := map[string]bool{
+		"hit rate vs oracle":       false, // 0.32 / 0.34
+		"hit rate vs round_robin":  true,  // 0.32 / 0.11
+		"TTFT p50 vs round_robin":  true,  // 0.45 / 1.1
+		"TTFT p99 vs least_loaded": false, // 1.35 / 1.2
+	}
+	if len(got) != len(want) {
+		t.Fatalf("floors %+v", floors)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("floor %q pass = %v, want %v", k, got[k], v)
+		}
+	}
+	if s := FloorsSummary(floors); !strings.HasPrefix(s, "2/4 floors met; missed: ") {
+		t.Errorf("summary %q", s)
+	}
+	if CheckFloors(&Report{}) != nil {
+		t.Error("floors without a kvmesh arm")
+	}
+}

@@ -1,0 +1,128 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+const (
+	roleEvent  = `data: {"id":"x","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}` + "\n\n"
+	tokenEvent = `data: {"id":"x","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"alpha beta"}}]}` + "\n\n"
+	usageEvent = `data: {"id":"x","choices":[],"usage":{"prompt_tokens":70,"total_tokens":72,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":64}}}` + "\n\n"
+	doneEvent  = "data: [DONE]\n\n"
+)
+
+func readCanned(t *testing.T, stream string) (Sample, error) {
+	t.Helper()
+	var s Sample
+	err := readStream(bufio.NewReaderSize(strings.NewReader(stream), 16), time.Now().Add(-time.Millisecond), &s)
+	return s, err
+}
+
+func TestReadStream(t *testing.T) {
+	s, err := readCanned(t, roleEvent+tokenEvent+usageEvent+doneEvent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.TTFT <= 0 || s.OutputTokens != 2 || s.CachedTokens != 64 {
+		t.Errorf("sample = %+v, want TTFT > 0, 2 output tokens, 64 cached", s)
+	}
+
+	// The role event's empty content is not the first token.
+	s, err = readCanned(t, roleEvent+doneEvent)
+	if err != nil || s.TTFT != 0 {
+		t.Errorf("role-only stream: TTFT %v err %v, want no TTFT", s.TTFT, err)
+	}
+	// A stream cut before [DONE] is an error, as is an error event.
+	if _, err := readCanned(t, roleEvent+tokenEvent); err == nil {
+		t.Error("a stream without [DONE] was accepted")
+	}
+	if _, err := readCanned(t, tokenEvent+`data: {"error":{"message":"boom","code":500}}`+"\n\n"); err == nil {
+		t.Error("an error event was accepted")
+	}
+	// Lines longer than the reader's buffer are reassembled.
+	long := `data: {"choices":[{"delta":{"content":"` + strings.Repeat("w ", 5000) + `"}}]}` + "\n\n"
+	s, err = readCanned(t, long+doneEvent)
+	if err != nil || s.TTFT <= 0 {
+		t.Errorf("long event: TTFT %v err %v", s.TTFT, err)
+	}
+}
+
+func TestHasContentAndIntAfter(t *testing.T) {
+	for ev, want := range map[string]bool{
+		`{"delta":{"content":""}}`:    false,
+		`{"delta":{"content":"a"}}`:   true,
+		`{"choices":[{"text":"b"}]}`:  true,
+		`{"choices":[{"text":""}]}`:   false,
+		`{"delta":{"role":"x"}}`:      false,
+		`{"delta":{"content":"\"q"}}`: true,
+	} {
+		if got := hasContent([]byte(ev)); got != want {
+			t.Errorf("hasContent(%s) = %v, want %v", ev, got, want)
+		}
+	}
+	if got := intAfter([]byte(`"completion_tokens": 123,`), completionKy); got != 123 {
+		t.Errorf("intAfter = %d, want 123", got)
+	}
+	if got := intAfter([]byte(`"x":1`), completionKy); got != 0 {
+		t.Errorf("intAfter without the key = %d, want 0", got)
+	}
+}
+
+func TestParseRoute(t *testing.T) {
+	b, r := parseRoute("backend=b3; matched=640/9000; reason=prefix; policy=kvmesh")
+	if b != "b3" || r != "prefix" {
+		t.Errorf("parseRoute = %q, %q", b, r)
+	}
+	if b, r := parseRoute(""); b != "" || r != "" {
+		t.Errorf("parseRoute(\"\") = %q, %q", b, r)
+	}
+}
+
+func TestSendClassifiesAnswers(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		switch string(body) {
+		case "stream":
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.Header().Set("X-Kvmesh-Route", "backend=b1; matched=0/10; reason=miss; policy=kvmesh")
+			io.WriteString(w, roleEvent+tokenEvent+usageEvent+doneEvent)
+		case "json":
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"choices":[{"message":{"content":"hi"}}],"usage":{"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":16}}}`)
+		default:
+			http.Error(w, "nope", http.StatusServiceUnavailable)
+		}
+	}))
+	defer srv.Close()
+	c := newHTTPClient(4)
+	defer c.CloseIdleConnections()
+	render := func(s string) func([]byte) []byte { return func(b []byte) []byte { return append(b, s...) } }
+
+	var s Sample
+	send(context.Background(), c, srv.URL, render("stream"), &s)
+	if !s.OK() || s.Status != 200 || s.OutputTokens != 2 || s.Backend != "b1" || s.Reason != "miss" || s.TTFT <= 0 || s.E2E < s.TTFT {
+		t.Errorf("stream sample = %v", &s)
+	}
+	s = Sample{}
+	send(context.Background(), c, srv.URL, render("json"), &s)
+	if !s.OK() || s.OutputTokens != 5 || s.CachedTokens != 16 || s.TTFT <= 0 {
+		t.Errorf("json sample = %v", &s)
+	}
+	s = Sample{}
+	send(context.Background(), c, srv.URL, render("other"), &s)
+	if s.OK() || s.Err != "http-503" || s.Status != 503 {
+		t.Errorf("error sample = %v", &s)
+	}
+	s = Sample{}
+	send(context.Background(), c, "http://127.0.0.1:1", render("x"), &s)
+	if s.Err != "transport" {
+		t.Errorf("refused connection: err %q, want transport", s.Err)
+	}
+}

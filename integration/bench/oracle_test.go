@@ -1,0 +1,161 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/kvmesh/kvmesh/integration/sim"
+	"github.com/kvmesh/kvmesh/router"
+)
+
+func chatBody(system, user string, maxTokens int) []byte {
+	return fmt.Appendf(nil, `{"model":"kvmesh-sim","messages":[{"role":"system","content":%q},{"role":"user","content":%q}],"max_tokens":%d}`,
+		system, user, maxTokens)
+}
+
+func words(prefix string, n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s%d", prefix, i)
+	}
+	return b.String()
+}
+
+func fastSimConfig() sim.Config {
+	c := sim.DefaultConfig()
+	c.TimeScale = 2000
+	c.CacheBlocks = 4096
+	return c
+}
+
+// oracleRequest renders body as the router would and registers it.
+func oracleRequest(t *testing.T, o *Oracle, body []byte) (*router.Request, func()) {
+	t.Helper()
+	p := new(router.Prompt)
+	if err := router.Render(router.EndpointChat, body, p); err != nil {
+		t.Fatal(err)
+	}
+	return &router.Request{Model: "kvmesh-sim", Prompt: p}, o.register(router.EndpointChat, &oracleReq{body: body})
+}
+
+func TestOraclePicksTheBackendThatHoldsThePrefix(t *testing.T) {
+	var insts []*sim.Instance
+	for i := range 3 {
+		c := fastSimConfig()
+		c.Name = fmt.Sprint("o", i)
+		in, err := sim.New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer in.Close()
+		insts = append(insts, in)
+	}
+	system := words("sys", 400)
+	// Warm instance 2 with the system prompt (and a first question).
+	rec := httptest.NewRecorder()
+	insts[2].ServeHTTP(rec, httptest.NewRequest(http.MethodPost, sim.ChatPath, strings.NewReader(string(chatBody(system, "first question", 2)))))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("warming: %d %s", rec.Code, rec.Body)
+	}
+
+	backends := map[string]OracleBackend{}
+	cands := make([]router.Candidate, len(insts))
+	for i, in := range insts {
+		backends[BackendName(i)] = in
+		cands[i] = router.Candidate{Name: BackendName(i), Slot: i, Weight: 1}
+	}
+	o := NewOracle(router.DefaultKVMeshConfig(), backends)
+	req, unregister := oracleRequest(t, o, chatBody(system, "second question", 2))
+	scores := make([]float64, len(cands))
+	d := o.Choose(req, cands, scores)
+	if d.Index != 2 {
+		t.Errorf("oracle chose %s (scores %v), want b2, the only backend holding the system prompt", cands[d.Index].Name, scores)
+	}
+	if !(scores[2] < scores[0] && scores[0] == scores[1]) {
+		t.Errorf("scores %v: want the holder cheapest and the two cold backends equal", scores)
+	}
+	unregister()
+
+	// Without a registered body the oracle sees no cache anywhere and says so.
+	req, _ = oracleRequest(t, NewOracle(router.DefaultKVMeshConfig(), backends), chatBody(system, "third", 2))
+	o2 := NewOracle(router.DefaultKVMeshConfig(), backends)
+	o2.Choose(req, cands, scores)
+	if o2.Misses() != 1 {
+		t.Errorf("misses = %d, want 1 for an unregistered body", o2.Misses())
+	}
+}
+
+// fakeOracleBackend reports a fixed cache match and load.
+type fakeOracleBackend struct {
+	cached, prompt int
+	load           sim.Load
+}
+
+func (f *fakeOracleBackend) CachedPrefix([]byte, string) (int, int, error) {
+	return f.cached, f.prompt, nil
+}
+func (f *fakeOracleBackend) Load() sim.Load { return f.load }
+
+func TestOracleWeighsLoadAgainstCache(t *testing.T) {
+	holder := &fakeOracleBackend{cached: 3000, prompt: 4000}
+	idle := &fakeOracleBackend{cached: 0, prompt: 4000}
+	o := NewOracle(router.DefaultKVMeshConfig(), map[string]OracleBackend{"b0": idle, "b1": holder})
+	cands := []router.Candidate{{Name: "b0", Weight: 1}, {Name: "b1", Weight: 1}}
+	scores := make([]float64, 2)
+	req, unregister := oracleRequest(t, o, chatBody("s", "u", 1))
+	defer unregister()
+	if d := o.Choose(req, cands, scores); d.Index != 1 {
+		t.Fatalf("chose b%d with scores %v, want the holder when both are idle", d.Index, scores)
+	}
+	// A long real queue at the holder outweighs 3,000 saved tokens.
+	holder.load = sim.Load{Running: 40, Waiting: 12}
+	if d := o.Choose(req, cands, scores); d.Index != 0 {
+		t.Errorf("chose b%d with scores %v, want the idle backend when the holder has 12 waiting", d.Index, scores)
+	}
+}
+
+// Through a real router and fleet: the oracle arm sends a request to the
+// backend whose engine holds its prefix, whatever the claims say (the
+// prefix was put there behind the router's back).
+func TestOracleArmThroughTheRouter(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.TimeScale = 2000
+	cfg.Fleet = SimFleet(3, fastSimConfig())
+	cfg.LagSampleEvery = 0
+	fleet, err := cfg.Fleet(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+	arm, _ := ParseArm(PolicyOracle)
+	d, err := deploy(context.Background(), &cfg, arm, fleet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	system := words("doc", 600)
+	resp, err := http.Post(fleet.URLs()[1]+sim.ChatPath, "application/json", strings.NewReader(string(chatBody(system, "warm", 1))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+
+	c := newHTTPClient(2)
+	defer c.CloseIdleConnections()
+	var s Sample
+	body := chatBody(system, "now ask", 2)
+	send(context.Background(), c, d.fronts[0]+sim.ChatPath, func(b []byte) []byte { return append(b, body...) }, &s)
+	if !s.OK() || s.Backend != "b1" {
+		t.Errorf("oracle routed to %q (%v), want b1", s.Backend, &s)
+	}
+	if d.oracle.Misses() != 0 {
+		t.Errorf("oracle misses %d: bodies are not reaching it", d.oracle.Misses())
+	}
+}

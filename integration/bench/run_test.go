@@ -1,0 +1,183 @@
+package bench
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvmesh/kvmesh/integration/sim"
+	"github.com/kvmesh/kvmesh/integration/workload"
+)
+
+// prefixHeavy is a workload where routing decides the hit rate: 4 groups of
+// 12 prompts sharing a 1,024-token system prompt, on 2 backends whose
+// caches hold about two groups' prefixes each. Round robin sends every
+// group to both backends, which then thrash; a cache-aware router keeps
+// each group on one.
+func prefixHeavy(t *testing.T) (*workload.Workload, sim.Config) {
+	t.Helper()
+	o := workload.DefaultSharedPrefixOptions()
+	o.Groups, o.PromptsPerGroup = 4, 12
+	o.SystemPromptTokens, o.QuestionTokens, o.OutputTokens = 1024, 32, 4
+	o.Rate = 0
+	w, err := workload.SharedPrefix(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := sim.DefaultConfig()
+	sc.TimeScale = 1000
+	sc.CacheBlocks = 170 // 2 x 64 prefix blocks + room for the running questions
+	sc.MaxRunning = 4
+	return w, sc
+}
+
+func e2eConfig(t *testing.T, sc sim.Config, arms string) Config {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Fleet = SimFleet(2, sc)
+	cfg.TimeScale = sc.TimeScale
+	cfg.Replay.Mode, cfg.Replay.Concurrency = ClosedLoop, 2
+	cfg.Replay.RequestTimeout = 30 * time.Second
+	cfg.Repeats = 1
+	cfg.LagSampleEvery = 0
+	var err error
+	if cfg.Arms, err = ParseArms(arms); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func TestEndToEndHitRatesFromFleetCounters(t *testing.T) {
+	w, sc := prefixHeavy(t)
+	cfg := e2eConfig(t, sc, "round_robin,kvmesh")
+	cfg.KeepSamples = true
+	rep, err := Run(context.Background(), cfg, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Runs) != 2 || len(rep.Arms) != 2 {
+		t.Fatalf("%d runs, %d summaries", len(rep.Runs), len(rep.Arms))
+	}
+	for _, run := range rep.Runs {
+		if run.Errors != 0 || run.OK != len(w.Requests) {
+			t.Fatalf("%s: %d ok, %d errors %v", run.Arm, run.OK, run.Errors, run.ErrorKinds)
+		}
+		// The hit rate is the fleet counters' and nothing else: hits and
+		// queries are the backends' sums, and the queries are exactly the
+		// prompt tokens of this run's requests (a fresh fleet per run).
+		var q, h uint64
+		for _, b := range run.Backends {
+			q += b.PrefixCacheQueries
+			h += b.PrefixCacheHits
+		}
+		if q != run.Queries || h != run.Hits || run.HitRate != float64(h)/float64(q) {
+			t.Errorf("%s: hit rate %v from %d/%d, backends sum %d/%d", run.Arm, run.HitRate, run.Hits, run.Queries, h, q)
+		}
+		if int64(q) != w.PromptTokens {
+			t.Errorf("%s: fleet counted %d prompt tokens, the run sent %d: counters are not this run's alone", run.Arm, q, w.PromptTokens)
+		}
+		// The clients' view (usage.cached_tokens) agrees with the counters.
+		if uint64(run.ClientCachedTokens) != run.Hits {
+			t.Errorf("%s: clients saw %d cached tokens, backends counted %d hits", run.Arm, run.ClientCachedTokens, run.Hits)
+		}
+		if len(run.Samples) != len(w.Requests) || run.TTFT.N != len(w.Requests) || run.TTFT.P50 <= 0 {
+			t.Errorf("%s: %d samples, TTFT %+v", run.Arm, len(run.Samples), run.TTFT)
+		}
+	}
+	rr, km := rep.Find("round_robin"), rep.Find("kvmesh")
+	if !(km.HitRate.Median > rr.HitRate.Median*1.2) {
+		t.Errorf("kvmesh hit rate %.3f does not beat round_robin's %.3f on a prefix-heavy workload", km.HitRate.Median, rr.HitRate.Median)
+	}
+	t.Logf("round_robin %.3f, kvmesh %.3f", rr.HitRate.Median, km.HitRate.Median)
+}
+
+// reusedFleet hands out the same fleet every time: the isolation check must
+// refuse it once it has served a run.
+type reusedFleet struct{ f Fleet }
+
+func (r *reusedFleet) start(context.Context) (Fleet, error) { return nopClose{r.f}, nil }
+
+type nopClose struct{ Fleet }
+
+func (nopClose) Close() error { return nil }
+
+func TestArmsAreIsolated(t *testing.T) {
+	w, sc := prefixHeavy(t)
+	w.Requests = w.Requests[:12]
+	cfg := e2eConfig(t, sc, "round_robin,least_loaded")
+	cfg.Repeats = 2
+	rep, err := Run(context.Background(), cfg, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every run's fleet counted exactly its own requests.
+	for _, run := range rep.Runs {
+		var reqs uint64
+		for _, b := range run.Backends {
+			reqs += b.Requests
+		}
+		if reqs != uint64(len(w.Requests)) || int64(run.Queries) != promptTokens(w) {
+			t.Errorf("%s repeat %d: fleet saw %d requests / %d tokens, want %d / %d", run.Arm, run.Repeat, reqs, run.Queries, len(w.Requests), promptTokens(w))
+		}
+	}
+	// Arm order rotates between repeats.
+	if rep.Runs[0].Arm != "round_robin" || rep.Runs[2].Arm != "least_loaded" {
+		t.Errorf("run order %s, %s, %s, %s: want the second repeat rotated", rep.Runs[0].Arm, rep.Runs[1].Arm, rep.Runs[2].Arm, rep.Runs[3].Arm)
+	}
+
+	// A fleet that already served a run is refused.
+	f, err := SimFleet(2, sc)(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cfg.Fleet = (&reusedFleet{f: f}).start
+	cfg.Repeats = 1
+	if _, err := Run(context.Background(), cfg, w); err == nil || !strings.Contains(err.Error(), "not fresh") {
+		t.Errorf("a reused fleet: err %v, want a not-fresh error", err)
+	}
+}
+
+func promptTokens(w *workload.Workload) int64 {
+	var n int64
+	for i := range w.Requests {
+		n += int64(w.Requests[i].PromptTokens)
+	}
+	return n
+}
+
+func TestFillResult(t *testing.T) {
+	samples := []Sample{
+		{TTFT: 100 * time.Millisecond, E2E: 300 * time.Millisecond, OutputTokens: 10, CachedTokens: 5},
+		{TTFT: 200 * time.Millisecond, E2E: 400 * time.Millisecond, OutputTokens: 20, Late: 10 * time.Millisecond},
+		{Err: "http-500", Status: 500},
+	}
+	counters := []BackendCounters{
+		{Name: "b0", PrefixCacheQueries: 100, PrefixCacheHits: 40, Requests: 1},
+		{Name: "b1", PrefixCacheQueries: 100, PrefixCacheHits: 0, Requests: 1},
+	}
+	var r RunResult
+	fillResult(&r, samples, counters, 2*time.Second, 10)
+	if r.OK != 2 || r.Errors != 1 || r.ErrorKinds["http-500"] != 1 {
+		t.Errorf("ok %d errors %d kinds %v", r.OK, r.Errors, r.ErrorKinds)
+	}
+	if !near(r.HitRate, 0.2) || r.Hits != 40 || r.Queries != 200 {
+		t.Errorf("hit rate %v (%d/%d), want 0.2", r.HitRate, r.Hits, r.Queries)
+	}
+	// Times are scaled to simulated seconds: TTFT p50 of 0.1 s and 0.2 s
+	// wall at scale 10 is 1.5 s.
+	if !near(r.TTFT.P50, 1.5) || !near(r.E2E.P50, 3.5) || !near(r.SimSeconds, 20) {
+		t.Errorf("TTFT p50 %v, E2E p50 %v, sim seconds %v", r.TTFT.P50, r.E2E.P50, r.SimSeconds)
+	}
+	if !near(r.RequestsPerSec, 0.1) || !near(r.OutputTokensPerSec, 1.5) {
+		t.Errorf("rates %v req/s, %v tok/s", r.RequestsPerSec, r.OutputTokensPerSec)
+	}
+	// Computed tokens 60 and 100: mean 80, deviation 20.
+	if !near(r.WorkCV, 0.25) || r.RequestsCV != 0 {
+		t.Errorf("work CV %v, requests CV %v", r.WorkCV, r.RequestsCV)
+	}
+	if r.Late.N != 1 || !near(r.Late.P99, 0.1) || r.ClientCachedTokens != 5 {
+		t.Errorf("late %+v, client cached %d", r.Late, r.ClientCachedTokens)
+	}
+}
