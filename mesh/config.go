@@ -1,0 +1,384 @@
+package mesh
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/kvmesh/kvmesh/crdt"
+	"github.com/kvmesh/kvmesh/transport"
+)
+
+// GossipKeyBytes is the length of a gossip encryption key: 32 bytes select
+// AES-256-GCM in memberlist, and `serf keygen` makes keys of this size.
+const GossipKeyBytes = 32
+
+// Config configures a Node. Start from DefaultConfig, set Name, Seeds and
+// GossipKey (or DevMode), and leave the rest unless a measurement says
+// otherwise. Every node of a mesh should use the same replication settings
+// (Replica, RelayThreshold, RingNeighbours).
+type Config struct {
+	// Name is this node's name, unique in the mesh. It is the serf node name
+	// and must equal the node name in this node's QUIC certificate: peers
+	// accept a message only when the transport's authenticated sender is a
+	// member of that name. Letters, digits, '.', '-', '_' (see
+	// transport.ValidNodeName). Required.
+	Name string
+
+	// Seeds are the addresses to join (--join): "10.0.0.5:7946" or
+	// "[fd00::5]:7946", "kvmesh-0.kvmesh:7946" (every A/AAAA record), a name
+	// without a port ("kvmesh.default.svc", every A/AAAA record, BindPort),
+	// or an SRV name whose first label starts with '_'
+	// ("_serf._tcp.kvmesh.default.svc.cluster.local", every target and port,
+	// as a Kubernetes headless Service publishes for a named port). Joining
+	// retries in the background until it succeeds, so nodes may start in any
+	// order. Empty: start a new mesh and wait to be joined.
+	Seeds []string
+
+	// BindAddr and BindPort are where serf's gossip listens (TCP and UDP on
+	// the same port). 0.0.0.0:7946 is serf's well-known default; tests
+	// replace the gossip transport instead of binding (see Deps).
+	BindAddr string
+	BindPort int
+
+	// AdvertiseAddr and AdvertisePort are the gossip address other members
+	// use to reach this node, when it differs from the bound one (NAT, a
+	// wildcard bind with several interfaces). Empty/0: memberlist picks the
+	// bound address, or a private interface address for a wildcard bind.
+	AdvertiseAddr string
+	AdvertisePort int
+
+	// QUICAdvertiseAddr is the replication address published in this node's
+	// serf tags. Empty: the transport's Addr(). Set it when the QUIC
+	// transport listens on a wildcard address.
+	QUICAdvertiseAddr string
+
+	// GossipKey is the base64 encoding of a 32-byte key that encrypts and
+	// authenticates serf's gossip (serf's keyring format; make one with
+	// GenerateGossipKey or `openssl rand -base64 32`). Required unless
+	// DevMode: without it anyone who can reach the gossip port can join the
+	// mesh or forge membership.
+	GossipKey string
+
+	// DevMode allows running without a GossipKey (unencrypted gossip), for a
+	// laptop or a test. Never in production.
+	DevMode bool
+
+	// FlushInterval is how often the replication loop asks the replica what
+	// to send. It bounds how long a learned claim waits before it leaves the
+	// node: 10 ms keeps learn-to-routable latency at a few tens of ms while
+	// batching the claims of many requests into one message per peer.
+	FlushInterval time.Duration
+
+	// FlushClaims flushes early when this many learned claims are waiting,
+	// so a burst leaves at once in messages of a useful size. 512 claims are
+	// ~8 KiB on the wire, well under one flush interval's worth at the
+	// highest request rates a router node sees.
+	FlushClaims int
+
+	// AntiEntropyInterval is how often the node compares digests with one
+	// peer, round-robin. Digests repair what deltas missed (partitions,
+	// losses beyond retransmission); 2 s visits each of 8 peers every 16 s
+	// and costs ~2 KiB plus an index scan per tick.
+	AntiEntropyInterval time.Duration
+
+	// SweepInterval is how often expired and invalidated claims are
+	// reclaimed from the index. Writes sweep a little on their own; this
+	// covers nodes whose write rate is low. 30 s keeps the table tidy at a
+	// cost of one table walk (~20 ms at a million claims) per period.
+	SweepInterval time.Duration
+
+	// JoinBackoffMin and JoinBackoffMax bound the wait between join
+	// attempts (doubling, with jitter). 1 s lets a StatefulSet's pods find
+	// each other soon after they start; 30 s keeps a node whose seeds are
+	// gone from hammering DNS forever.
+	JoinBackoffMin time.Duration
+	JoinBackoffMax time.Duration
+
+	// ResolveTimeout bounds one round of seed DNS lookups. 5 s is a
+	// resolver's own usual timeout.
+	ResolveTimeout time.Duration
+
+	// SendQueueDepth is how many messages may wait for one peer. A slow or
+	// dead peer fills its own queue and further messages to it are dropped
+	// (the protocol retransmits, or falls back to a full transfer), so it
+	// never holds up the others. 256 covers a full-state transfer's window
+	// plus many flushes of deltas.
+	SendQueueDepth int
+
+	// SendTimeout bounds one Send to a peer. Deltas older than this are
+	// retransmitted anyway (crdt's RetransmitAfter is 250 ms), so 2 s only
+	// has to outlast a dial and a loaded peer.
+	SendTimeout time.Duration
+
+	// RelayThreshold is the mesh size (members speaking our protocol, this
+	// node included) above which nodes stop sending every claim to every
+	// peer and replicate over a bounded-degree overlay with relaying instead
+	// (see overlay.go). Below it a full mesh is cheapest: one hop, no relay.
+	// 32 keeps the full mesh for every deployment we expect, where each
+	// node's egress per claim is 31 small messages. The mesh returns to a
+	// full mesh at 3/4 of the threshold, so a size near it does not flap.
+	RelayThreshold int
+
+	// RingNeighbours is how many ring successors and predecessors each node
+	// links to in the overlay on top of its long-range fingers. 1 is enough
+	// for connectivity; 2 keeps every node two paths away from any single
+	// failure while serf notices it.
+	RingNeighbours int
+
+	// LearnQueue is how many claim keys Learn may queue while the replica is
+	// busy (a digest or a large apply holds it for milliseconds), so the
+	// request path never waits for it. 65,536 keys (~1 MiB) absorb several
+	// hundred requests; beyond that Learn waits for the replica.
+	LearnQueue int
+
+	// Membership holds serf's gossip and failure-detection timings.
+	Membership Timings
+
+	// Replica tunes the replication protocol. Name is taken from Config.Name
+	// and Relay is managed by the mesh (see RelayThreshold).
+	Replica crdt.Config
+}
+
+// Timings are serf's and memberlist's gossip and failure-detection timings.
+type Timings struct {
+	// GossipInterval and GossipNodes: how often, and to how many random
+	// members, membership changes are gossiped.
+	GossipInterval time.Duration
+	GossipNodes    int
+	// ProbeInterval and ProbeTimeout: each member probes one random member
+	// this often and waits this long for the ack before asking others.
+	ProbeInterval time.Duration
+	ProbeTimeout  time.Duration
+	// SuspicionMult scales how long a suspected member has to refute before
+	// it is declared failed (times ProbeInterval times log10 of the size).
+	// SuspicionMaxTimeoutMult caps how much longer that is when few members
+	// confirm the suspicion (Lifeguard): small meshes wait up to this
+	// multiple.
+	SuspicionMult           int
+	SuspicionMaxTimeoutMult int
+	// PushPullInterval is how often a full state exchange with one random
+	// member repairs what gossip missed.
+	PushPullInterval time.Duration
+	// TCPTimeout bounds push-pull and join connections.
+	TCPTimeout time.Duration
+	// GossipToTheDeadTime is how long dead members still get gossip, so
+	// that they learn they were declared dead and refute.
+	GossipToTheDeadTime time.Duration
+	// DeadNodeReclaimTime lets a failed member's name come back from another
+	// address after this long (a pod rescheduled with a new IP). 0 would
+	// refuse it until the old entry is reaped.
+	DeadNodeReclaimTime time.Duration
+	// ReapInterval, ReconnectInterval, ReconnectTimeout and TombstoneTimeout
+	// are serf's: how often failed members are reaped, how often we try to
+	// reconnect to a failed member (a healed partition), how long we keep
+	// trying, and how long left members stay listed.
+	ReapInterval      time.Duration
+	ReconnectInterval time.Duration
+	ReconnectTimeout  time.Duration
+	TombstoneTimeout  time.Duration
+	// LeavePropagateDelay is how long a graceful Leave waits for the leave
+	// message to spread before the node goes quiet.
+	LeavePropagateDelay time.Duration
+	// BroadcastTimeout bounds how long Leave waits for its broadcast.
+	BroadcastTimeout time.Duration
+}
+
+// LANTimings are serf's and memberlist's LAN defaults: membership of 50
+// nodes converges in about a second and a killed node is declared failed
+// everywhere in 7-10 s on a 2-vCPU VM (FIELD-NOTES). DeadNodeReclaimTime is
+// ours: 30 s after a node was declared dead its name may come back from a
+// new address, which a rescheduled pod needs.
+func LANTimings() Timings {
+	return Timings{
+		GossipInterval:          200 * time.Millisecond,
+		GossipNodes:             3,
+		ProbeInterval:           time.Second,
+		ProbeTimeout:            500 * time.Millisecond,
+		SuspicionMult:           4,
+		SuspicionMaxTimeoutMult: 6,
+		PushPullInterval:        30 * time.Second,
+		TCPTimeout:              10 * time.Second,
+		GossipToTheDeadTime:     30 * time.Second,
+		DeadNodeReclaimTime:     30 * time.Second,
+		ReapInterval:            15 * time.Second,
+		ReconnectInterval:       30 * time.Second,
+		ReconnectTimeout:        24 * time.Hour,
+		TombstoneTimeout:        24 * time.Hour,
+		LeavePropagateDelay:     time.Second,
+		BroadcastTimeout:        5 * time.Second,
+	}
+}
+
+// LocalTimings are fast timings for in-process clusters and loopback
+// tests: membership converges in a few hundred ms and a killed node is
+// declared failed in one to two seconds. They cost far more gossip than
+// LANTimings and suit only a machine where every member is one hop away
+// (they stay stable with 48 nodes in one race-instrumented process on two
+// cores).
+func LocalTimings() Timings {
+	return Timings{
+		GossipInterval:          50 * time.Millisecond,
+		GossipNodes:             3,
+		ProbeInterval:           250 * time.Millisecond,
+		ProbeTimeout:            200 * time.Millisecond,
+		SuspicionMult:           3,
+		SuspicionMaxTimeoutMult: 3,
+		PushPullInterval:        5 * time.Second,
+		TCPTimeout:              2 * time.Second,
+		GossipToTheDeadTime:     2 * time.Second,
+		DeadNodeReclaimTime:     500 * time.Millisecond,
+		ReapInterval:            2 * time.Second,
+		ReconnectInterval:       300 * time.Millisecond,
+		ReconnectTimeout:        time.Minute,
+		TombstoneTimeout:        time.Minute,
+		LeavePropagateDelay:     50 * time.Millisecond,
+		BroadcastTimeout:        time.Second,
+	}
+}
+
+// DefaultConfig returns the defaults described on each field. Name, Seeds
+// and GossipKey (or DevMode) remain to be set.
+func DefaultConfig() Config {
+	return Config{
+		BindAddr:            "0.0.0.0",
+		BindPort:            7946,
+		FlushInterval:       10 * time.Millisecond,
+		FlushClaims:         512,
+		AntiEntropyInterval: 2 * time.Second,
+		SweepInterval:       30 * time.Second,
+		JoinBackoffMin:      time.Second,
+		JoinBackoffMax:      30 * time.Second,
+		ResolveTimeout:      5 * time.Second,
+		SendQueueDepth:      256,
+		SendTimeout:         2 * time.Second,
+		RelayThreshold:      32,
+		RingNeighbours:      1,
+		LearnQueue:          1 << 16,
+		Membership:          LANTimings(),
+		Replica:             crdt.DefaultConfig(),
+	}
+}
+
+// GenerateGossipKey returns a new random gossip key in the format GossipKey
+// expects.
+func GenerateGossipKey() (string, error) {
+	var k [GossipKeyBytes]byte
+	if _, err := rand.Read(k[:]); err != nil {
+		return "", fmt.Errorf("mesh: generate gossip key: %w", err)
+	}
+	return base64.StdEncoding.EncodeToString(k[:]), nil
+}
+
+// gossipKey decodes GossipKey; nil when none is set.
+func (c *Config) gossipKey() ([]byte, error) {
+	if c.GossipKey == "" {
+		return nil, nil
+	}
+	k, err := base64.StdEncoding.DecodeString(strings.TrimSpace(c.GossipKey))
+	if err != nil {
+		return nil, fmt.Errorf("mesh: GossipKey is not valid base64: %v", err)
+	}
+	if len(k) != GossipKeyBytes {
+		return nil, fmt.Errorf("mesh: GossipKey must decode to %d bytes, got %d (make one with `openssl rand -base64 32`)", GossipKeyBytes, len(k))
+	}
+	return k, nil
+}
+
+// replicaConfig is the crdt configuration this node runs with.
+func (c *Config) replicaConfig(relay bool) crdt.Config {
+	rc := c.Replica
+	rc.Name = c.Name
+	rc.Relay = relay
+	return rc
+}
+
+// Validate reports every unusable setting, each with what to do about it.
+func (c Config) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if err := transport.ValidNodeName(c.Name); err != nil {
+		add("Name: %v", err)
+	}
+	if c.GossipKey == "" && !c.DevMode {
+		add("GossipKey is required: gossip would be unencrypted and open to anyone who reaches the port; " +
+			"set a 32-byte base64 key (mesh.GenerateGossipKey, `openssl rand -base64 32`) on every node, or DevMode for a local test")
+	} else if _, err := c.gossipKey(); err != nil {
+		errs = append(errs, err)
+	}
+	for i, s := range c.Seeds {
+		if _, err := parseSeed(s, 7946); err != nil {
+			add("Seeds[%d]: %v", i, err)
+		}
+	}
+	if c.BindPort < 0 || c.BindPort > 65535 {
+		add("BindPort %d is not a port", c.BindPort)
+	}
+	if c.AdvertisePort < 0 || c.AdvertisePort > 65535 {
+		add("AdvertisePort %d is not a port", c.AdvertisePort)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"FlushInterval", c.FlushInterval}, {"AntiEntropyInterval", c.AntiEntropyInterval},
+		{"SweepInterval", c.SweepInterval}, {"JoinBackoffMin", c.JoinBackoffMin},
+		{"ResolveTimeout", c.ResolveTimeout}, {"SendTimeout", c.SendTimeout},
+		{"Membership.GossipInterval", c.Membership.GossipInterval},
+		{"Membership.ProbeInterval", c.Membership.ProbeInterval},
+		{"Membership.ProbeTimeout", c.Membership.ProbeTimeout},
+		{"Membership.PushPullInterval", c.Membership.PushPullInterval},
+		{"Membership.TCPTimeout", c.Membership.TCPTimeout},
+		{"Membership.ReapInterval", c.Membership.ReapInterval},
+		{"Membership.ReconnectInterval", c.Membership.ReconnectInterval},
+		{"Membership.ReconnectTimeout", c.Membership.ReconnectTimeout},
+		{"Membership.TombstoneTimeout", c.Membership.TombstoneTimeout},
+		{"Membership.BroadcastTimeout", c.Membership.BroadcastTimeout},
+	} {
+		if d.v <= 0 {
+			add("%s must be positive, got %v", d.name, d.v)
+		}
+	}
+	if c.JoinBackoffMax < c.JoinBackoffMin {
+		add("JoinBackoffMax (%v) must be at least JoinBackoffMin (%v)", c.JoinBackoffMax, c.JoinBackoffMin)
+	}
+	if c.Membership.ProbeTimeout > c.Membership.ProbeInterval {
+		add("Membership.ProbeTimeout (%v) must not exceed ProbeInterval (%v)", c.Membership.ProbeTimeout, c.Membership.ProbeInterval)
+	}
+	if c.Membership.GossipNodes < 1 {
+		add("Membership.GossipNodes must be at least 1")
+	}
+	if c.Membership.SuspicionMult < 1 || c.Membership.SuspicionMaxTimeoutMult < 1 {
+		add("Membership.SuspicionMult and SuspicionMaxTimeoutMult must be at least 1")
+	}
+	if c.Membership.GossipToTheDeadTime < 0 || c.Membership.DeadNodeReclaimTime < 0 || c.Membership.LeavePropagateDelay < 0 {
+		add("Membership.GossipToTheDeadTime, DeadNodeReclaimTime and LeavePropagateDelay must not be negative")
+	}
+	if c.FlushClaims < 1 {
+		add("FlushClaims must be at least 1, got %d", c.FlushClaims)
+	}
+	if c.SendQueueDepth < 1 {
+		add("SendQueueDepth must be at least 1, got %d", c.SendQueueDepth)
+	}
+	if c.RelayThreshold < 2 {
+		add("RelayThreshold must be at least 2, got %d", c.RelayThreshold)
+	}
+	if c.RingNeighbours < 1 {
+		add("RingNeighbours must be at least 1, got %d", c.RingNeighbours)
+	}
+	if c.LearnQueue < 0 {
+		add("LearnQueue must not be negative")
+	}
+	if c.Name != "" {
+		if err := c.replicaConfig(false).Validate(); err != nil {
+			add("Replica: %v", err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("mesh: invalid config: %w", err)
+	}
+	return nil
+}

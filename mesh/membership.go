@@ -1,0 +1,231 @@
+package mesh
+
+import (
+	"bytes"
+	"fmt"
+	"log"
+	"net"
+	"sort"
+	"strconv"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/serf/serf"
+	"github.com/rs/zerolog"
+
+	"github.com/kvmesh/kvmesh/crdt"
+)
+
+// Member is one serf member as this node sees it.
+type Member struct {
+	Name string `json:"name"`
+	// Addr is the member's gossip (serf) address.
+	Addr string `json:"addr"`
+	// QUICAddr is the replication address from its tags.
+	QUICAddr string `json:"quic_addr"`
+	// Status is serf's: alive, leaving, left or failed.
+	Status string            `json:"status"`
+	Tags   map[string]string `json:"tags"`
+	// Protocol is the replication protocol version from its tags (0 when
+	// the tag is missing or unreadable).
+	Protocol int `json:"protocol"`
+	// Self marks this node; Peer marks a member this node replicates with.
+	Self bool `json:"self,omitempty"`
+	Peer bool `json:"peer,omitempty"`
+}
+
+// Members returns every member serf knows (this node included), sorted by
+// name. Empty before Start.
+func (n *Node) Members() []Member {
+	s := n.serf.Load()
+	if s == nil {
+		return nil
+	}
+	peers := map[string]bool{}
+	for _, p := range n.view.Load().peers {
+		peers[p] = true
+	}
+	ms := s.Members()
+	out := make([]Member, 0, len(ms))
+	for _, m := range ms {
+		proto, _ := strconv.Atoi(m.Tags[TagProtocol])
+		out = append(out, Member{
+			Name:     m.Name,
+			Addr:     net.JoinHostPort(m.Addr.String(), strconv.Itoa(int(m.Port))),
+			QUICAddr: m.Tags[TagQUIC],
+			Status:   m.Status.String(),
+			Tags:     m.Tags,
+			Protocol: proto,
+			Self:     m.Name == n.cfg.Name,
+			Peer:     peers[m.Name],
+		})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func (n *Node) quicAddr() string {
+	if n.cfg.QUICAdvertiseAddr != "" {
+		return n.cfg.QUICAdvertiseAddr
+	}
+	return n.tr.Addr()
+}
+
+// createSerf starts this node's serf member (not joined to anyone yet).
+func (n *Node) createSerf() (*serf.Serf, error) {
+	key, err := n.cfg.gossipKey()
+	if err != nil {
+		return nil, err
+	}
+	logger := log.New(&logWriter{log: n.log}, "", 0)
+	t := n.cfg.Membership
+
+	ml := memberlist.DefaultLANConfig()
+	ml.BindAddr, ml.BindPort = n.cfg.BindAddr, n.cfg.BindPort
+	ml.AdvertiseAddr, ml.AdvertisePort = n.cfg.AdvertiseAddr, n.cfg.AdvertisePort
+	if ml.AdvertisePort == 0 {
+		ml.AdvertisePort = n.cfg.BindPort
+	}
+	ml.Transport = n.memberTr
+	ml.LogOutput, ml.Logger = nil, logger
+	ml.GossipInterval, ml.GossipNodes = t.GossipInterval, t.GossipNodes
+	ml.ProbeInterval, ml.ProbeTimeout = t.ProbeInterval, t.ProbeTimeout
+	ml.SuspicionMult, ml.SuspicionMaxTimeoutMult = t.SuspicionMult, t.SuspicionMaxTimeoutMult
+	ml.PushPullInterval, ml.TCPTimeout = t.PushPullInterval, t.TCPTimeout
+	ml.GossipToTheDeadTime, ml.DeadNodeReclaimTime = t.GossipToTheDeadTime, t.DeadNodeReclaimTime
+	if key != nil {
+		if ml.Keyring, err = memberlist.NewKeyring(nil, key); err != nil {
+			return nil, fmt.Errorf("mesh: gossip keyring: %w", err)
+		}
+	}
+
+	sc := serf.DefaultConfig()
+	sc.NodeName = n.cfg.Name
+	sc.Tags = map[string]string{TagQUIC: n.quicAddr(), TagProtocol: strconv.Itoa(ProtocolVersion)}
+	sc.EventCh = n.serfEvents
+	sc.LogOutput, sc.Logger = nil, logger
+	sc.MemberlistConfig = ml
+	sc.DisableCoordinates = true // we never use network coordinates
+	sc.ReapInterval, sc.ReconnectInterval = t.ReapInterval, t.ReconnectInterval
+	sc.ReconnectTimeout, sc.TombstoneTimeout = t.ReconnectTimeout, t.TombstoneTimeout
+	sc.LeavePropagateDelay, sc.BroadcastTimeout = t.LeavePropagateDelay, t.BroadcastTimeout
+	s, err := serf.Create(sc)
+	if err != nil {
+		return nil, fmt.Errorf("mesh: start serf: %w", err)
+	}
+	return s, nil
+}
+
+// refresh recomputes, from serf's member list, whom we accept messages
+// from, the topology and our peers, and applies the difference to the
+// senders and the Replica. It runs on the replication loop.
+func (n *Node) refresh() {
+	s := n.serf.Load()
+	if s == nil {
+		return
+	}
+	known := make(map[string]struct{})
+	addrs := make(map[string]string)
+	members := []string{n.cfg.Name}
+	for _, m := range s.Members() {
+		if m.Name == n.cfg.Name {
+			continue
+		}
+		if m.Status == serf.StatusAlive || m.Status == serf.StatusLeaving {
+			known[m.Name] = struct{}{}
+		}
+		if m.Status != serf.StatusAlive {
+			continue
+		}
+		q := m.Tags[TagQUIC]
+		if m.Tags[TagProtocol] != strconv.Itoa(ProtocolVersion) || q == "" {
+			continue // cannot replicate with it; it stays listed in Members
+		}
+		addrs[m.Name] = q
+		members = append(members, m.Name)
+	}
+	n.known.Store(&known)
+
+	n.mu.Lock()
+	overlay := wantOverlay(n.overlay, len(members), n.cfg.RelayThreshold)
+	n.mu.Unlock()
+	var want []string
+	if overlay {
+		want = overlayNeighbours(n.cfg.Name, members, n.cfg.RingNeighbours)
+	} else {
+		want = fullMesh(n.cfg.Name, members)
+	}
+	n.updateSenders(want, addrs)
+
+	now := n.nowMs()
+	n.mu.Lock()
+	if overlay != n.overlay {
+		n.switchTopologyLocked(overlay, now)
+	}
+	wantSet := make(map[string]bool, len(want))
+	for _, p := range want {
+		wantSet[p] = true
+	}
+	var added, removed []string
+	for _, p := range n.rep.Peers() {
+		if !wantSet[p.Name] {
+			n.rep.RemovePeer(p.Name)
+			removed = append(removed, p.Name)
+		}
+		delete(wantSet, p.Name)
+	}
+	for _, p := range want {
+		if wantSet[p] {
+			n.rep.AddPeer(p, now)
+			added = append(added, p)
+		}
+	}
+	n.mu.Unlock()
+
+	if len(added) > 0 {
+		n.dirty.Store(true) // full-state transfers to start
+	}
+	n.peers = want
+	n.view.Store(&topologyView{overlay: overlay, peers: want})
+	if len(added) > 0 || len(removed) > 0 {
+		n.log.Info().Strs("added", added).Strs("removed", removed).Int("members", len(members)).
+			Bool("overlay", overlay).Int("peers", len(want)).Msg("mesh: peers changed")
+	}
+}
+
+// switchTopologyLocked replaces the Replica by one with relaying switched
+// on (overlay) or off (full mesh). crdt fixes Relay when a Replica is made,
+// so the new one gets a new incarnation: peers treat it as a restart and
+// exchange full state with it once. The claims stay (they live in the
+// Index) and so does the clock.
+func (n *Node) switchTopologyLocked(overlay bool, now int64) {
+	inc, err := newIncarnation()
+	if err == nil {
+		var rep *crdt.Replica
+		if rep, err = crdt.New(n.cfg.replicaConfig(overlay), n.ix, inc); err == nil {
+			rep.Clock().Observe(n.rep.Clock().Last(), now)
+			n.base = addStats(n.base, n.rep.Stats())
+			n.rep, n.inc, n.overlay = rep, inc, overlay
+			n.m.topologyChanges.Inc()
+			n.log.Info().Bool("overlay", overlay).Msg("mesh: topology changed")
+			return
+		}
+	}
+	n.log.Error().Err(err).Bool("overlay", overlay).Msg("mesh: cannot change topology; keeping the current one")
+}
+
+// logWriter turns serf's and memberlist's log lines ("[LEVEL] text") into
+// zerolog events: errors become warnings, everything else debug, so that a
+// healthy mesh is quiet at info.
+type logWriter struct{ log zerolog.Logger }
+
+func (w *logWriter) Write(p []byte) (int, error) {
+	line := bytes.TrimSpace(p)
+	lvl := zerolog.DebugLevel
+	if bytes.HasPrefix(line, []byte("[ERR]")) {
+		lvl = zerolog.WarnLevel
+	}
+	if e := w.log.WithLevel(lvl); e != nil {
+		e.Str("source", "serf").Msg(string(line))
+	}
+	return len(p), nil
+}

@@ -1,0 +1,382 @@
+package mesh
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/serf/serf"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/kvmesh/kvmesh/crdt"
+	"github.com/kvmesh/kvmesh/transport"
+	"github.com/kvmesh/kvmesh/tree"
+)
+
+// Transport moves whole messages between nodes. transport.QUIC and
+// transport.MemEndpoint satisfy it. Message.From must be the sender's
+// authenticated node name.
+type Transport interface {
+	Addr() string
+	Send(ctx context.Context, addr string, data []byte) error
+	Inbound() <-chan transport.Message
+	Close() error
+}
+
+// Resolver looks up seed names; *net.Resolver satisfies it.
+type Resolver interface {
+	LookupHost(ctx context.Context, host string) ([]string, error)
+	LookupSRV(ctx context.Context, service, proto, name string) (string, []*net.SRV, error)
+}
+
+// Deps are what a Node is built on.
+type Deps struct {
+	// Index is the node's claim index, shared with the router. Required.
+	Index *tree.Index
+	// Transport carries replication messages. Required. The Node owns it
+	// from New on and closes it in Close.
+	Transport Transport
+	// MemberTransport, if set, carries serf's gossip instead of memberlist's
+	// UDP+TCP transport on BindAddr:BindPort (in-process tests use
+	// memberlist.MockNetwork or meshtest.MemberNetwork).
+	MemberTransport memberlist.Transport
+	// Resolver resolves seed names. Default net.DefaultResolver.
+	Resolver Resolver
+	// Logger gets structured logs: quiet at info, one line per decision at
+	// debug. Default: disabled.
+	Logger zerolog.Logger
+	// Registerer gets the kvmesh_mesh_* and kvmesh_index_* metrics. nil: the
+	// metrics are kept but not registered.
+	Registerer prometheus.Registerer
+	// Now is the wall clock. Default time.Now.
+	Now func() time.Time
+}
+
+// ProtocolVersion is the replication protocol this node speaks, advertised
+// in its serf tags; only members speaking the same one become peers.
+const ProtocolVersion = crdt.WireVersion
+
+// Serf tag keys.
+const (
+	TagQUIC     = "quic"  // the member's replication (QUIC) address
+	TagProtocol = "proto" // the member's ProtocolVersion
+)
+
+// Node is one kvmesh router node's side of the mesh: serf membership, the
+// replication loop that ships the crdt Replica's messages to peers over the
+// Transport, the receive loop, anti-entropy and metrics. It implements the
+// router's Learner (Learn, Invalidate). Learn and Invalidate are safe for
+// concurrent use, as are Members, StateDigest and the admin handler.
+type Node struct {
+	cfg      Config
+	ix       *tree.Index
+	tr       Transport
+	memberTr memberlist.Transport
+	resolver Resolver
+	log      zerolog.Logger
+	clock    func() time.Time
+	m        *metrics
+
+	// mu serializes every call on the Replica (it is not goroutine-safe).
+	mu      sync.Mutex
+	rep     *crdt.Replica
+	inc     uint64     // rep's incarnation
+	overlay bool       // rep relays: the mesh runs the overlay
+	base    crdt.Stats // cumulative stats of replicas replaced by topology changes
+	scratch tree.Chain // for queued learns
+	seq     []int32    // 1, 2, 3, ...: Learn depths of a queued learn
+
+	lq      learnQueue
+	pending atomic.Int64  // learned claims not flushed yet
+	kick    chan struct{} // wakes the replication loop for an early flush
+	// dirty is set by everything that can give the Replica something to
+	// send (learns, invalidations, received messages, peer changes); idle
+	// flush ticks skip the Replica while it is clear.
+	dirty atomic.Bool
+
+	serf       atomic.Pointer[serf.Serf]
+	serfEvents chan serf.Event
+	known      atomic.Pointer[map[string]struct{}] // members we accept messages from
+	view       atomic.Pointer[topologyView]        // for admin and metrics
+
+	// Owned by the replication loop.
+	senders   map[string]*sender
+	peers     []string
+	aeNext    int
+	out       []crdt.Envelope
+	lastFlush time.Time
+	lastSent  int
+
+	// Owned by the receive loop.
+	lags []float64
+
+	state     atomic.Int32    // 0 new, 1 started, 2 closed
+	ctx       context.Context // cancelled by Close; parent of every send
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// topologyView is what the replication loop last decided, for readers.
+type topologyView struct {
+	overlay bool
+	peers   []string
+}
+
+// New builds a Node. It does not touch the network until Start.
+func New(cfg Config, deps Deps) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if deps.Index == nil {
+		return nil, errors.New("mesh: Deps.Index is required")
+	}
+	if deps.Transport == nil {
+		return nil, errors.New("mesh: Deps.Transport is required")
+	}
+	n := &Node{
+		cfg:        cfg,
+		ix:         deps.Index,
+		tr:         deps.Transport,
+		memberTr:   deps.MemberTransport,
+		resolver:   deps.Resolver,
+		log:        deps.Logger.With().Str("component", "mesh").Str("node", cfg.Name).Logger(),
+		clock:      deps.Now,
+		kick:       make(chan struct{}, 1),
+		serfEvents: make(chan serf.Event, 1024),
+		senders:    make(map[string]*sender),
+	}
+	if n.resolver == nil {
+		n.resolver = net.DefaultResolver
+	}
+	if n.clock == nil {
+		n.clock = time.Now
+	}
+	n.lq.max = cfg.LearnQueue
+	inc, err := newIncarnation()
+	if err != nil {
+		return nil, err
+	}
+	if n.rep, err = crdt.New(cfg.replicaConfig(false), n.ix, inc); err != nil {
+		return nil, fmt.Errorf("mesh: %w", err)
+	}
+	n.inc = inc
+	empty := map[string]struct{}{}
+	n.known.Store(&empty)
+	n.view.Store(&topologyView{})
+	if n.m, err = newMetrics(n, deps.Registerer); err != nil {
+		return nil, fmt.Errorf("mesh: register metrics: %w", err)
+	}
+	return n, nil
+}
+
+// newIncarnation returns a random non-zero incarnation, so peers notice a
+// restart (or a topology change, which replaces the Replica).
+func newIncarnation() (uint64, error) {
+	var b [8]byte
+	for {
+		if _, err := rand.Read(b[:]); err != nil {
+			return 0, fmt.Errorf("mesh: incarnation: %w", err)
+		}
+		if v := binary.LittleEndian.Uint64(b[:]); v != 0 {
+			return v, nil
+		}
+	}
+}
+
+// Name is the node's name.
+func (n *Node) Name() string { return n.cfg.Name }
+
+func (n *Node) nowMs() int64 { return n.clock().UnixMilli() }
+
+// Start creates the serf member (binding the gossip port unless a
+// MemberTransport was given), starts the replication and receive loops and,
+// with Seeds, joins the mesh in the background, retrying until it
+// succeeds. Everything runs until ctx is done or Close is called; Close must
+// be called in either case.
+func (n *Node) Start(ctx context.Context) error {
+	if !n.state.CompareAndSwap(0, 1) {
+		return errors.New("mesh: Start called twice or after Close")
+	}
+	s, err := n.createSerf()
+	if err != nil {
+		n.state.Store(2)
+		return err
+	}
+	n.serf.Store(s)
+	if n.cfg.GossipKey == "" {
+		n.log.Warn().Msg("mesh: dev mode: gossip is not encrypted")
+	}
+	ctx, n.cancel = context.WithCancel(ctx)
+	n.ctx = ctx
+	n.wg.Add(2)
+	go n.replicate(ctx)
+	go n.receive(ctx)
+	if len(n.cfg.Seeds) > 0 {
+		n.wg.Add(1)
+		go n.joinLoop(ctx)
+	}
+	n.log.Info().Str("quic", n.quicAddr()).Msg("mesh: started")
+	return nil
+}
+
+// Leave leaves the mesh gracefully: members see this node as left (not
+// failed) and stop replicating with it at once. Call it before Close on
+// shutdown.
+func (n *Node) Leave() error {
+	s := n.serf.Load()
+	if s == nil {
+		return nil
+	}
+	if err := s.Leave(); err != nil {
+		return fmt.Errorf("mesh: leave: %w", err)
+	}
+	n.log.Info().Msg("mesh: left")
+	return nil
+}
+
+// Close stops every goroutine, shuts serf down (without a graceful leave:
+// call Leave first for that) and closes the Transport. Safe to call more
+// than once.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		n.state.Store(2)
+		if n.cancel != nil {
+			n.cancel()
+		}
+		var errs []error
+		if s := n.serf.Load(); s != nil {
+			if err := s.Shutdown(); err != nil {
+				errs = append(errs, fmt.Errorf("mesh: serf shutdown: %w", err))
+			}
+		}
+		if err := n.tr.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("mesh: close transport: %w", err))
+		}
+		n.wg.Wait()
+		n.closeErr = errors.Join(errs...)
+	})
+	return n.closeErr
+}
+
+// Learn records that backend holds every prefix of ch at ch.Learn's depths
+// for ttl, and queues the changed claims for the peers. It implements the
+// router's Learner. It never waits for the network and, while the replica
+// is busy, does not wait for it either (the claims are queued and written
+// within a flush interval); ch is not retained.
+func (n *Node) Learn(ch *tree.Chain, backend tree.BackendID, ttl time.Duration) {
+	if len(ch.Learn) == 0 || ttl <= 0 {
+		return
+	}
+	if !n.mu.TryLock() {
+		if n.lq.push(ch, backend, ttl.Milliseconds()) {
+			n.m.learnsQueued.Inc()
+			n.signal()
+			return
+		}
+		n.mu.Lock() // the queue is full: wait for the replica
+	}
+	now := n.nowMs()
+	d := n.drainLearnsLocked(now)
+	d += n.learnLocked(ch, backend, ttl.Milliseconds(), now)
+	n.mu.Unlock()
+	n.noteChanges(d)
+}
+
+// Invalidate starts a new generation of a backend (it restarted with a cold
+// cache, or was removed): none of its claims match any more, here at once
+// and on every peer after the next flush. It implements the router's
+// Learner.
+func (n *Node) Invalidate(backend string, removed bool) {
+	now := n.nowMs()
+	n.mu.Lock()
+	d := n.drainLearnsLocked(now)
+	_, err := n.rep.Invalidate(backend, removed, now)
+	n.mu.Unlock()
+	n.noteChanges(d)
+	if err != nil {
+		n.log.Warn().Err(err).Str("backend", backend).Msg("mesh: invalidate failed")
+		return
+	}
+	n.log.Debug().Str("backend", backend).Bool("removed", removed).Msg("mesh: backend invalidated")
+	n.signal()
+}
+
+// learnLocked learns one chain and returns how many changes it made.
+func (n *Node) learnLocked(ch *tree.Chain, b tree.BackendID, ttlMs, now int64) int64 {
+	before := n.rep.Stats().LocalChanges
+	n.rep.Learn(ch, b, ttlMs, now)
+	return int64(n.rep.Stats().LocalChanges - before)
+}
+
+// drainLearnsLocked learns what Learn queued while the replica was busy.
+func (n *Node) drainLearnsLocked(now int64) int64 {
+	var d int64
+	n.lq.drain(func(keys []tree.Key, b tree.BackendID, ttlMs int64) {
+		for len(n.seq) < len(keys) {
+			n.seq = append(n.seq, int32(len(n.seq)+1))
+		}
+		n.scratch.Keys, n.scratch.Learn = keys, n.seq[:len(keys)]
+		d += n.learnLocked(&n.scratch, b, ttlMs, now)
+	})
+	n.scratch.Keys, n.scratch.Learn = nil, nil
+	return d
+}
+
+// noteChanges counts learned changes and flushes early once FlushClaims
+// are waiting.
+func (n *Node) noteChanges(d int64) {
+	if d <= 0 {
+		return
+	}
+	n.dirty.Store(true)
+	if n.pending.Add(d) >= int64(n.cfg.FlushClaims) {
+		n.signal()
+	}
+}
+
+// signal wakes the replication loop for a flush (without blocking).
+func (n *Node) signal() {
+	n.dirty.Store(true)
+	select {
+	case n.kick <- struct{}{}:
+	default:
+	}
+}
+
+// StateDigest is a fingerprint of the replicated state (claims, backend
+// registry and eviction floor) at this moment: two nodes holding the same
+// state have the same digest. It walks the whole index.
+func (n *Node) StateDigest() string {
+	now := n.nowMs()
+	n.mu.Lock()
+	d, reg := n.rep.Digest(now, nil)
+	n.mu.Unlock()
+	return fingerprint(d, reg, n.ix.Floor())
+}
+
+func fingerprint(buckets []uint64, reg uint64, floor int64) string {
+	h := uint64(14695981039346656037)
+	mix := func(v uint64) {
+		for i := 0; i < 8; i++ {
+			h ^= v & 0xff
+			h *= 1099511628211
+			v >>= 8
+		}
+	}
+	for _, b := range buckets {
+		mix(b)
+	}
+	mix(reg)
+	mix(uint64(floor))
+	return fmt.Sprintf("%016x", h)
+}

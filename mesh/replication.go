@@ -1,0 +1,185 @@
+package mesh
+
+import (
+	"context"
+	"time"
+
+	"github.com/kvmesh/kvmesh/crdt"
+	"github.com/kvmesh/kvmesh/transport"
+)
+
+// replicate is the replication loop, the one long-running loop of a Node.
+// On every flush tick, or earlier when signalled (enough learned claims
+// waiting, a backend invalidated, a full-state or digest exchange to
+// answer), it asks the Replica what to send and hands each message to its
+// peer's sender. It also follows membership (serf events), starts one digest
+// exchange per anti-entropy tick (round-robin over the peers) and sweeps
+// dead claims from the index.
+func (n *Node) replicate(ctx context.Context) {
+	defer n.wg.Done()
+	flush := time.NewTicker(n.cfg.FlushInterval)
+	ae := time.NewTicker(n.cfg.AntiEntropyInterval)
+	sweep := time.NewTicker(n.cfg.SweepInterval)
+	defer func() {
+		flush.Stop()
+		ae.Stop()
+		sweep.Stop()
+		for name, s := range n.senders {
+			close(s.stop)
+			delete(n.senders, name)
+		}
+	}()
+	n.refresh()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.serfEvents:
+			n.drainSerfEvents()
+			n.refresh()
+		case <-flush.C:
+			n.flushTick()
+		case <-n.kick:
+			n.flush()
+		case <-ae.C:
+			n.refresh() // a safety net: membership is event-driven
+			n.antiEntropy()
+		case <-sweep.C:
+			if k := n.ix.Sweep(n.nowMs()); k > 0 {
+				n.log.Debug().Int("reclaimed", k).Msg("mesh: swept dead claims")
+			}
+		}
+	}
+}
+
+// drainSerfEvents discards queued serf events: refresh reads the whole
+// member list, so one refresh covers them all.
+func (n *Node) drainSerfEvents() {
+	for {
+		select {
+		case <-n.serfEvents:
+		default:
+			return
+		}
+	}
+}
+
+// flushTick flushes on a tick unless the node is idle: nothing happened
+// since the last flush, which sent nothing. An idle Replica can only have
+// retransmissions due, which are timed in RetransmitAfter (250 ms), so it
+// is asked at a quarter of that instead of every tick. With dozens of nodes
+// in one test process this is most of the idle CPU.
+func (n *Node) flushTick() {
+	idle := max(n.cfg.Replica.RetransmitAfter/4, n.cfg.FlushInterval)
+	if !n.dirty.Load() && n.lastSent == 0 && time.Since(n.lastFlush) < idle {
+		return
+	}
+	n.flush()
+}
+
+// flush sends everything the Replica has for its peers now.
+func (n *Node) flush() {
+	n.dirty.Store(false)
+	n.pending.Store(0)
+	n.lastFlush = time.Now()
+	now := n.nowMs()
+	n.mu.Lock()
+	n.drainLearnsLocked(now)
+	n.out = n.rep.Outgoing(now, n.out[:0])
+	n.mu.Unlock()
+	n.lastSent = len(n.out)
+	for i := range n.out {
+		e := n.out[i]
+		n.out[i] = crdt.Envelope{} // do not keep the message alive
+		s := n.senders[e.To]
+		if s == nil {
+			n.m.sendDrops.WithLabelValues("no_sender").Inc()
+			continue
+		}
+		if !s.enqueue(e.Msg) {
+			n.m.sendDrops.WithLabelValues("queue_full").Inc()
+		}
+	}
+}
+
+// antiEntropy starts a digest exchange with the next peer, round-robin.
+func (n *Node) antiEntropy() {
+	if len(n.peers) == 0 {
+		return
+	}
+	p := n.peers[n.aeNext%len(n.peers)]
+	n.aeNext++
+	now := n.nowMs()
+	n.mu.Lock()
+	n.rep.StartDigest(p, now)
+	n.mu.Unlock()
+	n.flush()
+}
+
+// receive is the receive loop: it drains the transport's inbound queue.
+func (n *Node) receive(ctx context.Context) {
+	defer n.wg.Done()
+	in := n.tr.Inbound()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m, ok := <-in:
+			if !ok {
+				return
+			}
+			n.handle(m)
+		}
+	}
+}
+
+// handle checks, decodes and applies one received message. Messages from
+// nodes that are not alive members, messages that do not decode and
+// messages that claim another sender than the authenticated one are counted
+// and dropped; none of them touches the Replica.
+func (n *Node) handle(m transport.Message) {
+	if _, ok := (*n.known.Load())[m.From]; !ok {
+		n.m.unknownSenders.WithLabelValues("not_member").Inc()
+		n.log.Debug().Str("from", m.From).Int("bytes", len(m.Data)).Msg("mesh: dropped a message from a non-member")
+		return
+	}
+	msg, err := crdt.Decode(m.Data)
+	if err != nil {
+		n.m.decodeErrors.Inc()
+		n.log.Debug().Str("from", m.From).Err(err).Msg("mesh: dropped an undecodable message")
+		return
+	}
+	if msg.From != m.From {
+		n.m.unknownSenders.WithLabelValues("name_mismatch").Inc()
+		n.log.Debug().Str("from", m.From).Str("claimed", msg.From).Msg("mesh: dropped a message naming another sender")
+		return
+	}
+	now := n.nowMs()
+	n.mu.Lock()
+	err = n.rep.Receive(msg, now)
+	n.dirty.Store(true) // acks, replies or relayed claims may be due
+	n.lags = n.lags[:0]
+	if msg.Type == crdt.MsgDelta {
+		// Apply lag is measured on deltas only: full-state and repair
+		// claims are old by design.
+		for _, c := range n.rep.Applied() {
+			n.lags = append(n.lags, float64(max(now-c.Time.Millis(), 0))/1000)
+		}
+	}
+	n.mu.Unlock()
+	n.m.received(msg.Type, len(m.Data))
+	for _, l := range n.lags {
+		n.m.applyLag.Observe(l)
+	}
+	if err != nil {
+		n.m.receiveErrors.Inc()
+		n.log.Debug().Str("from", m.From).Stringer("type", msg.Type).Err(err).Msg("mesh: message rejected")
+		return
+	}
+	switch msg.Type {
+	case crdt.MsgFull, crdt.MsgFullAck, crdt.MsgDigest, crdt.MsgRepairRequest:
+		// A transfer or an exchange waits for our answer: answer now
+		// rather than at the next tick.
+		n.signal()
+	}
+}
