@@ -4,6 +4,8 @@
 //	kvmesh-bench run [flags]       replay a workload through every arm against simulated backends
 //	kvmesh-bench rawproxy [flags]  kvmesh vs nginx vs Caddy as plain reverse proxies
 //	kvmesh-bench lb -listen ADDR -to A,B,C   a round-robin TCP front (for the demo)
+//	kvmesh-bench router -listen ADDR -backends URL,...   one bare kvmesh router node as a process
+//	kvmesh-bench probe URL                  exit 0 when GET URL answers 2xx (scripts without curl)
 //
 // "kvmesh-bench -flags..." without a subcommand means run. Every
 // subcommand's -h lists its flags.
@@ -15,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -46,13 +49,39 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runCmd(ctx, args, stdout, stderr)
 	case "rawproxy":
 		return rawProxyCmd(ctx, args, stdout, stderr)
+	case "router":
+		return routerCmd(ctx, args, stderr)
 	case "lb":
 		return lbCmd(ctx, args, stderr)
+	case "probe":
+		return probeCmd(ctx, args)
 	case "help":
-		fmt.Fprintln(stdout, "usage: kvmesh-bench [run|rawproxy|lb] [flags]; kvmesh-bench <cmd> -h lists the flags")
+		fmt.Fprintln(stdout, "usage: kvmesh-bench [run|rawproxy|router|lb] [flags]; kvmesh-bench <cmd> -h lists the flags")
 		return nil
 	}
-	return fmt.Errorf("unknown command %q (want run, rawproxy or lb)", cmd)
+	return fmt.Errorf("unknown command %q (want run, rawproxy, router or lb)", cmd)
+}
+
+// probeCmd GETs one URL and fails unless it answers 2xx within a second.
+func probeCmd(ctx context.Context, args []string) error {
+	if len(args) != 1 {
+		return errors.New("usage: kvmesh-bench probe URL")
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, args[0], nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("%s answered %s", args[0], resp.Status)
+	}
+	return nil
 }
 
 // newLogger builds a zerolog logger writing to w at level.

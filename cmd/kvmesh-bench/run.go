@@ -7,6 +7,7 @@ import (
 	"io"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/kvmesh/kvmesh/integration/bench"
@@ -35,6 +36,9 @@ type runFlags struct {
 	logLevel      string
 	noProgress    bool
 	notes         string
+	backendURLs   string
+	fronts        string
+	label         string
 }
 
 func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
@@ -66,6 +70,9 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
 	fs.StringVar(&f.publish, "publish", "", "write the results into docs/bench/<name>/ of the repository (overrides -out)")
 	fs.StringVar(&f.title, "title", "", "title of the results")
 	fs.StringVar(&f.notes, "notes", "", "a note printed with the setup")
+	fs.StringVar(&f.backendURLs, "backend-urls", "", "use running kvmesh-sim processes (comma-separated base URLs) instead of in-process fleets; each run restarts them (empty caches) and reads their /metrics; -cache-blocks must say their size")
+	fs.StringVar(&f.fronts, "fronts", "", "with -backend-urls: send requests to these running router nodes (comma-separated, spread at random) instead of deploying arms")
+	fs.StringVar(&f.label, "label", "external", "with -fronts: the arm name for the runs")
 	fs.BoolVar(&f.keepSamples, "keep-samples", false, "store every request's sample in results.json")
 	fs.StringVar(&f.logLevel, "log-level", "warn", "log level: debug, info, warn, error, disabled")
 	fs.BoolVar(&f.noProgress, "no-progress", false, "no progress bar")
@@ -82,6 +89,10 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
 		return nil, fmt.Errorf("-time-scale must be positive")
 	case f.cacheBlocks == 0 && !(f.capacityRatio > 0):
 		return nil, fmt.Errorf("-capacity-ratio must be positive")
+	case f.backendURLs != "" && f.cacheBlocks == 0:
+		return nil, fmt.Errorf("-backend-urls needs -cache-blocks (the processes' -cache-blocks)")
+	case f.fronts != "" && f.backendURLs == "":
+		return nil, fmt.Errorf("-fronts needs -backend-urls (where the hits are counted)")
 	}
 	return f, nil
 }
@@ -132,6 +143,12 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 	cfg := bench.DefaultConfig()
 	cfg.Fleet = bench.SimFleet(f.backends, simCfg)
+	if urls := splitList(f.backendURLs); len(urls) > 0 {
+		cfg.Fleet = bench.ExternalFleet(urls)
+		if len(urls) != f.backends {
+			return fmt.Errorf("-backends %d does not match the %d -backend-urls", f.backends, len(urls))
+		}
+	}
 	cfg.Models = simCfg.Models
 	cfg.TimeScale = f.timeScale
 	cfg.Repeats = f.repeats
@@ -149,6 +166,9 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if cfg.Arms, err = bench.ParseArms(armList); err != nil {
 		return err
+	}
+	if cfg.Fronts = splitList(f.fronts); len(cfg.Fronts) > 0 {
+		cfg.Arms = []bench.Arm{{Name: f.label, Policy: "external", Nodes: len(cfg.Fronts)}}
 	}
 	if !f.noProgress {
 		cfg.Progress = bench.NewProgress(stderr)
@@ -197,3 +217,14 @@ func autoCacheBlocks(workingSet, backends int, ratio float64, w *workload.Worklo
 
 // meshState is the mesh arms' shared state; nil until package mesh exists.
 var meshState bench.SharedState
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -43,6 +43,11 @@ type Config struct {
 	// such arms. Default nil (set by whoever links package mesh in).
 	Mesh SharedState
 
+	// Fronts, when set, are router nodes someone else runs (the demo's
+	// processes): nothing is deployed, requests go to these URLs, and each
+	// arm's name only labels its runs. Default none.
+	Fronts []string
+
 	// Arms are measured in this order in the first repeat, rotated by one
 	// in each following repeat. Default DefaultArms().
 	Arms []Arm

@@ -38,9 +38,9 @@ type routerNode struct {
 	done chan struct{}
 }
 
-// routerConfig is cfg.Router for arm over the fleet's backends, with its
+// RouterConfig is cfg.Router for a policy over the backends at urls, with its
 // time settings on the simulated clock.
-func routerConfig(cfg *Config, policy string, urls []string) router.Config {
+func RouterConfig(cfg *Config, policy string, urls []string) router.Config {
 	rc := cfg.Router
 	rc.Policy = policy
 	if policy == PolicyOracle {
@@ -80,7 +80,7 @@ func scaleRouterTimes(rc *router.Config, scale float64) {
 // deploy starts arm's router nodes in front of fleet.
 func deploy(ctx context.Context, cfg *Config, arm Arm, fleet Fleet) (_ *deployment, err error) {
 	urls := fleet.URLs()
-	rc := routerConfig(cfg, arm.Policy, urls)
+	rc := RouterConfig(cfg, arm.Policy, urls)
 	d := &deployment{}
 	defer func() {
 		if err != nil {
@@ -148,7 +148,7 @@ func deploy(ctx context.Context, cfg *Config, arm Arm, fleet Fleet) (_ *deployme
 		if err != nil {
 			return nil, err
 		}
-		n.srv = &http.Server{Handler: nodeMux(api, rt.AdminHandler(), reg), ReadHeaderTimeout: rc.ReadHeaderTimeout}
+		n.srv = &http.Server{Handler: NodeMux(api, rt.AdminHandler(), reg), ReadHeaderTimeout: rc.ReadHeaderTimeout}
 		go func() {
 			defer close(n.done)
 			_ = n.srv.Serve(ln)
@@ -158,8 +158,9 @@ func deploy(ctx context.Context, cfg *Config, arm Arm, fleet Fleet) (_ *deployme
 	return d, nil
 }
 
-// nodeMux serves the API, the admin endpoints and /metrics on one listener.
-func nodeMux(api, admin http.Handler, reg *prometheus.Registry) http.Handler {
+// NodeMux serves a router node on one listener: the API, the admin
+// endpoints (/admin/, /debug/, /healthz, /readyz) and /metrics from reg.
+func NodeMux(api, admin http.Handler, reg *prometheus.Registry) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/", api)
 	for _, p := range []string{"/admin/", "/debug/", "/healthz", "/readyz"} {

@@ -42,7 +42,7 @@ type BackendCounters struct {
 	// GenerationTokens is vllm:generation_tokens_total.
 	GenerationTokens uint64 `json:"generation_tokens"`
 	// Requests counts the requests the engine admitted (scheduled at least
-	// once).
+	// once); for an ExternalFleet, those that succeeded.
 	Requests uint64 `json:"requests"`
 	// Preemptions and EvictedBlocks show cache pressure.
 	Preemptions   uint64 `json:"preemptions"`

@@ -12,22 +12,6 @@ import (
 	"github.com/kvmesh/kvmesh/router"
 )
 
-func chatBody(system, user string, maxTokens int) []byte {
-	return fmt.Appendf(nil, `{"model":"kvmesh-sim","messages":[{"role":"system","content":%q},{"role":"user","content":%q}],"max_tokens":%d}`,
-		system, user, maxTokens)
-}
-
-func words(prefix string, n int) string {
-	var b strings.Builder
-	for i := range n {
-		if i > 0 {
-			b.WriteByte(' ')
-		}
-		fmt.Fprintf(&b, "%s%d", prefix, i)
-	}
-	return b.String()
-}
-
 func fastSimConfig() sim.Config {
 	c := sim.DefaultConfig()
 	c.TimeScale = 2000

@@ -57,9 +57,11 @@ func RunOnce(ctx context.Context, cfg *Config, w *workload.Workload, arm Arm, re
 				c.Name, c.PrefixCacheQueries, c.Requests)
 		}
 	}
-	d, err := deploy(ctx, cfg, arm, fleet)
-	if err != nil {
-		return nil, err
+	d := &deployment{fronts: cfg.Fronts}
+	if len(cfg.Fronts) == 0 {
+		if d, err = deploy(ctx, cfg, arm, fleet); err != nil {
+			return nil, err
+		}
 	}
 	var lag *lagSampler
 	if cfg.LagSampleEvery > 0 {

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# kvmesh demo: simulated vLLM backends as separate processes, kvmesh router
+# nodes in front of them behind a round-robin TCP front, a slice of the real
+# Mooncake chat trace replayed through it with a progress bar, and the
+# comparison against round-robin and least-loaded routing with prefix-cache
+# hits counted by the backends themselves.
+#
+# Needs only Go and the repository. Run it as `make demo`. Settings (env):
+#   DEMO_BACKENDS=4 DEMO_NODES=3 DEMO_TIME_SCALE=10 DEMO_SLICE=5m
+#   DEMO_CACHE_BLOCKS=12000 DEMO_PORT_BASE=18100 DEMO_OUT=bin/demo
+#   DEMO_WAIT=1 (wait for Enter before stopping when run from a terminal)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$ROOT"
+GO=${GO:-go}
+BIN=$ROOT/bin
+OUT=${DEMO_OUT:-$BIN/demo}
+BACKENDS=${DEMO_BACKENDS:-4}
+NODES=${DEMO_NODES:-3}
+TIME_SCALE=${DEMO_TIME_SCALE:-10}
+SLICE=${DEMO_SLICE:-5m}
+CACHE_BLOCKS=${DEMO_CACHE_BLOCKS:-12000}
+PORT_BASE=${DEMO_PORT_BASE:-18100}
+FRONT_PORT=$((PORT_BASE + 80))
+LOGS=$OUT/logs
+
+say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+pids=()
+cleanup() {
+	local code=$?
+	trap - EXIT INT TERM
+	if ((${#pids[@]})); then
+		say "stopping ${#pids[@]} processes"
+		kill "${pids[@]}" 2>/dev/null || true
+		wait "${pids[@]}" 2>/dev/null || true
+	fi
+	exit "$code"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_http() { # url what
+	for _ in $(seq 1 100); do
+		if "$BIN/kvmesh-bench" probe "$1" 2>/dev/null; then return 0; fi
+		sleep 0.1
+	done
+	echo "demo: $2 did not come up ($1); see $LOGS" >&2
+	return 1
+}
+
+say "building kvmesh, kvmesh-sim and kvmesh-bench into $BIN"
+mkdir -p "$BIN" "$LOGS"
+"$GO" build -o "$BIN/kvmesh" ./cmd/kvmesh
+"$GO" build -o "$BIN/kvmesh-sim" ./cmd/kvmesh-sim
+"$GO" build -o "$BIN/kvmesh-bench" ./cmd/kvmesh-bench
+
+for ((i = 0; i < BACKENDS + NODES; i++)); do
+	p=$((PORT_BASE + i))
+	port_free "$p" || { echo "demo: port $p is in use; set DEMO_PORT_BASE" >&2; exit 1; }
+done
+port_free "$FRONT_PORT" || { echo "demo: port $FRONT_PORT is in use; set DEMO_PORT_BASE" >&2; exit 1; }
+
+say "starting $BACKENDS simulated vLLM backends (kvmesh-sim, $CACHE_BLOCKS KV blocks each, time scale $TIME_SCALE)"
+backend_urls=()
+for ((i = 0; i < BACKENDS; i++)); do
+	p=$((PORT_BASE + i))
+	"$BIN/kvmesh-sim" -listen "127.0.0.1:$p" -name "sim-$i" -cache-blocks "$CACHE_BLOCKS" \
+		-time-scale "$TIME_SCALE" -seed "$((i + 1))" -log-level warn >"$LOGS/sim-$i.log" 2>&1 &
+	pids+=($!)
+	backend_urls+=("http://127.0.0.1:$p")
+done
+for u in "${backend_urls[@]}"; do wait_http "$u/health" "kvmesh-sim"; done
+BACKEND_LIST=$(IFS=,; echo "${backend_urls[*]}")
+
+# Router nodes: `kvmesh serve` joined as a mesh once it exists; until then,
+# bare router nodes (kvmesh-bench router), each with its own claims.
+node_urls=()
+node_addrs=()
+if "$BIN/kvmesh" serve -h >/dev/null 2>&1 && "$BIN/kvmesh" certs -h >/dev/null 2>&1; then
+	echo "demo: note: kvmesh serve exists now; this script still runs bare router nodes (switch it to a mesh)" >&2
+fi
+MODE="bare kvmesh router nodes (kvmesh-bench router; no mesh: kvmesh serve is not built yet)"
+say "starting $NODES router nodes: $MODE"
+for ((i = 0; i < NODES; i++)); do
+	p=$((PORT_BASE + BACKENDS + i))
+	"$BIN/kvmesh-bench" router -listen "127.0.0.1:$p" -backends "$BACKEND_LIST" -policy kvmesh \
+		-time-scale "$TIME_SCALE" -log-level warn >"$LOGS/node-$i.log" 2>&1 &
+	pids+=($!)
+	node_urls+=("http://127.0.0.1:$p")
+	node_addrs+=("127.0.0.1:$p")
+done
+for u in "${node_urls[@]}"; do wait_http "$u/readyz" "router node"; done
+
+say "starting the round-robin TCP front on 127.0.0.1:$FRONT_PORT"
+"$BIN/kvmesh-bench" lb -listen "127.0.0.1:$FRONT_PORT" -to "$(IFS=,; echo "${node_addrs[*]}")" >"$LOGS/lb.log" 2>&1 &
+pids+=($!)
+wait_http "http://127.0.0.1:$FRONT_PORT/readyz" "TCP front"
+
+common=(-workload mooncake -duration "$SLICE" -backends "$BACKENDS" -backend-urls "$BACKEND_LIST"
+	-cache-blocks "$CACHE_BLOCKS" -time-scale "$TIME_SCALE" -repeats 1 -log-level error)
+
+say "replaying $SLICE of the Mooncake trace through the front (nodes -> backends)"
+"$BIN/kvmesh-bench" run "${common[@]}" -fronts "http://127.0.0.1:$FRONT_PORT" \
+	-label "kvmesh x$NODES (processes)" -out "$OUT/live" -title "kvmesh demo: live processes" >"$OUT/live.md"
+sed -n '/^| arm /,/^$/p' "$OUT/live.md"
+
+say "comparing against round-robin and least-loaded (same backends, caches emptied before each arm)"
+"$BIN/kvmesh-bench" run "${common[@]}" -arms round_robin,least_loaded,kvmesh \
+	-out "$OUT/compare" -title "kvmesh demo: comparison" >"$OUT/compare.md"
+sed -n '/^| arm /,/^$/p' "$OUT/compare.md"
+sed -n '/^Floors/,/^$/p' "$OUT/compare.md"
+
+say "where to look"
+cat <<EOF
+Charts and tables:
+  $OUT/compare/README.md   (hit rate: $OUT/compare/hit_rate.svg, TTFT: $OUT/compare/ttft.svg)
+  $OUT/live/README.md
+Front (OpenAI API):        http://127.0.0.1:$FRONT_PORT/v1/chat/completions
+EOF
+for ((i = 0; i < NODES; i++)); do
+	u=${node_urls[$i]}
+	cat <<EOF
+Router node $i:             $u/metrics   $u/admin/backends   POST $u/debug/route   ($u/admin/mesh once the mesh runs)
+EOF
+done
+for ((i = 0; i < BACKENDS; i++)); do
+	echo "Backend $i (kvmesh-sim):   ${backend_urls[$i]}/metrics"
+done
+cat <<EOF
+Try:  curl -s -X POST ${node_urls[0]}/debug/route -d '{"model":"kvmesh-sim","messages":[{"role":"user","content":"hello"}]}'
+Logs: $LOGS
+EOF
+
+if [[ ${DEMO_WAIT:-1} == 1 && -t 0 ]]; then
+	read -r -p $'\nEverything is still running. Press Enter (or Ctrl-C) to stop it all. ' _ || true
+fi
