@@ -37,7 +37,12 @@ fuzz:
 	done
 
 demo:
-	@echo "kvmesh demo: nothing to run yet (see README)."
+	@bash integration/demo/demo.sh
+
+# The published end-to-end benchmark (docs/bench/mooncake-8x): every arm on the
+# Mooncake trace, 8 simulated backends, 3 repeats. Takes about half an hour.
+bench-e2e:
+	$(GO) run ./cmd/kvmesh-bench run -publish mooncake-8x
 
 clean:
 	$(GO) clean -testcache

@@ -193,7 +193,9 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := bench.WriteMarkdown(stdout, rep); err != nil {
 		return err
 	}
-	fmt.Fprintln(stderr, bench.FloorsSummary(bench.CheckFloors(rep)))
+	if floors := bench.CheckFloors(rep); len(floors) > 0 {
+		fmt.Fprintln(stderr, bench.FloorsSummary(floors))
+	}
 	out := f.out
 	if f.publish != "" {
 		out = filepath.Join(repoRoot(), "docs", "bench", f.publish)

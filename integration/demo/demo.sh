@@ -7,7 +7,7 @@
 #
 # Needs only Go and the repository. Run it as `make demo`. Settings (env):
 #   DEMO_BACKENDS=4 DEMO_NODES=3 DEMO_TIME_SCALE=10 DEMO_SLICE=5m
-#   DEMO_CACHE_BLOCKS=12000 DEMO_PORT_BASE=18100 DEMO_OUT=bin/demo
+#   DEMO_CACHE_BLOCKS=20000 DEMO_PORT_BASE=18100 DEMO_OUT=bin/demo
 #   DEMO_WAIT=1 (wait for Enter before stopping when run from a terminal)
 set -euo pipefail
 
@@ -20,7 +20,7 @@ BACKENDS=${DEMO_BACKENDS:-4}
 NODES=${DEMO_NODES:-3}
 TIME_SCALE=${DEMO_TIME_SCALE:-10}
 SLICE=${DEMO_SLICE:-5m}
-CACHE_BLOCKS=${DEMO_CACHE_BLOCKS:-12000}
+CACHE_BLOCKS=${DEMO_CACHE_BLOCKS:-20000}
 PORT_BASE=${DEMO_PORT_BASE:-18100}
 FRONT_PORT=$((PORT_BASE + 80))
 LOGS=$OUT/logs
@@ -106,13 +106,14 @@ common=(-workload mooncake -duration "$SLICE" -backends "$BACKENDS" -backend-url
 say "replaying $SLICE of the Mooncake trace through the front (nodes -> backends)"
 "$BIN/kvmesh-bench" run "${common[@]}" -fronts "http://127.0.0.1:$FRONT_PORT" \
 	-label "kvmesh x$NODES (processes)" -out "$OUT/live" -title "kvmesh demo: live processes" >"$OUT/live.md"
-sed -n '/^| arm /,/^$/p' "$OUT/live.md"
+awk '/^\| arm /{on=1} on&&/^$/{exit} on' "$OUT/live.md"
 
 say "comparing against round-robin and least-loaded (same backends, caches emptied before each arm)"
 "$BIN/kvmesh-bench" run "${common[@]}" -arms round_robin,least_loaded,kvmesh \
 	-out "$OUT/compare" -title "kvmesh demo: comparison" >"$OUT/compare.md"
-sed -n '/^| arm /,/^$/p' "$OUT/compare.md"
-sed -n '/^Floors/,/^$/p' "$OUT/compare.md"
+awk '/^\| arm /{on=1} on&&/^$/{exit} on' "$OUT/compare.md"
+echo
+awk '/^Floors/{on=1} /^Routing decisions/{exit} on' "$OUT/compare.md"
 
 say "where to look"
 cat <<EOF
