@@ -57,7 +57,7 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
 	fs.Uint64Var(&f.wl.seed, "seed", 1, "workload seed (text, synthetic draws)")
 	fs.IntVar(&f.backends, "backends", 8, "simulated backends per fleet")
 	fs.IntVar(&f.cacheBlocks, "cache-blocks", 0, "KV blocks per backend (0 = chosen from -capacity-ratio)")
-	fs.Float64Var(&f.capacityRatio, "capacity-ratio", 0.25, "with -cache-blocks 0: fleet KV capacity / the workload's working set (below 1: the fleet cannot hold it)")
+	fs.Float64Var(&f.capacityRatio, "capacity-ratio", 0.25, "with -cache-blocks 0: fleet KV capacity / the workload's working set (below 1: the fleet cannot hold it), capped at 27,000 blocks (an H100) per backend")
 	fs.Float64Var(&f.timeScale, "time-scale", 10, "simulated seconds per real second (watch the max engine lag column)")
 	fs.IntVar(&f.maxRunning, "max-running", sim.DefaultConfig().MaxRunning, "running sequences per backend (vLLM max_num_seqs)")
 	fs.StringVar(&f.arms, "arms", "round_robin,least_loaded,consistent_hash,sglang_cache_aware,kvmesh,oracle", "comma-separated arms: policy[:nodes[:mesh|local]] or oracle")
@@ -156,7 +156,6 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	cfg.Replay.Concurrency = f.concurrency
 	cfg.KeepSamples = f.keepSamples
 	cfg.Logger = log
-	cfg.Mesh = meshState // nil until package mesh is wired in (mesh.go)
 	armList := f.arms
 	if f.nodes > 0 {
 		armList += fmt.Sprintf(",kvmesh:%d:mesh", f.nodes)
@@ -210,15 +209,16 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 }
 
 // autoCacheBlocks sizes each backend's KV cache so that the fleet holds
-// ratio times the working set, but never less than what the longest request
-// needs twice over (the sim refuses a request that cannot fit).
+// ratio times the working set, at most an H100's worth (the simulator's
+// default, 27,000 blocks: real fleets are that small next to real traffic),
+// and never less than what the longest request needs twice over (the sim
+// refuses a request that cannot fit).
 func autoCacheBlocks(workingSet, backends int, ratio float64, w *workload.Workload, blockTokens int) int {
 	longest := (w.MaxPromptTokens + maxOutputOf(w) + blockTokens - 1) / blockTokens
-	return max(int(ratio*float64(workingSet)/float64(backends)), 2*longest, 64)
+	want := min(int(ratio*float64(workingSet)/float64(backends)), sim.DefaultConfig().CacheBlocks)
+	return max(want, 2*longest, 64)
 }
 
-// meshState is the mesh arms' shared state; nil until package mesh exists.
-var meshState bench.SharedState
 
 // splitList splits a comma-separated flag value, dropping empty items.
 func splitList(s string) []string {

@@ -40,7 +40,7 @@ type Config struct {
 	// tree.DefaultConfig().
 	Tree tree.Config
 	// Mesh builds the shared state of multi-node mesh arms; nil refuses
-	// such arms. Default nil (set by whoever links package mesh in).
+	// such arms. Default InMemoryMesh().
 	Mesh SharedState
 
 	// Fronts, when set, are router nodes someone else runs (the demo's
@@ -78,6 +78,7 @@ func DefaultConfig() Config {
 		Router:           router.DefaultConfig(),
 		ScaleRouterTimes: true,
 		Tree:             tree.DefaultConfig(),
+		Mesh:             InMemoryMesh(),
 		Arms:             DefaultArms(),
 		Repeats:          3,
 		Replay:           DefaultReplayConfig(),

@@ -19,14 +19,14 @@ import (
 
 // SharedState builds the learners of n router nodes that share claims (the
 // mesh), each writing into its node's index. close stops whatever it
-// started. The harness has no mesh of its own: cmd/kvmesh-bench (or a
-// test) sets Config.Mesh once package mesh provides one.
+// started. InMemoryMesh is kvmesh's.
 type SharedState func(ctx context.Context, indexes []*tree.Index, log zerolog.Logger) (learners []router.Learner, close func() error, err error)
 
 // deployment is one arm's router nodes in front of one fleet.
 type deployment struct {
 	fronts  []string // node base URLs
 	nodes   []*routerNode
+	indexes []*tree.Index // per node
 	oracle  *Oracle
 	closeFn func() error // shared state (mesh)
 }
@@ -94,6 +94,7 @@ func deploy(ctx context.Context, cfg *Config, arm Arm, fleet Fleet) (_ *deployme
 			return nil, err
 		}
 	}
+	d.indexes = indexes
 	learners := make([]router.Learner, arm.Nodes)
 	switch {
 	case arm.Nodes > 1 && arm.State == StateMesh:
@@ -148,7 +149,14 @@ func deploy(ctx context.Context, cfg *Config, arm Arm, fleet Fleet) (_ *deployme
 		if err != nil {
 			return nil, err
 		}
-		n.srv = &http.Server{Handler: NodeMux(api, rt.AdminHandler(), reg), ReadHeaderTimeout: rc.ReadHeaderTimeout}
+		h := NodeMux(api, rt.AdminHandler(), reg)
+		if mh := adminHandlerOf(learners[i]); mh != nil {
+			m := http.NewServeMux()
+			m.Handle("/admin/mesh", mh)
+			m.Handle("/", h)
+			h = m
+		}
+		n.srv = &http.Server{Handler: h, ReadHeaderTimeout: rc.ReadHeaderTimeout}
 		go func() {
 			defer close(n.done)
 			_ = n.srv.Serve(ln)

@@ -1,0 +1,113 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/kvmesh/kvmesh/mesh"
+	"github.com/kvmesh/kvmesh/mesh/meshtest"
+	"github.com/kvmesh/kvmesh/router"
+	"github.com/kvmesh/kvmesh/transport"
+	"github.com/kvmesh/kvmesh/tree"
+)
+
+// InMemoryMesh is the SharedState of mesh arms: the router nodes join one
+// kvmesh mesh inside this process, replicating claims over an in-memory
+// network (transport.MemNetwork: no loss, no delay) with serf gossip over
+// meshtest.MemberNetwork at mesh.LocalTimings, and mesh defaults for
+// everything else (10 ms flushes, 2 s anti-entropy). It returns once every
+// node replicates with every other.
+func InMemoryMesh() SharedState {
+	return func(ctx context.Context, indexes []*tree.Index, log zerolog.Logger) ([]router.Learner, func() error, error) {
+		net := transport.NewMemNetwork(1)
+		mnet := meshtest.NewMemberNetwork(7946)
+		names := make([]string, len(indexes))
+		for i := range names {
+			names[i] = fmt.Sprintf("node-%d", i)
+		}
+		var nodes []*mesh.Node
+		closeAll := func() error {
+			var errs []error
+			for _, n := range nodes {
+				errs = append(errs, n.Close())
+			}
+			errs = append(errs, net.Close())
+			return errors.Join(errs...)
+		}
+		for i, ix := range indexes {
+			ep, err := net.Endpoint(names[i])
+			if err != nil {
+				closeAll()
+				return nil, nil, err
+			}
+			mt, err := mnet.Transport(names[i])
+			if err != nil {
+				closeAll()
+				return nil, nil, err
+			}
+			cfg := mesh.DefaultConfig()
+			cfg.Name = names[i]
+			cfg.DevMode = true // in-process: nothing to encrypt against
+			cfg.Membership = mesh.LocalTimings()
+			cfg.JoinBackoffMin, cfg.JoinBackoffMax = 50*time.Millisecond, 500*time.Millisecond
+			cfg.Seeds = []string{mnet.Addr(names[0])}
+			n, err := mesh.New(cfg, mesh.Deps{Index: ix, Transport: ep, MemberTransport: mt, Logger: log.With().Str("mesh", names[i]).Logger()})
+			if err != nil {
+				closeAll()
+				return nil, nil, err
+			}
+			nodes = append(nodes, n)
+			if err := n.Start(ctx); err != nil {
+				closeAll()
+				return nil, nil, err
+			}
+		}
+		if err := waitMeshed(ctx, nodes, 30*time.Second); err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		learners := make([]router.Learner, len(nodes))
+		for i, n := range nodes {
+			learners[i] = n
+		}
+		return learners, closeAll, nil
+	}
+}
+
+// waitMeshed waits until every node has every other as a replication peer.
+func waitMeshed(ctx context.Context, nodes []*mesh.Node, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok := true
+		for _, n := range nodes {
+			if len(n.Admin().Peers) != len(nodes)-1 {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bench: the mesh of %d nodes did not form within %v", len(nodes), timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// adminHandlerOf returns a learner's /admin/mesh handler, if it has one.
+func adminHandlerOf(l router.Learner) http.Handler {
+	if a, ok := l.(interface{ AdminHandler() http.Handler }); ok {
+		return a.AdminHandler()
+	}
+	return nil
+}
