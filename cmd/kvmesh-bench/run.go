@@ -219,7 +219,6 @@ func autoCacheBlocks(workingSet, backends int, ratio float64, w *workload.Worklo
 	return max(want, 2*longest, 64)
 }
 
-
 // splitList splits a comma-separated flag value, dropping empty items.
 func splitList(s string) []string {
 	var out []string
