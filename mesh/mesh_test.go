@@ -59,3 +59,175 @@ func TestConvergence(t *testing.T) {
 		})
 	}
 }
+
+// peersOf returns the peers tn currently replicates with.
+func (tn *testNode) peers() []string { return tn.n.view.Load().peers }
+
+// waitGone waits until no live node but name itself replicates with name.
+func (c *testCluster) waitGone(name string, timeout time.Duration) time.Duration {
+	c.t.Helper()
+	return waitFor(c.t, timeout, name+" to leave every peer list", func() bool {
+		for _, tn := range c.live() {
+			for _, p := range tn.peers() {
+				if p == name {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
+// TestRestartCatchesUp: a node killed without leaving is declared failed
+// and dropped as a peer; restarted with an empty index (and a new
+// incarnation) it receives everything learned before and while it was
+// down. A node restarted at once, before anyone noticed it died, is caught
+// by its new incarnation and catches up too.
+func TestRestartCatchesUp(t *testing.T) {
+	c := newTestCluster(t, nil)
+	c.startN(4)
+	c.waitMesh(20 * time.Second)
+	rng := rand.New(rand.NewPCG(7, 7))
+	ls := c.learnRandom(rng, 40)
+	c.waitConverged(20 * time.Second)
+
+	oldInc := c.node("n02").n.inc
+	c.kill("n02")
+	took := c.waitGone("n02", 20*time.Second)
+	t.Logf("n02 dropped as a peer %v after it was killed", took.Round(time.Millisecond))
+	ls = append(ls, c.learnRandom(rng, 40)...) // learned while n02 is down
+	c.waitConverged(20 * time.Second)
+
+	tn := c.start("n02")
+	if tn.n.inc == oldInc {
+		t.Fatal("the restarted node kept its incarnation")
+	}
+	c.waitMesh(20 * time.Second)
+	took = c.waitConverged(20 * time.Second)
+	t.Logf("restarted n02 caught up in %v", took.Round(time.Millisecond))
+	c.checkRoutable(ls)
+	if st := tn.n.stats(); st.FullSyncsReceived == 0 {
+		t.Errorf("restarted node completed no full-state transfer: %+v", st)
+	}
+
+	// Restart n03 at once: peers still list it and learn of the restart
+	// from the new incarnation on its messages.
+	c.kill("n03")
+	c.start("n03")
+	ls = append(ls, c.learnRandom(rng, 20)...)
+	c.waitMesh(20 * time.Second)
+	c.waitConverged(20 * time.Second)
+	c.checkRoutable(ls)
+	restarts := uint64(0)
+	for _, tn := range c.live() {
+		restarts += tn.n.stats().Restarts
+	}
+	if restarts == 0 {
+		t.Error("no peer noticed n03's new incarnation")
+	}
+}
+
+// TestLateJoinerGetsFullState: a node that joins after claims were learned
+// receives all of them.
+func TestLateJoinerGetsFullState(t *testing.T) {
+	c := newTestCluster(t, nil)
+	c.startN(3)
+	c.waitMesh(20 * time.Second)
+	rng := rand.New(rand.NewPCG(3, 3))
+	ls := c.learnRandom(rng, 80)
+	c.waitConverged(20 * time.Second)
+
+	late := c.start("n03")
+	c.waitMesh(20 * time.Second)
+	took := c.waitConverged(20 * time.Second)
+	t.Logf("late joiner converged in %v", took.Round(time.Millisecond))
+	c.checkRoutable(ls)
+	if st := late.n.stats(); st.FullSyncsReceived < 3 {
+		t.Errorf("late joiner completed %d full-state transfers, want one from each of 3 peers", st.FullSyncsReceived)
+	}
+}
+
+// TestPartitionHeals: replication is cut between two halves (serf still
+// sees everyone, so peers stay and deltas are retransmitted); each half
+// converges on its own and the halves differ; after the heal all nodes hold
+// the same state.
+func TestPartitionHeals(t *testing.T) {
+	c := newTestCluster(t, nil)
+	c.startN(6)
+	c.waitMesh(20 * time.Second)
+	a, b := []string{"n00", "n01", "n02"}, []string{"n03", "n04", "n05"}
+	c.net.Partition(a, b)
+	rng := rand.New(rand.NewPCG(5, 5))
+	ls := c.learnRandom(rng, 60)
+	waitFor(t, 20*time.Second, "each half to converge on its own", func() bool {
+		d := c.digests()
+		return d["n00"] == d["n01"] && d["n01"] == d["n02"] && d["n03"] == d["n04"] && d["n04"] == d["n05"]
+	})
+	if d := c.digests(); d["n00"] == d["n03"] {
+		t.Fatal("the halves hold the same state across a partition")
+	}
+	c.net.Heal()
+	took := c.waitConverged(20 * time.Second)
+	t.Logf("converged %v after the heal", took.Round(time.Millisecond))
+	c.checkRoutable(ls)
+}
+
+// TestFullPartitionHeals: gossip is cut too, so each half declares the
+// other failed and drops it as a peer; after the heal serf reconnects,
+// the halves exchange full state and converge.
+func TestFullPartitionHeals(t *testing.T) {
+	c := newTestCluster(t, nil)
+	c.startN(4)
+	c.waitMesh(20 * time.Second)
+	a, b := []string{"n00", "n01"}, []string{"n02", "n03"}
+	c.net.Partition(a, b)
+	c.mnet.Partition(a, b)
+	waitFor(t, 20*time.Second, "the halves to drop each other", func() bool {
+		return len(c.node("n00").peers()) == 1 && len(c.node("n03").peers()) == 1
+	})
+	rng := rand.New(rand.NewPCG(9, 9))
+	ls := c.learnRandom(rng, 40)
+	c.net.Heal()
+	c.mnet.Heal()
+	c.waitMesh(20 * time.Second)
+	took := c.waitConverged(20 * time.Second)
+	t.Logf("converged %v after the heal", took.Round(time.Millisecond))
+	c.checkRoutable(ls)
+}
+
+// TestInvalidateSpreads: a backend invalidated on one node stops matching
+// on every node within about a second (a generous bound here: the machine
+// is shared), while other backends' claims keep matching.
+func TestInvalidateSpreads(t *testing.T) {
+	c := newTestCluster(t, nil)
+	c.startN(4)
+	c.waitMesh(20 * time.Second)
+	rng := rand.New(rand.NewPCG(11, 11))
+	var dead, alive []learned
+	for i := 0; i < 20; i++ {
+		l := learned{p: randomPrompt(rng, 4+rng.IntN(20)), backend: backends[i%2], origin: "n00"}
+		c.node("n00").learn(t, l.p, l.backend, time.Hour)
+		if i%2 == 0 {
+			dead = append(dead, l)
+		} else {
+			alive = append(alive, l)
+		}
+	}
+	c.waitConverged(20 * time.Second)
+	c.checkRoutable(append(dead, alive...))
+
+	c.node("n03").n.Invalidate(backends[0], false)
+	took := waitFor(t, 5*time.Second, "the invalidation to reach every node", func() bool {
+		for _, tn := range c.live() {
+			for _, l := range dead {
+				if tn.depth(l.p, l.backend) != 0 {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	t.Logf("invalidated backend avoided by all 4 nodes %v after Invalidate", took.Round(time.Millisecond))
+	c.checkRoutable(alive)
+	c.waitConverged(20 * time.Second)
+}

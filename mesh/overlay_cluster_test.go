@@ -1,0 +1,141 @@
+package mesh
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/kvmesh/kvmesh/crdt"
+)
+
+// TestOverlayCluster: 48 nodes (above the default RelayThreshold of 32)
+// switch to the relaying overlay, each replicating with O(log N)
+// neighbours; random learns still reach every node, and each node's delta
+// egress per learned claim stays within its degree times the per-peer cost
+// of a claim, where a full mesh would cost a claim's origin 47 peers.
+func TestOverlayCluster(t *testing.T) {
+	const size = 48
+	// 48 race-instrumented nodes share two cores here, which makes every
+	// node slow to answer: probe as on a LAN (this test kills no one), and
+	// give acks a second before retransmitting, or the retransmissions of
+	// an overloaded process feed on themselves. The topology under test
+	// does not depend on either.
+	c := newTestCluster(t, func(cfg *Config) {
+		cfg.Membership.ProbeInterval = time.Second
+		cfg.Membership.ProbeTimeout = 500 * time.Millisecond
+		cfg.Membership.SuspicionMult = 4
+		cfg.Replica.RetransmitAfter = 2 * time.Second
+		cfg.FlushInterval = 25 * time.Millisecond
+		cfg.AntiEntropyInterval = 5 * time.Second
+	})
+	c.startN(size)
+	took := c.waitMesh(90 * time.Second)
+	t.Logf("%d nodes formed the overlay in %v", size, took.Round(time.Millisecond))
+	maxDeg := 0
+	for _, tn := range c.live() {
+		v := tn.n.view.Load()
+		if !v.overlay {
+			t.Fatalf("%s is not in overlay mode with %d members", tn.name, size)
+		}
+		maxDeg = max(maxDeg, len(v.peers))
+	}
+	if lg := log2ceil(size); maxDeg > 3*lg+2 {
+		t.Fatalf("max degree %d > 3·log2 N + 2 = %d", maxDeg, 3*lg+2)
+	}
+	// Let the topology switch's full-state transfers finish.
+	waitFor(t, 60*time.Second, "full-state transfers to finish", func() bool {
+		for _, tn := range c.live() {
+			tn.n.mu.Lock()
+			ps := tn.n.rep.Peers()
+			tn.n.mu.Unlock()
+			for _, p := range ps {
+				if p.InFullSync || p.Backlog > 0 {
+					return false
+				}
+			}
+		}
+		return true
+	})
+
+	before := map[string]float64{}
+	var changesBefore uint64
+	for _, tn := range c.live() {
+		before[tn.name] = counterValue(tn.n.m.sentBytesBy[crdt.MsgDelta])
+		changesBefore += tn.n.stats().LocalChanges
+	}
+	rng := rand.New(rand.NewPCG(48, 48))
+	ls := c.learnRandom(rng, 2*size)
+	took = c.waitConverged(60 * time.Second)
+	t.Logf("converged %v after the last learn", took.Round(time.Millisecond))
+	c.checkRoutable(ls)
+
+	var claims uint64
+	for _, tn := range c.live() {
+		claims += tn.n.stats().LocalChanges
+	}
+	claims -= changesBefore
+	worst := 0.0
+	for _, tn := range c.live() {
+		sent := counterValue(tn.n.m.sentBytesBy[crdt.MsgDelta]) - before[tn.name]
+		deg := len(tn.peers())
+		perPeer := sent / float64(claims) / float64(deg)
+		worst = max(worst, perPeer)
+		if perPeer > 48 {
+			t.Errorf("%s sent %.0f delta bytes for %d claims over %d neighbours: %.1f B per claim per neighbour, budget 48",
+				tn.name, sent, claims, deg, perPeer)
+		}
+	}
+	t.Logf("%d claims; max degree %d (a full mesh: %d); worst node sent %.1f delta bytes per claim per neighbour",
+		claims, maxDeg, size-1, worst)
+}
+
+// TestTopologySwitch: a mesh growing past RelayThreshold switches every
+// node to the overlay (a new Replica with relaying on) and shrinking to
+// 3/4 of it switches back; claims learned in each phase reach every node.
+func TestTopologySwitch(t *testing.T) {
+	c := newTestCluster(t, func(cfg *Config) { cfg.RelayThreshold = 4 })
+	c.startN(4)
+	c.waitMesh(20 * time.Second)
+	rng := rand.New(rand.NewPCG(4, 4))
+	ls := c.learnRandom(rng, 20)
+	c.waitConverged(20 * time.Second)
+	for _, tn := range c.live() {
+		if tn.n.view.Load().overlay {
+			t.Fatalf("%s uses the overlay at the threshold", tn.name)
+		}
+	}
+
+	c.start("n04")
+	c.start("n05")
+	c.waitMesh(20 * time.Second)
+	for _, tn := range c.live() {
+		if !tn.n.view.Load().overlay {
+			t.Fatalf("%s does not use the overlay with 6 members", tn.name)
+		}
+		if tn.name < "n04" && counterValue(tn.n.m.topologyChanges) != 1 {
+			t.Fatalf("%s changed topology %v times, want 1", tn.name, counterValue(tn.n.m.topologyChanges))
+		}
+	}
+	ls = append(ls, c.learnRandom(rng, 20)...)
+	c.waitConverged(20 * time.Second)
+	c.checkRoutable(ls)
+
+	// 4 members: above 3/4 of the threshold, the overlay stays.
+	c.kill("n05")
+	c.kill("n04")
+	c.waitMesh(20 * time.Second)
+	if !c.node("n00").n.view.Load().overlay {
+		t.Fatal("n00 left the overlay at 4 members: no hysteresis")
+	}
+	// 3 members: back to the full mesh.
+	c.kill("n03")
+	c.waitMesh(20 * time.Second)
+	for _, tn := range c.live() {
+		if tn.n.view.Load().overlay {
+			t.Fatalf("%s still uses the overlay with 3 members", tn.name)
+		}
+	}
+	ls = append(ls, c.learnRandom(rng, 20)...)
+	c.waitConverged(20 * time.Second)
+	c.checkRoutable(ls)
+}
