@@ -31,6 +31,7 @@ type testCluster struct {
 	icfg  tree.Config
 	mod   func(*Config)
 	seeds []string
+	res   Resolver // nil: net.DefaultResolver (seeds are IPs)
 
 	mu    sync.Mutex
 	nodes map[string]*testNode
@@ -124,7 +125,7 @@ func (c *testCluster) start(name string) *testNode {
 		c.mod(&cfg)
 	}
 	reg := prometheus.NewRegistry()
-	n, err := New(cfg, Deps{Index: ix, Transport: ep, MemberTransport: mt, Registerer: reg, Logger: testLogger()})
+	n, err := New(cfg, Deps{Index: ix, Transport: ep, MemberTransport: mt, Registerer: reg, Logger: testLogger(), Resolver: c.res})
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -1,6 +1,8 @@
 package mesh
 
 import (
+	"math/rand/v2"
+
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -16,3 +18,5 @@ func counterValue(c prometheus.Metric) float64 {
 	}
 	return m.Gauge.GetValue()
 }
+
+func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, seed)) }
