@@ -46,7 +46,7 @@ func parseSeed(s string, defaultPort int) (seed, error) {
 		if strings.ContainsAny(s, ":/ ") {
 			return seed{}, fmt.Errorf("seed %q: an SRV name carries no port or path", s)
 		}
-		return seed{kind: seedSRV, host: strings.TrimSuffix(s, ".")}, nil
+		return seed{kind: seedSRV, host: strings.TrimRight(s, ".")}, nil
 	}
 	host, portStr, err := net.SplitHostPort(s)
 	if err != nil {
@@ -56,14 +56,14 @@ func parseSeed(s string, defaultPort int) (seed, error) {
 			return seed{}, fmt.Errorf("seed %q: not host:port, a host name or an IP", s)
 		}
 	}
-	if host == "" || strings.ContainsAny(host, "/ []") {
+	if strings.TrimRight(host, ".") == "" || strings.ContainsAny(host, "/ []") {
 		return seed{}, fmt.Errorf("seed %q: bad host %q", s, host)
 	}
 	port, err := strconv.Atoi(portStr)
 	if err != nil || port < 1 || port > 65535 {
 		return seed{}, fmt.Errorf("seed %q: bad port %q", s, portStr)
 	}
-	return seed{kind: seedHost, host: strings.TrimSuffix(host, "."), port: port}, nil
+	return seed{kind: seedHost, host: strings.TrimRight(host, "."), port: port}, nil
 }
 
 // resolveSeeds turns seeds into gossip addresses (ip:port), sorted and
