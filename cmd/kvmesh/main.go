@@ -14,6 +14,9 @@ import (
 	"os"
 )
 
+// getenv is os.Getenv (a variable so tests can replace the environment).
+var getenv = os.Getenv
+
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 

@@ -1,11 +1,72 @@
 package main
 
 import (
+	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/kvmesh/kvmesh/mesh"
 )
 
+// membersCommand prints a running node's view of the mesh, like `serf
+// members`, from its admin listener's /admin/mesh.
 func membersCommand(args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "kvmesh members: not wired yet")
-	return 1
+	flags := flag.NewFlagSet("kvmesh members", flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	admin := flags.String("admin", envOr("KVMESH_ADMIN", "http://127.0.0.1:9090"), "the node's admin listener (env KVMESH_ADMIN)")
+	asJSON := flags.Bool("json", false, "print the whole /admin/mesh document as JSON")
+	timeout := flags.Duration("timeout", 5*time.Second, "request timeout")
+	if err := flags.Parse(args); err != nil {
+		return 2
+	}
+	base := strings.TrimSuffix(*admin, "/")
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	client := &http.Client{Timeout: *timeout}
+	resp, err := client.Get(base + mesh.AdminPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "kvmesh members: %v\n", err)
+		return 1
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		fmt.Fprintf(stderr, "kvmesh members: reading %s: %v\n", base+mesh.AdminPath, err)
+		return 1
+	}
+	if resp.StatusCode == http.StatusNotFound {
+		fmt.Fprintf(stderr, "kvmesh members: %s has no mesh (is it running with --mesh?)\n", base)
+		return 1
+	}
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintf(stderr, "kvmesh members: %s answered %s\n", base+mesh.AdminPath, resp.Status)
+		return 1
+	}
+	if *asJSON {
+		stdout.Write(body)
+		return 0
+	}
+	var view mesh.AdminView
+	if err := json.Unmarshal(body, &view); err != nil {
+		fmt.Fprintf(stderr, "kvmesh members: %s did not answer a mesh view: %v\n", base+mesh.AdminPath, err)
+		return 1
+	}
+	if err := mesh.FormatMembers(stdout, view.Members); err != nil {
+		fmt.Fprintf(stderr, "kvmesh members: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "\ntopology %s, state digest %s\n", view.Topology, view.StateDigest)
+	return 0
+}
+
+func envOr(key, def string) string {
+	if v := getenv(key); v != "" {
+		return v
+	}
+	return def
 }

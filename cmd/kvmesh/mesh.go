@@ -2,17 +2,21 @@ package main
 
 import (
 	"context"
-	"errors"
+	"fmt"
+	"net"
 	"net/http"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/kvmesh/kvmesh/mesh"
 	"github.com/kvmesh/kvmesh/router"
+	"github.com/kvmesh/kvmesh/transport"
 	"github.com/kvmesh/kvmesh/tree"
 )
 
-// meshNode is what serve needs of a mesh node.
+// meshNode is what serve needs of a mesh node (*mesh.Node).
 type meshNode interface {
 	router.Learner
 	Start(ctx context.Context) error
@@ -21,6 +25,60 @@ type meshNode interface {
 	AdminHandler() http.Handler
 }
 
+// newMeshNode builds the QUIC transport (mutual TLS with the cluster CA)
+// and the mesh node over the claim index.
 func newMeshNode(cfg *ServeConfig, ix *tree.Index, log zerolog.Logger, reg prometheus.Registerer) (meshNode, error) {
-	return nil, errors.New("not wired yet")
+	tlsCfg, err := transport.TLSConfigFromFiles(cfg.Mesh.TLSCA, cfg.Mesh.TLSCert, cfg.Mesh.TLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("TLS: %w", err)
+	}
+	tc := transport.DefaultConfig()
+	tc.ListenAddr = cfg.Mesh.QUIC
+	tc.AdvertiseAddr = cfg.Mesh.QUICAdvertise
+	tc.NodeName = cfg.Node.Name
+	tc.TLS = tlsCfg
+	tc.Logger = log.With().Str("component", "transport").Logger()
+	tc.Registerer = reg
+	q, err := transport.NewQUIC(tc)
+	if err != nil {
+		return nil, fmt.Errorf("QUIC listener %s: %w", cfg.Mesh.QUIC, err)
+	}
+
+	mc := mesh.DefaultConfig()
+	mc.Name = cfg.Node.Name
+	mc.Seeds = cfg.Mesh.Join
+	if mc.BindAddr, mc.BindPort, err = hostPort(cfg.Mesh.Bind, "0.0.0.0"); err != nil {
+		q.Close()
+		return nil, fmt.Errorf("bind: %w", err)
+	}
+	if cfg.Mesh.Advertise != "" {
+		if mc.AdvertiseAddr, mc.AdvertisePort, err = hostPort(cfg.Mesh.Advertise, ""); err != nil {
+			q.Close()
+			return nil, fmt.Errorf("advertise: %w", err)
+		}
+	}
+	mc.QUICAdvertiseAddr = cfg.Mesh.QUICAdvertise
+	mc.GossipKey = cfg.Mesh.GossipKey
+	mc.DevMode = cfg.Mesh.Dev
+	node, err := mesh.New(mc, mesh.Deps{Index: ix, Transport: q, Logger: log.With().Str("component", "mesh").Logger(), Registerer: reg})
+	if err != nil {
+		q.Close()
+		return nil, err
+	}
+	return node, nil
+}
+
+func hostPort(addr, defaultHost string) (string, int, error) {
+	h, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("bad port in %q", addr)
+	}
+	if h == "" {
+		h = defaultHost
+	}
+	return h, port, nil
 }

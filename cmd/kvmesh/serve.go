@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
+	"github.com/kvmesh/kvmesh/mesh"
 	"github.com/kvmesh/kvmesh/router"
 	"github.com/kvmesh/kvmesh/tree"
 )
@@ -61,8 +62,6 @@ func serve(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, ready chan
 	if err != nil {
 		return err
 	}
-	reg.MustRegister(newIndexCollector(ix))
-
 	var learner router.Learner
 	var node meshNode
 	if cfg.Mesh.Enabled {
@@ -71,7 +70,9 @@ func serve(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, ready chan
 			return fmt.Errorf("mesh: %w", err)
 		}
 		defer node.Close()
-		learner = node
+		learner = node // the mesh registers the kvmesh_index_* metrics too
+	} else {
+		reg.MustRegister(mesh.NewIndexCollector(ix))
 	}
 	rt, err := router.New(cfg.Router, router.Deps{Index: ix, Learner: learner, Logger: log, Registerer: reg})
 	if err != nil {

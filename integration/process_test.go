@@ -1,0 +1,280 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvmesh/kvmesh/integration/sim"
+	"github.com/kvmesh/kvmesh/integration/workload"
+)
+
+// TestProcessMeshKillRestart runs three real `kvmesh serve` processes joined
+// as a mesh over real QUIC (mutual TLS) on loopback, under load. One is
+// killed with SIGKILL and restarted with empty state; the test checks that
+// the mesh keeps serving, that the restarted node rejoins and receives the
+// claims learned while it was down, and that all three converge to the same
+// replicated state.
+func TestProcessMeshKillRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs processes")
+	}
+	bin := buildKVMesh(t)
+	dir := t.TempDir()
+	run(t, bin, "certs", "--dir", dir, "--nodes", "r1,r2,r3")
+
+	fleet, err := sim.StartFleet(2, simConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+	backends := fmt.Sprintf("s0=%s,s1=%s", fleet.URLs()[0], fleet.URLs()[1])
+
+	nodes := make([]*procNode, 3)
+	for i := range nodes {
+		nodes[i] = &procNode{name: fmt.Sprintf("r%d", i+1), api: freePort(t, "tcp"), admin: freePort(t, "tcp"),
+			bind: freePort(t, "both"), quic: freePort(t, "udp")}
+	}
+	seed := nodes[0].bind
+	start := func(n *procNode) {
+		n.start(t, bin, "serve", "--node-name", n.name, "--listen", n.api, "--admin-listen", n.admin,
+			"--mesh", "--dev", "--bind", n.bind, "--quic-listen", n.quic, "--join", seed,
+			"--tls-ca", filepath.Join(dir, "ca.pem"), "--tls-cert", filepath.Join(dir, n.name+".pem"),
+			"--tls-key", filepath.Join(dir, n.name+"-key.pem"), "--backends", backends, "--log-level", "warn")
+	}
+	for _, n := range nodes {
+		start(n)
+	}
+	defer func() {
+		for _, n := range nodes {
+			n.stop()
+		}
+	}()
+	for _, n := range nodes {
+		waitFor(t, 30*time.Second, n.name+" to see 3 alive members", func() bool { return n.aliveMembers() == 3 })
+	}
+
+	// Load: conversations sent to random nodes, as behind an L4 spread.
+	w, err := workload.MultiTurn(workload.DefaultMultiTurnOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sent, failed atomic.Int64
+	var down atomic.Int32 // index+1 of the node that is down
+	load := func(ctx context.Context, reqs []workload.Request) {
+		r := rand.New(rand.NewPCG(1, 2))
+		for _, req := range reqs {
+			if ctx.Err() != nil {
+				return
+			}
+			i := r.IntN(3)
+			if int(down.Load()) == i+1 {
+				i = (i + 1) % 3
+			}
+			code := post(nodes[i].api, req.BodyBytes())
+			sent.Add(1)
+			if code != 200 {
+				failed.Add(1)
+			}
+		}
+	}
+	third := len(w.Requests) / 3
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	load(ctx, w.Requests[:third])
+
+	// kill -9 r2 under load; requests keep going to the others.
+	victim := nodes[1]
+	down.Store(2)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); load(ctx, w.Requests[third:2*third]) }()
+	time.Sleep(200 * time.Millisecond)
+	victim.kill()
+	wg.Wait()
+	digestWhileDown := nodes[0].stateDigest()
+
+	start(victim)
+	down.Store(0)
+	waitFor(t, 30*time.Second, "r2 to rejoin", func() bool { return victim.aliveMembers() == 3 && nodes[0].aliveMembers() == 3 })
+	load(ctx, w.Requests[2*third:])
+
+	// Every node ends with the same replicated state; r2 got what was
+	// learned while it was down.
+	waitFor(t, 30*time.Second, "the three nodes to converge", func() bool {
+		d := nodes[0].stateDigest()
+		return d != "" && d == nodes[1].stateDigest() && d == nodes[2].stateDigest()
+	})
+	if victim.claims() == 0 || digestWhileDown == "" {
+		t.Fatalf("restarted node holds %d claims", victim.claims())
+	}
+	if f := failed.Load(); f > sent.Load()/20 {
+		t.Fatalf("%d of %d requests failed", f, sent.Load())
+	}
+	st := fleet.Stats()
+	t.Logf("%d requests (%d failed); backend token hit rate %.3f", sent.Load(), failed.Load(), st.HitRate())
+}
+
+func simConfig() sim.Config {
+	c := sim.DefaultConfig()
+	c.TimeScale = 1000 // requests take milliseconds
+	return c
+}
+
+type procNode struct {
+	name, api, admin, bind, quic string
+	cmd                          *exec.Cmd
+	out                          bytes.Buffer
+}
+
+func (n *procNode) start(t *testing.T, bin string, args ...string) {
+	t.Helper()
+	n.cmd = exec.Command(bin, args...)
+	n.out.Reset()
+	n.cmd.Stdout, n.cmd.Stderr = &n.out, &n.out
+	if err := n.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, n.name+" to serve", func() bool {
+		resp, err := http.Get("http://" + n.admin + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil && resp.StatusCode == 200
+	})
+}
+
+func (n *procNode) kill() {
+	if n.cmd != nil && n.cmd.Process != nil {
+		n.cmd.Process.Kill() // SIGKILL: no graceful leave
+		n.cmd.Wait()
+	}
+}
+
+func (n *procNode) stop() {
+	if n.cmd != nil && n.cmd.Process != nil && n.cmd.ProcessState == nil {
+		n.cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { n.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			n.cmd.Process.Kill()
+		}
+	}
+}
+
+type meshView struct {
+	StateDigest string `json:"state_digest"`
+	Members     []struct {
+		Status string `json:"status"`
+	} `json:"members"`
+	Index struct {
+		Claims int
+	} `json:"index"`
+}
+
+func (n *procNode) view() (meshView, bool) {
+	var v meshView
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get("http://" + n.admin + "/admin/mesh")
+	if err != nil {
+		return v, false
+	}
+	defer resp.Body.Close()
+	return v, json.NewDecoder(resp.Body).Decode(&v) == nil
+}
+
+func (n *procNode) aliveMembers() int {
+	v, _ := n.view()
+	alive := 0
+	for _, m := range v.Members {
+		if m.Status == "alive" {
+			alive++
+		}
+	}
+	return alive
+}
+
+func (n *procNode) stateDigest() string { v, _ := n.view(); return v.StateDigest }
+func (n *procNode) claims() int        { v, _ := n.view(); return v.Index.Claims }
+
+func post(addr string, body []byte) int {
+	c := http.Client{Timeout: 30 * time.Second}
+	resp, err := c.Post("http://"+addr+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return -1
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// buildKVMesh builds cmd/kvmesh into a temporary directory.
+func buildKVMesh(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "kvmesh")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/kvmesh")
+	cmd.Dir = ".."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func run(t *testing.T, bin string, args ...string) {
+	t.Helper()
+	if out, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s %s: %v\n%s", bin, strings.Join(args, " "), err, out)
+	}
+}
+
+// freePort returns a loopback address whose port was free for TCP, UDP or
+// both (serf needs the same port for both).
+func freePort(t *testing.T, proto string) string {
+	t.Helper()
+	for i := 0; i < 50; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		if proto == "udp" || proto == "both" {
+			u, err := net.ListenPacket("udp", addr)
+			if err != nil {
+				l.Close()
+				continue
+			}
+			u.Close()
+		}
+		l.Close()
+		return addr
+	}
+	t.Fatal("no free port")
+	return ""
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %v waiting for %s", d, what)
+}
