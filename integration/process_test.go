@@ -210,7 +210,7 @@ func (n *procNode) aliveMembers() int {
 }
 
 func (n *procNode) stateDigest() string { v, _ := n.view(); return v.StateDigest }
-func (n *procNode) claims() int        { v, _ := n.view(); return v.Index.Claims }
+func (n *procNode) claims() int         { v, _ := n.view(); return v.Index.Claims }
 
 func post(addr string, body []byte) int {
 	c := http.Client{Timeout: 30 * time.Second}
