@@ -33,6 +33,9 @@ type Sample struct {
 	// Late is how much later than its scheduled arrival the request was sent
 	// (open loop: the in-flight cap or a slow machine held it back).
 	Late time.Duration `json:"late_ns,omitempty"`
+	// Capped says the request waited for the open loop's in-flight cap (so
+	// its lateness is the system's backlog, not the load generator's).
+	Capped bool `json:"capped,omitempty"`
 	// OutputTokens and CachedTokens are the answer's usage (completion
 	// tokens; prompt_tokens_details.cached_tokens as the backend reported).
 	// CachedTokens is kept for cross-checks only: hit rates come from the

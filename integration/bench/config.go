@@ -57,6 +57,17 @@ type Config struct {
 	// Replay paces the requests. Default DefaultReplayConfig().
 	Replay ReplayConfig
 
+	// MaxLag is how far behind the machine may fall before a run is not
+	// trusted: the largest engine lag, and the 99th percentile of how late
+	// the load generator sent requests it was not holding back on purpose
+	// (wall clock). Latencies are wall time x TimeScale, so a starved CPU
+	// inflates them; such a run is discarded and run again (Retries).
+	// Default 100 ms: at time scale 10 that is a second of simulated time.
+	MaxLag time.Duration
+	// Retries is how often an untrusted run is run again (fresh fleet, same
+	// position) before it is kept anyway, marked invalid. Default 2.
+	Retries int
+
 	// LagSampleEvery is how often the backends' engine lag is sampled (0 =
 	// never). Default 1 s: cheap, and a lag lasts longer than that.
 	LagSampleEvery time.Duration
@@ -83,6 +94,8 @@ func DefaultConfig() Config {
 		Repeats:          3,
 		Replay:           DefaultReplayConfig(),
 		LagSampleEvery:   time.Second,
+		MaxLag:           100 * time.Millisecond,
+		Retries:          2,
 		Logger:           zerolog.Nop(),
 	}
 }

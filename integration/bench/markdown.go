@@ -127,12 +127,27 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	writeDecisions(ew, r)
 
 	p("## Every run\n\n")
-	p("| repeat | position | arm | hit rate | TTFT p50 s | TTFT p99 s | E2E p99 s | errors | requests CV | late p99 s | max engine lag s |\n")
-	p("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	p("| repeat | position | arm | hit rate | TTFT p50 s | TTFT p99 s | E2E p99 s | errors | requests CV | capped | dispatch late p99 ms (wall) | max engine lag ms (wall) | trusted |\n")
+	p("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	runRow := func(run *RunResult) {
+		trusted := "yes"
+		if run.Invalid != "" {
+			trusted = "NO: " + run.Invalid
+		}
+		p("| %d | %d | %s | %s | %.3f | %.3f | %.2f | %d | %.2f | %d | %.1f | %.1f | %s |\n", run.Repeat+1, run.Position+1, run.Arm,
+			pct(run.HitRate), run.TTFT.P50, run.TTFT.P99, run.E2E.P99, run.Errors, run.RequestsCV, run.CappedRequests,
+			1000*run.DispatchLateP99, 1000*run.MaxEngineLag, trusted)
+	}
 	for i := range r.Runs {
-		run := &r.Runs[i]
-		p("| %d | %d | %s | %s | %.3f | %.3f | %.2f | %d | %.2f | %.3f | %.3f |\n", run.Repeat+1, run.Position+1, run.Arm,
-			pct(run.HitRate), run.TTFT.P50, run.TTFT.P99, run.E2E.P99, run.Errors, run.RequestsCV, run.Late.P99, run.MaxEngineLag)
+		runRow(&r.Runs[i])
+	}
+	if len(r.Discarded) > 0 {
+		p("\nDiscarded (the machine fell behind; each was run again with a fresh fleet):\n\n")
+		p("| repeat | position | arm | hit rate | TTFT p50 s | TTFT p99 s | E2E p99 s | errors | requests CV | capped | dispatch late p99 ms (wall) | max engine lag ms (wall) | trusted |\n")
+		p("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		for i := range r.Discarded {
+			runRow(&r.Discarded[i])
+		}
 	}
 	if r.Command != "" {
 		p("\nCommand:\n\n```\n%s\n```\n", r.Command)

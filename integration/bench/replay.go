@@ -174,10 +174,16 @@ func (rp *replayer) openLoop(ctx context.Context) {
 			rp.skipFrom(i, "timeout")
 			break
 		}
+		capped := false
 		select {
 		case sem <- struct{}{}:
-		case <-ctx.Done():
-			rp.skipFrom(i, "timeout")
+		default:
+			capped = true // the in-flight cap holds this arrival back
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				rp.skipFrom(i, "timeout")
+			}
 		}
 		if ctx.Err() != nil {
 			break
@@ -186,6 +192,7 @@ func (rp *replayer) openLoop(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			rp.samples[i].Capped = capped
 			rp.one(ctx, i, late)
 			<-sem
 		}()

@@ -51,6 +51,16 @@ type RunResult struct {
 	// model clock: above a few tens of ms the machine was too slow for the
 	// time scale.
 	MaxEngineLag float64 `json:"max_engine_lag_s"`
+	// CappedRequests waited for the open loop's in-flight cap;
+	// DispatchLateP99 is the 99th percentile of how late (wall seconds) the
+	// other requests were sent: the load generator's own delay.
+	CappedRequests  int     `json:"capped_requests"`
+	DispatchLateP99 float64 `json:"dispatch_late_p99_wall_s"`
+	// Invalid says why the run is not trusted ("" when it is): the machine
+	// fell behind (see Config.MaxLag).
+	Invalid string `json:"invalid,omitempty"`
+	// Attempt is 0 for a first run, n for the n-th rerun of an untrusted one.
+	Attempt int `json:"attempt,omitempty"`
 	// OracleMisses counts oracle decisions made without the body.
 	OracleMisses uint64 `json:"oracle_misses,omitempty"`
 
@@ -152,6 +162,9 @@ type Report struct {
 	Setup    Setup        `json:"setup"`
 	Arms     []ArmSummary `json:"arms"`
 	Runs     []RunResult  `json:"runs"`
+	// Discarded are untrusted runs that were run again (kept for the record;
+	// not in the summaries).
+	Discarded []RunResult `json:"discarded,omitempty"`
 }
 
 // Summarize computes each arm's summary from runs, in arms' order.

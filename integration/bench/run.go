@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/kvmesh/kvmesh/integration/workload"
@@ -24,9 +25,18 @@ func Run(ctx context.Context, cfg Config, w *workload.Workload) (*Report, error)
 	cfg.Progress.Expect(cfg.Repeats * len(cfg.Arms) * len(w.Requests))
 	for r := range cfg.Repeats {
 		for pos, arm := range rotation(cfg.Arms, r) {
-			res, err := RunOnce(ctx, &cfg, w, arm, r, pos)
-			if err != nil {
-				return rep, fmt.Errorf("bench: arm %s, repeat %d: %w", arm.Name, r+1, err)
+			var res *RunResult
+			for attempt := 0; ; attempt++ {
+				var err error
+				if res, err = RunOnce(ctx, &cfg, w, arm, r, pos); err != nil {
+					return rep, fmt.Errorf("bench: arm %s, repeat %d: %w", arm.Name, r+1, err)
+				}
+				res.Attempt = attempt
+				if res.Invalid == "" || attempt >= cfg.Retries {
+					break
+				}
+				cfg.Logger.Warn().Str("arm", arm.Name).Int("repeat", r+1).Str("why", res.Invalid).Msg("untrusted run; running it again")
+				rep.Discarded = append(rep.Discarded, *res)
 			}
 			cfg.Logger.Info().Str("arm", arm.Name).Int("repeat", r+1).Float64("hit_rate", res.HitRate).
 				Float64("ttft_p50_s", res.TTFT.P50).Float64("ttft_p99_s", res.TTFT.P99).Int("errors", res.Errors).
@@ -90,6 +100,13 @@ func RunOnce(ctx context.Context, cfg *Config, w *workload.Workload, arm Arm, re
 		return nil, err
 	}
 	fillResult(res, samples, counters, wall, cfg.TimeScale)
+	switch max := cfg.MaxLag.Seconds(); {
+	case max <= 0:
+	case res.MaxEngineLag > max:
+		res.Invalid = fmt.Sprintf("an engine fell %.3f s behind its model clock", res.MaxEngineLag)
+	case res.DispatchLateP99 > max:
+		res.Invalid = fmt.Sprintf("the load generator sent requests %.3f s late (p99)", res.DispatchLateP99)
+	}
 	if cfg.KeepSamples {
 		res.Samples = samples
 	}
@@ -101,13 +118,18 @@ func RunOnce(ctx context.Context, cfg *Config, w *workload.Workload, arm Arm, re
 func fillResult(res *RunResult, samples []Sample, counters []BackendCounters, wall time.Duration, scale float64) {
 	res.Requests = len(samples)
 	res.Backends = counters
-	var ttft, e2e, late []float64
+	var ttft, e2e, late, dispatch []float64
 	var outTokens int64
 	for i := range samples {
 		s := &samples[i]
 		res.ClientCachedTokens += int64(s.CachedTokens)
 		if s.Late > 0 {
 			late = append(late, s.Late.Seconds()*scale)
+		}
+		if s.Capped {
+			res.CappedRequests++
+		} else {
+			dispatch = append(dispatch, s.Late.Seconds())
 		}
 		if !s.OK() {
 			res.Errors++
@@ -126,6 +148,10 @@ func fillResult(res *RunResult, samples []Sample, counters []BackendCounters, wa
 	res.E2E = summarizeLatency(e2e)
 	res.Late = summarizeLatency(late)
 	res.Late.N = len(late) // requests sent late at all
+	if len(dispatch) > 0 {
+		slices.Sort(dispatch)
+		res.DispatchLateP99 = Percentile(dispatch, 99)
+	}
 
 	work := make([]float64, len(counters))
 	reqs := make([]float64, len(counters))

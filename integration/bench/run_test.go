@@ -181,3 +181,37 @@ func TestFillResult(t *testing.T) {
 		t.Errorf("late %+v, client cached %d", r.Late, r.ClientCachedTokens)
 	}
 }
+
+// A run during which the machine fell behind is run again, and the
+// untrusted attempt is kept apart from the figures.
+func TestUntrustedRunsAreRerun(t *testing.T) {
+	w, sc := prefixHeavy(t)
+	w.Requests = w.Requests[:8]
+	cfg := e2eConfig(t, sc, "round_robin")
+	cfg.Replay.Mode = OpenLoop // the open loop measures its own lateness
+	cfg.MaxLag = time.Nanosecond
+	cfg.Retries = 1
+	rep, err := Run(context.Background(), cfg, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Discarded) != 1 || len(rep.Runs) != 1 {
+		t.Fatalf("%d discarded, %d kept; want 1 and 1", len(rep.Discarded), len(rep.Runs))
+	}
+	if rep.Runs[0].Attempt != 1 || !strings.Contains(rep.Runs[0].Invalid, "late") {
+		t.Errorf("kept run: attempt %d, invalid %q", rep.Runs[0].Attempt, rep.Runs[0].Invalid)
+	}
+	var b strings.Builder
+	if err := WriteMarkdown(&b, rep); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "Discarded") || !strings.Contains(b.String(), "NO: the load generator") {
+		t.Errorf("the Markdown hides the untrusted runs:\n%s", b.String())
+	}
+
+	cfg.MaxLag = time.Hour
+	rep, err = Run(context.Background(), cfg, w)
+	if err != nil || len(rep.Discarded) != 0 || rep.Runs[0].Invalid != "" {
+		t.Errorf("a generous MaxLag: err %v, %d discarded, invalid %q", err, len(rep.Discarded), rep.Runs[0].Invalid)
+	}
+}
