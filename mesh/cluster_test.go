@@ -32,6 +32,9 @@ type testCluster struct {
 	mod   func(*Config)
 	seeds []string
 	res   Resolver // nil: net.DefaultResolver (seeds are IPs)
+	// newTransport, if set, makes each node's replication transport
+	// (instead of an endpoint on net).
+	newTransport func(name string) (Transport, error)
 
 	mu    sync.Mutex
 	nodes map[string]*testNode
@@ -111,7 +114,14 @@ func (c *testCluster) start(name string) *testNode {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	ep, err := c.net.Endpoint(name)
+	var tr Transport
+	var ep *transport.MemEndpoint
+	if c.newTransport != nil {
+		tr, err = c.newTransport(name)
+	} else {
+		ep, err = c.net.Endpoint(name)
+		tr = ep
+	}
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -125,7 +135,7 @@ func (c *testCluster) start(name string) *testNode {
 		c.mod(&cfg)
 	}
 	reg := prometheus.NewRegistry()
-	n, err := New(cfg, Deps{Index: ix, Transport: ep, MemberTransport: mt, Registerer: reg, Logger: testLogger(), Resolver: c.res})
+	n, err := New(cfg, Deps{Index: ix, Transport: tr, MemberTransport: mt, Registerer: reg, Logger: testLogger(), Resolver: c.res})
 	if err != nil {
 		c.t.Fatal(err)
 	}
