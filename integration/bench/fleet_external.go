@@ -86,7 +86,7 @@ func (f *externalFleet) restart(ctx context.Context, url string) error {
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("bench: restarting %s: HTTP %d (is it a kvmesh-sim?)", url, resp.StatusCode)
 	}
-	return waitHealthy(ctx, url+"/health", nil)
+	return waitHealthy(ctx, url+"/health", nil, nil)
 }
 
 // read scrapes every backend's counters.

@@ -163,7 +163,6 @@ func CaddyConfig(port int, backends []string) string {
 	return fmt.Sprintf(`{
 	admin off
 	auto_https off
-	persist_config off
 	log {
 		output discard
 	}
@@ -194,8 +193,11 @@ func startProcess(ctx context.Context, name, dir, url, health string, env []stri
 		logf.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait(); logf.Close() }()
+	// exited is closed when the process is gone (closed, not sent on, so
+	// that every waiter sees it); waitErr is then its exit status.
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); logf.Close(); close(exited) }()
 	p := &proxyProc{name: name, url: url, cmd: cmd, log: logPath}
 	p.stop = func() error {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
@@ -207,7 +209,7 @@ func startProcess(ctx context.Context, name, dir, url, health string, env []stri
 		}
 		return nil
 	}
-	if err := waitHealthy(ctx, url+health, exited); err != nil {
+	if err := waitHealthy(ctx, url+health, exited, func() error { return waitErr }); err != nil {
 		p.Close()
 		out, _ := os.ReadFile(logPath)
 		return nil, fmt.Errorf("%s did not come up: %w; its log:\n%s", name, err, tail(out, 2000))
@@ -215,14 +217,15 @@ func startProcess(ctx context.Context, name, dir, url, health string, env []stri
 	return p, nil
 }
 
-// waitHealthy polls url until it answers 200.
-func waitHealthy(ctx context.Context, url string, exited <-chan error) error {
+// waitHealthy polls url until it answers 200. exited, if not nil, is
+// closed when the process serving url has ended, with status() its reason.
+func waitHealthy(ctx context.Context, url string, exited <-chan struct{}, status func() error) error {
 	c := &http.Client{Timeout: time.Second}
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
-		case err := <-exited:
-			return fmt.Errorf("exited: %v", err)
+		case <-exited:
+			return fmt.Errorf("exited: %v", status())
 		case <-ctx.Done():
 			return ctx.Err()
 		default:

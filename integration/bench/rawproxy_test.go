@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -82,5 +83,22 @@ func TestProcStatCPU(t *testing.T) {
 	}
 	if v := procStatCPU(1 << 30); v != -1 {
 		t.Errorf("CPU of a missing process = %v, want -1", v)
+	}
+}
+
+// A proxy process that dies at start is reported, not waited for forever.
+func TestStartProcessThatExits(t *testing.T) {
+	sh, err := lookBin("sh")
+	if err != nil {
+		t.Skip("no sh")
+	}
+	port, _ := freePort()
+	start := time.Now()
+	_, err = startProcess(context.Background(), "failing", t.TempDir(), fmt.Sprintf("http://127.0.0.1:%d", port), "/health", nil, sh, "-c", "echo bad config >&2; exit 3")
+	if err == nil || !strings.Contains(err.Error(), "exited") || !strings.Contains(err.Error(), "bad config") {
+		t.Errorf("err = %v, want the exit and the log", err)
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Errorf("took %v to notice", time.Since(start))
 	}
 }
