@@ -2,6 +2,7 @@ package crdt
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -15,11 +16,12 @@ import (
 //	[version, type, from, incarnation, ackUpTo, ackFor, body]
 //
 // and body is an array whose shape depends on the type (see the wire*
-// structs). Claims travel column-wise in a batch: one array of keys and one
-// flat array of small integers per claim (backend index, generation,
-// milliseconds after the batch's base time, HLC counter, expiry after the
-// batch's base expiry, origin index), so a claim costs about 15 bytes.
-const WireVersion = 1
+// structs). Claims travel column-wise in a batch, as two CBOR byte strings:
+// the keys, 8 bytes each (little-endian), and for every claim six unsigned
+// varints (backend index, generation, milliseconds after the batch's base
+// time, HLC counter, expiry after the batch's base expiry, origin index), so
+// a claim costs about 15 bytes and decoding is a tight loop, not reflection.
+const WireVersion = 2
 
 // Limits enforced by the decoder: a peer cannot make a node allocate
 // unboundedly or loop on a hostile message.
@@ -81,8 +83,8 @@ type wireBatch struct {
 	Origins  []uint32
 	BaseTime uint64 // milliseconds
 	BaseExp  int64
-	Keys     []uint64
-	Fields   []uint64
+	Keys     []byte // 8 bytes per claim
+	Fields   []byte // claimFields uvarints per claim
 	Floor    int64
 }
 
@@ -180,20 +182,22 @@ func toWire(b *Batch) wireBatch {
 		w.BaseTime = min(w.BaseTime, uint64(c.Time.Millis()))
 		w.BaseExp = min(w.BaseExp, c.Expires)
 	}
-	w.Keys = make([]uint64, len(b.Claims))
-	w.Fields = make([]uint64, 0, claimFields*len(b.Claims))
+	w.Keys = make([]byte, 8*len(b.Claims))
+	w.Fields = make([]byte, 0, 8*len(b.Claims))
 	originIdx := make(map[tree.NodeID]uint64, 4)
 	for i, c := range b.Claims {
-		w.Keys[i] = uint64(c.Key)
+		binary.LittleEndian.PutUint64(w.Keys[8*i:], uint64(c.Key))
 		oi, ok := originIdx[c.Origin]
 		if !ok {
 			oi = uint64(len(w.Origins))
 			originIdx[c.Origin] = oi
 			w.Origins = append(w.Origins, uint32(c.Origin))
 		}
-		w.Fields = append(w.Fields, uint64(c.Backend), uint64(c.Gen),
-			uint64(c.Time.Millis())-w.BaseTime, uint64(c.Time.Counter()),
-			uint64(c.Expires-w.BaseExp), oi)
+		for _, v := range [claimFields]uint64{uint64(c.Backend), uint64(c.Gen),
+			uint64(c.Time.Millis()) - w.BaseTime, uint64(c.Time.Counter()),
+			uint64(c.Expires - w.BaseExp), oi} {
+			w.Fields = binary.AppendUvarint(w.Fields, v)
+		}
 	}
 	return w
 }
@@ -293,8 +297,12 @@ func fromWire(w *wireBatch, b *Batch) error {
 	if len(w.Backends) > MaxBackendsPerBatch {
 		return bad("%d backends in one batch", len(w.Backends))
 	}
-	if len(w.Keys) > MaxClaimsPerMessage || len(w.Fields) != claimFields*len(w.Keys) {
-		return bad("%d keys with %d claim fields", len(w.Keys), len(w.Fields))
+	if len(w.Keys)%8 != 0 || len(w.Keys)/8 > MaxClaimsPerMessage {
+		return bad("key column of %d bytes", len(w.Keys))
+	}
+	n := len(w.Keys) / 8
+	if len(w.Fields) < claimFields*n {
+		return bad("%d claims with %d bytes of fields", n, len(w.Fields))
 	}
 	if w.BaseTime >= 1<<47 {
 		return bad("base time %d out of range", w.BaseTime)
@@ -310,9 +318,18 @@ func fromWire(w *wireBatch, b *Batch) error {
 		}
 		b.Backends[i] = tree.BackendEntry{Name: e.Name, Gen: e.Gen, State: tree.BackendState(e.State), Time: tree.Timestamp(e.Time), Origin: tree.NodeID(e.Origin)}
 	}
-	b.Claims = make([]WireClaim, len(w.Keys))
-	for i, k := range w.Keys {
-		f := w.Fields[claimFields*i : claimFields*(i+1)]
+	b.Claims = make([]WireClaim, n)
+	fields := w.Fields
+	var f [claimFields]uint64
+	for i := 0; i < n; i++ {
+		k := binary.LittleEndian.Uint64(w.Keys[8*i:])
+		for j := range f {
+			v, used := binary.Uvarint(fields)
+			if used <= 0 {
+				return bad("claim %d: malformed field %d", i, j)
+			}
+			f[j], fields = v, fields[used:]
+		}
 		bi, gen, dms, ctr, dexp, oi := f[0], f[1], f[2], f[3], f[4], f[5]
 		switch {
 		case k == 0:
@@ -330,6 +347,9 @@ func fromWire(w *wireBatch, b *Batch) error {
 		}
 		b.Claims[i] = WireClaim{Key: tree.Key(k), Backend: uint32(bi), Gen: uint16(gen),
 			Time: tree.MakeTimestamp(int64(w.BaseTime+dms), uint16(ctr)), Expires: w.BaseExp + int64(dexp), Origin: tree.NodeID(w.Origins[oi])}
+	}
+	if len(fields) != 0 {
+		return bad("%d bytes after the last claim's fields", len(fields))
 	}
 	return nil
 }

@@ -106,7 +106,7 @@ func TestDecodeRejectsBadInput(t *testing.T) {
 	cases["backend index"] = mk(func(m *Message) { m.Batch.Claims[1].Backend = 9 })
 	cases["bad state"] = mk(func(m *Message) { m.Batch.Backends[0].State = 9 })
 	cases["empty backend name"] = mk(func(m *Message) { m.Batch.Backends[1].Name = "" })
-	cases["version"] = bytes.Replace(mk(func(*Message) {}), []byte{0x87, 0x01}, []byte{0x87, 0x02}, 1)
+	cases["version"] = bytes.Replace(mk(func(*Message) {}), []byte{0x87, WireVersion}, []byte{0x87, WireVersion + 1}, 1)
 	for name, data := range cases {
 		if _, err := Decode(data); err == nil || !errors.As(err, &de) {
 			t.Errorf("%s: got %v, want a *DecodeError", name, err)
@@ -185,4 +185,27 @@ func FuzzDecode(f *testing.F) {
 		_ = rep.Receive(m, 1_700_000_000_000)
 		rep.Outgoing(1_700_000_000_001, nil)
 	})
+}
+
+func TestDecodeRejectsBadColumns(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 9))
+	m := &Message{Type: MsgRepair, From: "a", Batch: sampleBatch(4, r)}
+	w := toWire(&m.Batch)
+	cases := map[string]func(*wireBatch){
+		"ragged keys":     func(w *wireBatch) { w.Keys = w.Keys[:len(w.Keys)-3] },
+		"missing fields":  func(w *wireBatch) { w.Fields = w.Fields[:len(w.Fields)-1] },
+		"trailing fields": func(w *wireBatch) { w.Fields = append(w.Fields, 1) },
+		"bad varint":      func(w *wireBatch) { w.Fields = append(w.Fields[:0:0], 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff) },
+	}
+	for name, mutate := range cases {
+		c := w
+		c.Keys = append([]byte(nil), w.Keys...)
+		c.Fields = append([]byte(nil), w.Fields...)
+		mutate(&c)
+		var b Batch
+		var de *DecodeError
+		if err := fromWire(&c, &b); err == nil || !errors.As(err, &de) {
+			t.Errorf("%s: got %v", name, err)
+		}
+	}
 }
