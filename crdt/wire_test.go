@@ -195,7 +195,9 @@ func TestDecodeRejectsBadColumns(t *testing.T) {
 		"ragged keys":     func(w *wireBatch) { w.Keys = w.Keys[:len(w.Keys)-3] },
 		"missing fields":  func(w *wireBatch) { w.Fields = w.Fields[:len(w.Fields)-1] },
 		"trailing fields": func(w *wireBatch) { w.Fields = append(w.Fields, 1) },
-		"bad varint":      func(w *wireBatch) { w.Fields = append(w.Fields[:0:0], 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff) },
+		"bad varint": func(w *wireBatch) {
+			w.Fields = append(w.Fields[:0:0], 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)
+		},
 	}
 	for name, mutate := range cases {
 		c := w
