@@ -34,14 +34,22 @@ type Arm struct {
 	Nodes int `json:"nodes"`
 	// State is how several nodes share claims (ignored for one node).
 	State State `json:"state,omitempty"`
+	// Tokens runs the routers in token mode with router.WordTokenizer
+	// (whitespace words: the simulator's own tokens, so router blocks line
+	// up with the backends' KV blocks) instead of byte mode, the default.
+	Tokens bool `json:"tokens,omitempty"`
 }
 
-// ParseArm reads an arm spec: a policy name, optionally followed by
-// ":<nodes>" and ":mesh" or ":local" (default local), e.g. "kvmesh",
-// "oracle", "kvmesh:8:mesh", "kvmesh:3:local".
+// ParseArm reads an arm spec: a policy name, optionally with "+words"
+// (token mode, see Arm.Tokens), optionally followed by ":<nodes>" and
+// ":mesh" or ":local" (default local), e.g. "kvmesh", "oracle",
+// "kvmesh:8:mesh", "kvmesh:3:local", "kvmesh+words".
 func ParseArm(spec string) (Arm, error) {
 	parts := strings.Split(strings.TrimSpace(spec), ":")
 	a := Arm{Policy: parts[0], Nodes: 1}
+	if p, ok := strings.CutSuffix(a.Policy, "+words"); ok {
+		a.Policy, a.Tokens = p, true
+	}
 	if a.Policy != PolicyOracle && !slices.Contains(router.PolicyNames(), a.Policy) {
 		return Arm{}, fmt.Errorf("bench: arm %q: unknown policy %q (want %s or %s)", spec, a.Policy,
 			strings.Join(router.PolicyNames(), ", "), PolicyOracle)
@@ -71,8 +79,11 @@ func ParseArm(spec string) (Arm, error) {
 		return Arm{}, fmt.Errorf("bench: arm %q: the oracle runs on one node", spec)
 	}
 	a.Name = a.Policy
+	if a.Tokens {
+		a.Name += "+words"
+	}
 	if a.Nodes > 1 || a.State == StateMesh {
-		a.Name = fmt.Sprintf("%s x%d %s", a.Policy, a.Nodes, a.State)
+		a.Name = fmt.Sprintf("%s x%d %s", a.Name, a.Nodes, a.State)
 	}
 	return a, nil
 }

@@ -1,6 +1,10 @@
 package bench
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -12,13 +16,15 @@ func TestParseArm(t *testing.T) {
 		"kvmesh:8:mesh":        {Name: "kvmesh x8 mesh", Policy: "kvmesh", Nodes: 8, State: StateMesh},
 		"kvmesh:3":             {Name: "kvmesh x3 local", Policy: "kvmesh", Nodes: 3, State: StateLocal},
 		" round_robin:3:local": {Name: "round_robin x3 local", Policy: "round_robin", Nodes: 3, State: StateLocal},
+		"kvmesh+words":         {Name: "kvmesh+words", Policy: "kvmesh", Nodes: 1, Tokens: true},
+		"kvmesh+words:2:mesh":  {Name: "kvmesh+words x2 mesh", Policy: "kvmesh", Nodes: 2, State: StateMesh, Tokens: true},
 	} {
 		got, err := ParseArm(spec)
 		if err != nil || got != want {
 			t.Errorf("ParseArm(%q) = %+v, %v; want %+v", spec, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", "fastest", "kvmesh:0", "kvmesh:x", "kvmesh:2:gossip", "oracle:2", "kvmesh:2:mesh:extra"} {
+	for _, bad := range []string{"", "fastest", "kvmesh:0", "kvmesh:x", "kvmesh:2:gossip", "oracle:2", "kvmesh:2:mesh:extra", "fastest+words"} {
 		if _, err := ParseArm(bad); err == nil {
 			t.Errorf("ParseArm(%q) accepted", bad)
 		}
@@ -77,5 +83,34 @@ func TestCheckFloors(t *testing.T) {
 	}
 	if CheckFloors(&Report{}) != nil {
 		t.Error("floors without a kvmesh arm")
+	}
+}
+
+// A "+words" arm routes in token mode: its routers count blocks of 16
+// tokens where byte mode counts 64 bytes.
+func TestTokenModeArm(t *testing.T) {
+	_, sc := prefixHeavy(t)
+	for spec, want := range map[string]float64{"kvmesh+words": 16, "kvmesh": 64} {
+		cfg := e2eConfig(t, sc, spec)
+		fleet, err := cfg.Fleet(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := deploy(context.Background(), &cfg, cfg.Arms[0], fleet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.Post(d.fronts[0]+"/debug/route", "application/json", bytes.NewReader(chatBody(words("w", 100), "q", 1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ex map[string]any
+		err = json.NewDecoder(resp.Body).Decode(&ex)
+		resp.Body.Close()
+		d.Close()
+		fleet.Close()
+		if err != nil || ex["units_per_block"] != want {
+			t.Errorf("%s: units_per_block %v (err %v), want %v", spec, ex["units_per_block"], err, want)
+		}
 	}
 }

@@ -126,13 +126,17 @@ func deploy(ctx context.Context, cfg *Config, arm Arm, fleet Fleet) (_ *deployme
 
 	for i := range arm.Nodes {
 		reg := prometheus.NewRegistry()
-		rt, err := router.New(rc, router.Deps{
+		deps := router.Deps{
 			Index:      indexes[i],
 			Learner:    learners[i],
 			Logger:     cfg.Logger.With().Int("node", i).Logger(),
 			Registerer: reg,
 			Policy:     policy,
-		})
+		}
+		if arm.Tokens {
+			deps.Tokenizer = router.WordTokenizer{}
+		}
+		rt, err := router.New(rc, deps)
 		if err != nil {
 			return nil, err
 		}

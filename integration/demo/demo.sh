@@ -108,8 +108,8 @@ say "replaying $SLICE of the Mooncake trace through the front (nodes -> backends
 	-label "kvmesh x$NODES (processes)" -out "$OUT/live" -title "kvmesh demo: live processes" >"$OUT/live.md"
 awk '/^\| arm /{on=1} on&&/^$/{exit} on' "$OUT/live.md"
 
-say "comparing against round-robin and least-loaded (same backends, caches emptied before each arm)"
-"$BIN/kvmesh-bench" run "${common[@]}" -arms round_robin,least_loaded,kvmesh \
+say "comparing against round-robin and least-loaded, and $NODES kvmesh nodes joined as a mesh (in-process routers; same backends, caches emptied before each arm)"
+"$BIN/kvmesh-bench" run "${common[@]}" -arms "round_robin,least_loaded,kvmesh,kvmesh:$NODES:mesh" \
 	-out "$OUT/compare" -title "kvmesh demo: comparison" >"$OUT/compare.md"
 awk '/^\| arm /{on=1} on&&/^$/{exit} on' "$OUT/compare.md"
 echo
