@@ -63,6 +63,16 @@ func testConfig(name string) Config {
 	return cfg
 }
 
+// lanProbes probes as on a LAN: dozens of race-instrumented nodes on two
+// cores cannot answer LocalTimings' 200 ms probes reliably, and members
+// flapping between alive and failed would test serf, not the mesh. For
+// tests that kill no one.
+func lanProbes(cfg *Config) {
+	cfg.Membership.ProbeInterval = time.Second
+	cfg.Membership.ProbeTimeout = 500 * time.Millisecond
+	cfg.Membership.SuspicionMult = 4
+}
+
 func testIndexConfig() tree.Config {
 	icfg := tree.DefaultConfig()
 	icfg.Capacity = 1 << 12
@@ -249,11 +259,13 @@ func (c *testCluster) waitMesh(timeout time.Duration) time.Duration {
 	})
 }
 
-// digests returns each live node's state digest.
+// digests returns each live node's state digest, all counting the claims
+// live at the same instant.
 func (c *testCluster) digests() map[string]string {
 	out := map[string]string{}
+	now := time.Now().UnixMilli()
 	for _, tn := range c.live() {
-		out[tn.name] = tn.n.StateDigest()
+		out[tn.name] = tn.n.stateDigestAt(now)
 	}
 	return out
 }
@@ -281,9 +293,40 @@ func (c *testCluster) waitConverged(timeout time.Duration) time.Duration {
 			return time.Since(start)
 		}
 		if time.Since(start) > timeout {
+			c.dump(last)
 			c.t.Fatalf("no convergence after %v: %v", timeout, last)
 		}
 		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// dump logs the protocol state of the nodes whose digest is not the most
+// common one, to diagnose a failed convergence.
+func (c *testCluster) dump(digests map[string]string) {
+	count := map[string]int{}
+	for _, d := range digests {
+		count[d]++
+	}
+	common := ""
+	for d, k := range count {
+		if k > count[common] {
+			common = d
+		}
+	}
+	for _, tn := range c.live() {
+		if digests[tn.name] == common {
+			continue
+		}
+		tn.n.mu.Lock()
+		peers := tn.n.rep.Peers()
+		tn.n.mu.Unlock()
+		c.t.Logf("%s: %d claims, view %v, stats %+v", tn.name, tn.ix.Len(), tn.n.view.Load().peers, tn.n.stats())
+		for _, p := range peers {
+			c.t.Logf("  peer %+v", p)
+		}
+		c.t.Logf("  send drops queue_full=%v send_error=%v decode=%v unknown=%v", counterValue(tn.n.m.sendDrops.WithLabelValues("queue_full")),
+			counterValue(tn.n.m.sendDrops.WithLabelValues("send_error")), counterValue(tn.n.m.decodeErrors),
+			counterValue(tn.n.m.unknownSenders.WithLabelValues("not_member")))
 	}
 }
 

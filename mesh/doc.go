@@ -4,6 +4,62 @@
 // periodic digest anti-entropy, and the mesh metrics and admin view.
 //
 // mesh owns goroutines; the state machine it drives is crdt.Replica, the
-// bytes travel over a transport.Transport. It may import crdt, tree and
-// transport. It must not import router or cmd.
+// bytes travel over a Transport (transport.QUIC in production,
+// transport.MemEndpoint in tests). It may import crdt, tree and transport.
+// It must not import router or cmd.
+//
+// # A Node
+//
+// New(cfg, deps) builds a Node over the node's tree.Index (the one the
+// router reads); Start joins serf and starts the loops; Leave leaves
+// gracefully; Close stops everything. *Node implements the router's
+// Learner: Learn and Invalidate write into the Index through the Replica
+// and return at once. Learn never touches the network and does not even
+// wait for the Replica while it is busy: the learn is queued (learnq.go) and
+// written at the next flush.
+//
+// Goroutines: the replication loop (replication.go: flush ticks and early
+// flushes, membership changes, anti-entropy, index sweeps), the receive
+// loop (transport inbound: check the sender is an alive member, decode,
+// check the message names the authenticated sender, apply), one sender per
+// peer (sender.go: a bounded queue, encode, Send with a timeout; a slow
+// peer only fills its own queue) and, until it succeeds, the join loop.
+//
+// # Membership
+//
+// Every node runs a serf member named Config.Name, with its QUIC address
+// and ProtocolVersion in its tags. Alive members speaking our protocol are
+// replication peers; a failed or left member is dropped at once, a returning
+// one starts over with a full-state transfer. Seeds (--join) are host:port,
+// names with A/AAAA records, or SRV names (a Kubernetes headless Service);
+// they are resolved before every attempt, this node's own address is left
+// out, and joining retries with backoff until it succeeds, so nodes may
+// start in any order. A node restarted with an empty index gets a new random
+// incarnation, which peers notice (crdt) and answer with their full state.
+// Gossip is encrypted with Config.GossipKey; only DevMode runs without one.
+//
+// # Topology
+//
+// Up to Config.RelayThreshold members (32) the mesh is a full mesh: each
+// node sends its own claims to every peer, one hop, nothing relayed: a
+// node's egress per claim it learns grows linearly with the mesh. Above
+// it, nodes replicate only with their neighbours in a bounded-degree
+// overlay and relay what is new to them (crdt.Config.Relay), so a node's
+// egress per claim is bounded by its degree (~2·log2 N) and a claim crosses
+// the mesh in ~log2 N hops. The overlay is a Chord-like finger graph on a
+// hash ring (overlay.go): every node computes the same graph from the
+// member list, and a membership change rewires O(log N) edges. Switching
+// between the two replaces the Replica (crdt fixes Relay at creation): one
+// full-state exchange per edge, with hysteresis (back to the full mesh at
+// 3/4 of the threshold).
+//
+// # Operations
+//
+// Metrics are kvmesh_mesh_* (metrics.go) and kvmesh_index_* (for the
+// node's Index; NewIndexCollector serves a router without a mesh).
+// AdminHandler serves GET /admin/mesh (AdminView: members, per-peer
+// protocol state, replica and index stats, a state digest that is equal on
+// converged nodes); FormatMembers prints its members like `serf members`.
+// Package meshtest runs many nodes in one process (an in-memory gossip
+// network with partitions).
 package mesh

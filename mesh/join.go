@@ -51,12 +51,18 @@ func parseSeed(s string, defaultPort int) (seed, error) {
 	host, portStr, err := net.SplitHostPort(s)
 	if err != nil {
 		// No port: a name or a bare IP (IPv6 possibly in brackets).
-		host, portStr = strings.TrimSuffix(strings.TrimPrefix(s, "["), "]"), strconv.Itoa(defaultPort)
+		host, portStr = s, strconv.Itoa(defaultPort)
+		if inner, ok := strings.CutPrefix(s, "["); ok {
+			host, ok = strings.CutSuffix(inner, "]")
+			if !ok || net.ParseIP(host) == nil {
+				return seed{}, fmt.Errorf("seed %q: brackets hold an IPv6 address", s)
+			}
+		}
 		if strings.Contains(host, ":") && net.ParseIP(host) == nil {
 			return seed{}, fmt.Errorf("seed %q: not host:port, a host name or an IP", s)
 		}
 	}
-	if strings.TrimRight(host, ".") == "" || strings.ContainsAny(host, "/ []") {
+	if strings.TrimRight(host, ".") == "" || strings.HasPrefix(host, "_") || strings.ContainsAny(host, "/ []") {
 		return seed{}, fmt.Errorf("seed %q: bad host %q", s, host)
 	}
 	port, err := strconv.Atoi(portStr)

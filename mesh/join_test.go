@@ -3,12 +3,19 @@ package mesh
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/kvmesh/kvmesh/transport"
+	"github.com/kvmesh/kvmesh/tree"
 )
 
 func TestParseSeed(t *testing.T) {
@@ -188,4 +195,48 @@ func TestJoinSkipsSelf(t *testing.T) {
 	}
 	c.start("n01")
 	c.waitMesh(20 * time.Second)
+}
+
+// TestMockNetworkTransport: memberlist's own MockNetwork plugs in as the
+// gossip transport too (it suits fixed clusters: it cannot grow while nodes
+// run, and a send to a node that is gone blocks; meshtest.MemberNetwork
+// has neither limit).
+func TestMockNetworkTransport(t *testing.T) {
+	var mock memberlist.MockNetwork
+	mts := []*memberlist.MockTransport{mock.NewTransport("m0"), mock.NewTransport("m1")} // before any node runs
+	replication := transport.NewMemNetwork(1)
+	defer replication.Close()
+	var nodes []*Node
+	var ixs []*tree.Index
+	for i, mt := range mts {
+		name := fmt.Sprintf("m%d", i)
+		ix, _ := tree.New(testIndexConfig())
+		ep, _ := replication.Endpoint(name)
+		cfg := testConfig(name)
+		if i > 0 {
+			ip, port, _ := mts[0].FinalAdvertiseAddr("", 0)
+			cfg.Seeds = []string{net.JoinHostPort(ip.String(), strconv.Itoa(port))}
+		}
+		n, err := New(cfg, Deps{Index: ix, Transport: ep, MemberTransport: mt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		nodes, ixs = append(nodes, n), append(ixs, ix)
+	}
+	defer func() {
+		for _, n := range nodes {
+			_ = n.Leave()
+			_ = n.Close()
+		}
+	}()
+	p := randomPrompt(newRand(8), 10)
+	tn := &testNode{n: nodes[0], ix: ixs[0]}
+	tn.learn(t, p, backends[0], time.Hour)
+	other := &testNode{n: nodes[1], ix: ixs[1]}
+	waitFor(t, 20*time.Second, "the claim to reach m1 over MockNetwork gossip", func() bool {
+		return other.depth(p, backends[0]) == fullDepth(p)
+	})
 }

@@ -47,7 +47,11 @@ func (c *testCluster) checkRoutable(ls []learned) {
 func TestConvergence(t *testing.T) {
 	for _, size := range []int{3, 8, 32} {
 		t.Run(fmt.Sprintf("nodes=%d", size), func(t *testing.T) {
-			c := newTestCluster(t, nil)
+			var mod func(*Config)
+			if size > 8 {
+				mod = lanProbes // this test kills no one
+			}
+			c := newTestCluster(t, mod)
 			c.startN(size)
 			took := c.waitMesh(30 * time.Second)
 			t.Logf("%d nodes formed a full mesh in %v", size, took.Round(time.Millisecond))

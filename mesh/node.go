@@ -356,8 +356,11 @@ func (n *Node) signal() {
 // StateDigest is a fingerprint of the replicated state (claims, backend
 // registry and eviction floor) at this moment: two nodes holding the same
 // state have the same digest. It walks the whole index.
-func (n *Node) StateDigest() string {
-	now := n.nowMs()
+func (n *Node) StateDigest() string { return n.stateDigestAt(n.nowMs()) }
+
+// stateDigestAt is StateDigest counting the claims live at time now, so
+// that nodes compared at one instant agree even while claims expire.
+func (n *Node) stateDigestAt(now int64) string {
 	n.mu.Lock()
 	d, reg := n.rep.Digest(now, nil)
 	n.mu.Unlock()

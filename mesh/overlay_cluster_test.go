@@ -21,9 +21,7 @@ func TestOverlayCluster(t *testing.T) {
 	// an overloaded process feed on themselves. The topology under test
 	// does not depend on either.
 	c := newTestCluster(t, func(cfg *Config) {
-		cfg.Membership.ProbeInterval = time.Second
-		cfg.Membership.ProbeTimeout = 500 * time.Millisecond
-		cfg.Membership.SuspicionMult = 4
+		lanProbes(cfg)
 		cfg.Replica.RetransmitAfter = 2 * time.Second
 		cfg.FlushInterval = 25 * time.Millisecond
 		cfg.AntiEntropyInterval = 5 * time.Second

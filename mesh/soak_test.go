@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvmesh/kvmesh/crdt"
 )
 
 // soakFlag is -mesh.soak: off by default; "-mesh.soak" alone runs the soak
@@ -88,7 +90,10 @@ func baseGoroutines() int {
 // nodes, samples goroutines (and RSS) every r.every, and checks that after
 // the warm-up they stay within 10% of each other.
 func runSoak(t *testing.T, r soakRun) {
-	c := newTestCluster(t, func(cfg *Config) { cfg.SweepInterval = 5 * time.Second })
+	c := newTestCluster(t, func(cfg *Config) {
+		cfg.SweepInterval = 5 * time.Second
+		cfg.AntiEntropyInterval = DefaultConfig().AntiEntropyInterval // as in production
+	})
 	c.icfg.Capacity = 1 << 18 // 200 learns/s x ~11 claims x a 2-minute TTL fills it: eviction runs
 	c.newTransport = quicTransports(t)
 	c.startN(3)
@@ -114,7 +119,19 @@ func runSoak(t *testing.T, r soakRun) {
 			nextSample = nextSample.Add(r.every)
 			s := soakSample{at: now.Sub(start).Round(time.Second), rss: rssBytes(), goroutines: baseGoroutines(), claims: nodes[0].ix.Len()}
 			samples = append(samples, s)
-			t.Logf("t=%-6v rss=%6.1f MiB goroutines=%4d claims(n00)=%7d learns=%d", s.at, float64(s.rss)/(1<<20), s.goroutines, s.claims, learns)
+			var st crdt.Stats
+			var drops float64
+			var floorRaises uint64
+			for _, tn := range nodes {
+				st = addStats(st, tn.n.stats())
+				drops += counterValue(tn.n.m.sendDrops.WithLabelValues("queue_full"))
+				floorRaises += tn.ix.Stats().FloorRaises
+			}
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			t.Logf("t=%-6v rss=%6.1f MiB heap=%6.1f MiB goroutines=%4d claims(n00)=%7d learns=%d | full syncs %d, digest mismatches %d, buckets repaired %d, retransmits %d, queue drops %.0f, floor raises %d",
+				s.at, float64(s.rss)/(1<<20), float64(ms.HeapAlloc)/(1<<20), s.goroutines, s.claims, learns,
+				st.FullSyncsStarted, st.DigestMismatches, st.BucketsRepaired, st.Retransmits, drops, floorRaises)
 		}
 	}
 	elapsed := time.Since(start)
@@ -148,7 +165,8 @@ func runSoak(t *testing.T, r soakRun) {
 	}
 
 	// The load stops: the nodes converge and nothing is stuck.
-	c.waitConverged(60 * time.Second)
+	took := c.waitConverged(60 * time.Second)
+	t.Logf("converged %v after the load stopped, holding %d claims", took.Round(time.Millisecond), nodes[0].ix.Len())
 	for _, tn := range nodes {
 		if d := counterValue(tn.n.m.sendDrops.WithLabelValues("queue_full")); d > 0 {
 			t.Errorf("%s dropped %v messages on full send queues under a steady 200 learns/s", tn.name, d)
@@ -158,7 +176,7 @@ func runSoak(t *testing.T, r soakRun) {
 
 // TestSoak: -mesh.soak[=duration]. Not part of `make test`:
 //
-//	go test -run TestSoak -mesh.soak=30m -timeout 40m -v ./mesh/
+//	go test ./mesh/ -run TestSoak -timeout 40m -v -mesh.soak=30m
 func TestSoak(t *testing.T) {
 	if soakDuration.d == 0 {
 		t.Skip("soak test: run with -mesh.soak (30 min) or -mesh.soak=<duration>")
@@ -167,8 +185,8 @@ func TestSoak(t *testing.T) {
 	runSoak(t, soakRun{duration: soakDuration.d, warmup: warmup, every: 30 * time.Second, ttl: 2 * time.Minute, checkRSS: true})
 }
 
-// TestSteadyLoadShort is the soak's short form: 15 s of the same load with
-// 5-second claims, goroutine counts flat after a 5 s warm-up.
+// TestSteadyLoadShort is the soak's short form: 12 s of the same load with
+// 4-second claims, goroutine counts flat after a 4 s warm-up.
 func TestSteadyLoadShort(t *testing.T) {
-	runSoak(t, soakRun{duration: 15 * time.Second, warmup: 5 * time.Second, every: time.Second, ttl: 5 * time.Second})
+	runSoak(t, soakRun{duration: 12 * time.Second, warmup: 4 * time.Second, every: time.Second, ttl: 4 * time.Second})
 }
