@@ -6,6 +6,7 @@
 //	kvmesh-bench lb -listen ADDR -to A,B,C   a round-robin TCP front (for the demo)
 //	kvmesh-bench router -listen ADDR -backends URL,...   one bare kvmesh router node as a process
 //	kvmesh-bench probe URL                  exit 0 when GET URL answers 2xx (scripts without curl)
+//	kvmesh-bench report -dir DIR            re-render README.md and charts from DIR's JSON
 //
 // "kvmesh-bench -flags..." without a subcommand means run. Every
 // subcommand's -h lists its flags.
@@ -55,11 +56,13 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return lbCmd(ctx, args, stderr)
 	case "probe":
 		return probeCmd(ctx, args)
+	case "report":
+		return reportCmd(args, stdout, stderr)
 	case "help":
-		fmt.Fprintln(stdout, "usage: kvmesh-bench [run|rawproxy|router|lb] [flags]; kvmesh-bench <cmd> -h lists the flags")
+		fmt.Fprintln(stdout, "usage: kvmesh-bench [run|rawproxy|router|lb|probe|report] [flags]; kvmesh-bench <cmd> -h lists the flags")
 		return nil
 	}
-	return fmt.Errorf("unknown command %q (want run, rawproxy, router or lb)", cmd)
+	return fmt.Errorf("unknown command %q (want run, rawproxy, router, lb, probe or report)", cmd)
 }
 
 // probeCmd GETs one URL and fails unless it answers 2xx within a second.

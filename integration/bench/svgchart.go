@@ -38,11 +38,10 @@ type chart struct {
 var seriesColors = []string{"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f"}
 
 const (
-	chartHeight = 380
+	chartHeight = 430 // room under the axis for rotated arm names
 	plotTop     = 50
 	plotBottom  = 300 // y of the x axis
 	plotLeft    = 70
-	barWidth    = 22
 	groupGap    = 26
 )
 
@@ -50,12 +49,13 @@ func (c *chart) write(w io.Writer) error {
 	ew := &errWriter{w: w}
 	p := ew.printf
 	nSeries := max(len(c.series), 1)
-	groupWidth := nSeries*barWidth + groupGap
-	width := plotLeft + len(c.groups)*groupWidth + 20
-	if len(c.series) > 1 {
-		width += 110 // legend
+	barWidth := 22
+	if nSeries == 1 {
+		barWidth = 34
 	}
-	width = max(width, 420)
+	groupWidth := nSeries*barWidth + groupGap
+	// Room on the right for the last rotated name, and the legend.
+	width := max(plotLeft+len(c.groups)*groupWidth+130, 420)
 
 	top := c.refValue
 	for _, g := range c.groups {
@@ -97,13 +97,13 @@ func (c *chart) write(w io.Writer) error {
 				x+1, y(b.value), barWidth-2, max(h, 0), color, esc(g.label), esc(seriesName(c.series, si)),
 				esc(c.format(b.value)), esc(c.format(b.lo)), esc(c.format(b.hi)))
 			if b.hi > b.lo {
-				cx := float64(x) + barWidth/2.0
+				cx := float64(x) + float64(barWidth)/2
 				p(`<g class="whisker" stroke="black"><line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f"/>`, cx, cx, y(b.lo), y(b.hi))
 				p(`<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f"/><line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f"/></g>`+"\n",
 					cx-4, cx+4, y(b.lo), y(b.lo), cx-4, cx+4, y(b.hi), y(b.hi))
 			}
 			if len(c.series) <= 1 {
-				p(`<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", float64(x)+barWidth/2.0, min(y(b.hi), y(b.value))-5, esc(c.format(b.value)))
+				p(`<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", float64(x)+float64(barWidth)/2, min(y(b.hi), y(b.value))-5, esc(c.format(b.value)))
 			}
 		}
 		cx := x0 + nSeries*barWidth/2
