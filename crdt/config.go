@@ -18,6 +18,16 @@ type Config struct {
 	// above NTP-synchronized skew and far below any claim TTL.
 	MaxSkew time.Duration
 
+	// MaxTTL is the longest claim TTL any node uses (the router's confirmed
+	// TTL). It bounds what a peer can make this node believe: a received
+	// claim's expiry is capped at its timestamp + MaxTTL, and an eviction
+	// floor beyond now + MaxTTL + 4*MaxSkew (which no honest node can
+	// produce: a floor is the expiry of a claim it holds) is ignored and
+	// counted, so one node with a runaway clock can neither pin claims nor
+	// wipe everyone's. 1 h is above any sensible TTL; serve sets it from the
+	// router's configuration.
+	MaxTTL time.Duration
+
 	// LogCapacity is how many local changes the delta buffer keeps for peers
 	// that have not acknowledged them. A peer that falls further behind gets
 	// the full state instead. 65,536 entries (~3 MiB) cover several seconds
@@ -25,7 +35,7 @@ type Config struct {
 	LogCapacity int
 
 	// MaxBatchClaims caps the claims in one delta or repair message
-	// (~25 bytes each on the wire), so a message stays near 100 KiB.
+	// (~15 bytes each on the wire), so a message stays near 60 KiB.
 	MaxBatchClaims int
 
 	// Window is how many unacknowledged delta messages may be in flight to
@@ -55,6 +65,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		MaxSkew:         500 * time.Millisecond,
+		MaxTTL:          time.Hour,
 		LogCapacity:     1 << 16,
 		MaxBatchClaims:  4096,
 		Window:          4,
@@ -72,6 +83,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("crdt: Name is longer than %d bytes", MaxNameBytes)
 	case c.MaxSkew <= 0:
 		return errors.New("crdt: MaxSkew must be positive")
+	case c.MaxTTL <= 0:
+		return errors.New("crdt: MaxTTL must be positive")
 	case c.LogCapacity < 16:
 		return fmt.Errorf("crdt: LogCapacity must be at least 16, got %d", c.LogCapacity)
 	case c.MaxBatchClaims < 1 || c.MaxBatchClaims > MaxClaimsPerMessage:

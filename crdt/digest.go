@@ -63,14 +63,9 @@ func (r *Replica) Digest(now int64, dst []uint64) ([]uint64, uint64) {
 		if shift < 64 {
 			b = int(uint64(c.Key) >> shift)
 		}
-		var nh uint64
-		if int(c.Backend) < len(names) {
-			nh = names[c.Backend]
-		} else {
-			e, _ := r.ix.Backend(c.Backend)
-			nh = nameHash(e.Name)
-		}
-		dst[b] += claimHash(c, nh)
+		// The registry cannot change during the walk (it holds the index's
+		// lock), so every claim's backend is in the snapshot.
+		dst[b] += claimHash(c, names[c.Backend])
 		return true
 	})
 	return dst, reg
@@ -92,9 +87,7 @@ func (r *Replica) StartDigest(peerName string, now int64) bool {
 }
 
 func (r *Replica) onDigest(p *peer, m *Message, now int64) {
-	if m.Batch.Floor > r.ix.Floor() {
-		r.ix.RaiseFloor(m.Batch.Floor, now)
-	}
+	r.raiseFloor(m.Batch.Floor, now)
 	var differ []uint32
 	if len(m.Digest) != r.cfg.DigestBuckets {
 		// Configured differently: compare everything.

@@ -16,9 +16,12 @@ type logEntry struct {
 
 // deltaLog is the delta buffer: changes numbered by sequence, kept until
 // every peer has acknowledged them or the buffer overflows (then a peer that
-// still needs dropped entries gets the full state instead).
+// still needs dropped entries gets the full state instead). It is a ring:
+// appending and trimming are O(1) whatever the fill.
 type deltaLog struct {
-	buf  []logEntry // buf[i].seq == first+i
+	buf  []logEntry // ring of capacity max, allocated on first use
+	head int        // index of the oldest entry
+	n    int        // entries held
 	next uint64     // sequence number of the next append; starts at 1
 	max  int
 }
@@ -28,53 +31,49 @@ func newDeltaLog(capacity int) deltaLog {
 }
 
 // first is the oldest sequence number still held (next when empty).
-func (l *deltaLog) first() uint64 {
-	if len(l.buf) == 0 {
-		return l.next
-	}
-	return l.buf[0].seq
-}
+func (l *deltaLog) first() uint64 { return l.next - uint64(l.n) }
 
 // last is the newest sequence number assigned (0 before any).
 func (l *deltaLog) last() uint64 { return l.next - 1 }
 
 func (l *deltaLog) append(e logEntry) {
+	if l.buf == nil {
+		l.buf = make([]logEntry, l.max)
+	}
 	e.seq = l.next
 	l.next++
-	if len(l.buf) >= l.max {
-		drop := len(l.buf) - l.max + 1
-		l.buf = append(l.buf[:0], l.buf[drop:]...)
+	if l.n == l.max {
+		l.head = (l.head + 1) % l.max // overflow: the oldest is dropped
+		l.n--
 	}
-	l.buf = append(l.buf, e)
+	l.buf[(l.head+l.n)%l.max] = e
+	l.n++
 }
 
 // covers reports whether every entry after seq is still held.
 func (l *deltaLog) covers(seq uint64) bool { return seq+1 >= l.first() }
 
-// after returns the held entries with sequence numbers above seq.
-func (l *deltaLog) after(seq uint64) []logEntry {
-	f := l.first()
-	if seq+1 <= f {
-		return l.buf
+// each calls fn for the held entries with sequence numbers above seq, in
+// order, until fn returns false.
+func (l *deltaLog) each(seq uint64, fn func(e *logEntry) bool) {
+	start := 0
+	if f := l.first(); seq+1 > f {
+		start = int(seq + 1 - f)
 	}
-	i := seq + 1 - f
-	if i >= uint64(len(l.buf)) {
-		return nil
+	for i := start; i < l.n; i++ {
+		if !fn(&l.buf[(l.head+i)%l.max]) {
+			return
+		}
 	}
-	return l.buf[i:]
 }
 
-// gc drops the entries up to seq. The buffer is compacted only when at
-// least half of it is garbage, so gc is amortized O(1) per entry.
+// gc drops the entries up to seq.
 func (l *deltaLog) gc(seq uint64) {
 	f := l.first()
-	if seq < f {
+	if seq < f || l.n == 0 {
 		return
 	}
-	n := int(min(seq+1-f, uint64(len(l.buf))))
-	if n == len(l.buf) {
-		l.buf = l.buf[:0]
-		return
-	}
-	l.buf = append(l.buf[:0], l.buf[n:]...)
+	drop := int(min(seq+1-f, uint64(l.n)))
+	l.head = (l.head + drop) % l.max
+	l.n -= drop
 }

@@ -182,37 +182,42 @@ type claimID struct {
 // nil when the range held nothing for p, and the last sequence number the
 // message (or the skip) covers.
 func (r *Replica) buildDelta(p *peer, now int64) (*Message, uint64) {
-	entries := r.log.after(p.sent)
 	batch := Batch{Floor: r.ix.Floor()}
 	r.resetBackendIndex()
-	pos := make(map[claimID]int, min(len(entries), r.cfg.MaxBatchClaims))
+	if r.pos == nil {
+		r.pos = make(map[claimID]int, r.cfg.MaxBatchClaims)
+	}
+	clear(r.pos)
 	to := p.sent
-	for _, e := range entries {
+	r.log.each(p.sent, func(e *logEntry) bool {
 		if len(batch.Claims) >= r.cfg.MaxBatchClaims {
-			break
+			return false
 		}
 		to = e.seq
 		if e.source == p.id && e.source != 0 {
-			continue // never echo a change back to where it came from
+			return true // never echo a change back to where it came from
 		}
 		if e.isBackend {
 			r.backendIndex(&batch, e.backend)
-			continue
+			return true
 		}
-		c := e.claim
+		c := &e.claim
 		if c.Expires <= now {
-			continue
+			return true
 		}
+		w := r.wireClaim(&batch, c)
 		id := claimID{c.Key, c.Backend}
-		if i, ok := pos[id]; ok {
-			if w := r.wireClaim(&batch, &c); c.Dominates(tree.Claim{Gen: batch.Claims[i].Gen, Expires: batch.Claims[i].Expires, Time: batch.Claims[i].Time, Origin: batch.Claims[i].Origin}) {
-				batch.Claims[i] = w
+		if i, ok := r.pos[id]; ok {
+			prev := &batch.Claims[i]
+			if c.Dominates(tree.Claim{Gen: prev.Gen, Expires: prev.Expires, Time: prev.Time, Origin: prev.Origin}) {
+				*prev = w
 			}
-			continue
+			return true
 		}
-		pos[id] = len(batch.Claims)
-		batch.Claims = append(batch.Claims, r.wireClaim(&batch, &c))
-	}
+		r.pos[id] = len(batch.Claims)
+		batch.Claims = append(batch.Claims, w)
+		return true
+	})
 	if len(batch.Claims) == 0 && len(batch.Backends) == 0 {
 		return nil, to
 	}
@@ -220,12 +225,16 @@ func (r *Replica) buildDelta(p *peer, now int64) (*Message, uint64) {
 }
 
 // queueRepair queues the claims of the given buckets for p, in messages of
-// at most MaxBatchClaims claims, each with the whole registry.
+// at most MaxBatchClaims claims, each with the whole registry. A bucket named
+// twice is sent once, so a request can never make the node queue more than
+// its whole state.
 func (r *Replica) queueRepair(p *peer, buckets []uint32, now int64) {
+	seen := make([]bool, r.cfg.DigestBuckets)
 	for _, b := range buckets {
-		if int(b) >= r.cfg.DigestBuckets {
+		if int(b) >= r.cfg.DigestBuckets || seen[b] {
 			continue
 		}
+		seen[b] = true
 		batch := r.bucketBatch(int(b), int(b)+1, now)
 		r.stats.BucketsRepaired++
 		for len(batch.Claims) > r.cfg.MaxBatchClaims {

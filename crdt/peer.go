@@ -104,3 +104,14 @@ func (p *peer) resetSend() {
 	p.inflight = p.inflight[:0]
 	p.full = nil
 }
+
+// repairQueued reports whether repair messages for the peer still wait to
+// be sent.
+func (p *peer) repairQueued() bool {
+	for _, m := range p.control {
+		if m.Type == MsgRepair {
+			return true
+		}
+	}
+	return false
+}

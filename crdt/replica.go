@@ -32,7 +32,8 @@ type Replica struct {
 	applied []tree.Claim // the novel claims of the last Receive
 	claims  []tree.Claim // applyBatch's conversion buffer
 	reg     []tree.BackendEntry
-	bidx    []uint32 // per local backend id: index+1 in the batch being built
+	bidx    []uint32        // per local backend id: index+1 in the batch being built
+	pos     map[claimID]int // buildDelta's join of claims by (key, backend)
 }
 
 // Stats are a Replica's cumulative counters.
@@ -52,6 +53,10 @@ type Stats struct {
 	DigestMismatches  uint64 // digests that found differing buckets
 	BucketsRepaired   uint64 // buckets sent in repair messages
 	ClockClamps       uint64
+	ExpiryCaps        uint64 // received claims whose expiry was capped at their time + MaxTTL
+	FloorsIgnored     uint64 // eviction floors beyond what any honest node can produce
+	BackendsRejected  uint64 // registry entries this node could not register (claims on them skipped)
+	RepairsIgnored    uint64 // repair requests ignored while repairs for that peer were queued
 	UnknownSender     uint64 // messages from nodes that are not peers
 	Restarts          uint64 // peers seen with a new incarnation
 }
@@ -113,6 +118,7 @@ func (r *Replica) Stats() Stats {
 // tree.Index.Learn), stamped by the clock, and queues the ones that changed
 // for every peer.
 func (r *Replica) Learn(ch *tree.Chain, b tree.BackendID, ttlMillis, now int64) {
+	ttlMillis = min(ttlMillis, r.cfg.MaxTTL.Milliseconds())
 	ts := r.clock.Now(now)
 	r.scratch = r.ix.Learn(ch, b, ts, ttlMillis, r.id, now, r.scratch[:0])
 	for _, c := range r.scratch {
@@ -272,11 +278,29 @@ func (r *Replica) Receive(m *Message, now int64) error {
 			return nil
 		}
 		p.converged = false
+		if p.repairQueued() {
+			r.stats.RepairsIgnored++ // one round of repairs at a time per peer
+			return nil
+		}
 		r.queueRepair(p, m.Buckets, now)
 	case MsgRepair:
 		return r.applyBatch(&m.Batch, p.id, now)
 	}
 	return nil
+}
+
+// raiseFloor adopts a peer's eviction floor, unless it is beyond what any
+// honest node can produce (now + MaxTTL + 4*MaxSkew): such a floor comes
+// from a node whose clock runs far ahead and would wipe every claim here.
+func (r *Replica) raiseFloor(f, now int64) {
+	if f <= r.ix.Floor() {
+		return
+	}
+	if f > now+r.cfg.MaxTTL.Milliseconds()+4*r.cfg.MaxSkew.Milliseconds() {
+		r.stats.FloorsIgnored++
+		return
+	}
+	r.ix.RaiseFloor(f, now)
 }
 
 func (r *Replica) onFullChunk(p *peer, m *Message) {
@@ -303,24 +327,31 @@ func (r *Replica) onFullChunk(p *peer, m *Message) {
 func (r *Replica) applyBatch(b *Batch, source tree.NodeID, now int64) error {
 	limit := now + r.cfg.MaxSkew.Milliseconds()
 	ids := make([]tree.BackendID, len(b.Backends))
+	ok := make([]bool, len(b.Backends))
 	for i, e := range b.Backends {
 		if ts, clamped := r.clock.Observe(e.Time, now); clamped {
 			e.Time = ts
 		}
 		id, changed, err := r.ix.JoinBackend(e)
 		if err != nil {
-			return fmt.Errorf("crdt: backend %q from peer: %w", e.Name, err)
+			// Typically a full registry (MaxBackends differs between
+			// nodes). Skip this backend's claims but apply the rest, so
+			// the batch is acknowledged and replication goes on.
+			r.stats.BackendsRejected++
+			continue
 		}
-		ids[i] = id
+		ids[i], ok[i] = id, true
 		if changed && r.cfg.Relay {
 			r.log.append(logEntry{isBackend: true, backend: id, source: source})
 		}
 	}
-	if b.Floor > r.ix.Floor() {
-		r.ix.RaiseFloor(b.Floor, now)
-	}
+	r.raiseFloor(b.Floor, now)
+	maxTTL := r.cfg.MaxTTL.Milliseconds()
 	r.claims = r.claims[:0]
 	for _, w := range b.Claims {
+		if !ok[w.Backend] {
+			continue // its backend could not be registered here
+		}
 		c := tree.Claim{Key: w.Key, Backend: ids[w.Backend], Gen: w.Gen, Time: w.Time, Expires: w.Expires, Origin: w.Origin}
 		if c.Time.Millis() > limit {
 			// Clamp, keeping the claim's TTL from its (clamped) time.
@@ -329,6 +360,10 @@ func (r *Replica) applyBatch(b *Batch, source tree.NodeID, now int64) error {
 			c.Expires = c.Time.Millis() + ttl
 		} else {
 			r.clock.Observe(c.Time, now)
+		}
+		if c.Expires > c.Time.Millis()+maxTTL {
+			c.Expires = c.Time.Millis() + maxTTL
+			r.stats.ExpiryCaps++
 		}
 		r.claims = append(r.claims, c)
 	}

@@ -20,9 +20,12 @@ func TestRandomizedSimulation(t *testing.T) {
 		nodes, steps int
 	}
 	runs := []run{{1, 3, 300}, {2, 8, 200}, {3, 16, 120}}
-	if *longSim {
+	switch {
+	case *longSim:
 		runs = append(runs, run{4, 32, 400}, run{5, 8, 2000}, run{6, 16, 1000}, run{7, 32, 600})
-	} else if !testing.Short() {
+	case raceEnabled:
+		runs = []run{{1, 3, 200}, {2, 8, 80}, {4, 32, 20}}
+	case !testing.Short():
 		runs = append(runs, run{4, 32, 60})
 	}
 	for _, rn := range runs {

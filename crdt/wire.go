@@ -11,7 +11,7 @@ import (
 	"github.com/kvmesh/kvmesh/tree"
 )
 
-// Wire format, version 1. A message is a CBOR array
+// Wire format, version 2. A message is a CBOR array
 //
 //	[version, type, from, incarnation, ackUpTo, ackFor, body]
 //

@@ -1,0 +1,5 @@
+//go:build !race
+
+package crdt
+
+const raceEnabled = false
