@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,7 +38,7 @@ index:
 shutdown_timeout: 15s
 `)
 	cfg, err := loadServeConfig([]string{"--config", file, "--policy", "least_loaded"},
-		env(map[string]string{"KVMESH_POLICY": "random", "KVMESH_NODE_NAME": "from-env", "KVMESH_LISTEN": "127.0.0.1:3333"}))
+		env(map[string]string{"KVMESH_POLICY": "random", "KVMESH_NODE_NAME": "from-env", "KVMESH_LISTEN": "127.0.0.1:3333"}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +84,7 @@ func TestConfigErrorsAreClear(t *testing.T) {
 		if c.file != "" {
 			args = append([]string{"--config", writeFile(t, "c.yaml", c.file)}, args...)
 		}
-		_, err := loadServeConfig(args, env(c.env))
+		_, err := loadServeConfig(args, env(c.env), io.Discard)
 		if err == nil {
 			t.Errorf("case %d: no error", i)
 			continue
@@ -97,7 +98,7 @@ func TestConfigErrorsAreClear(t *testing.T) {
 }
 
 func TestEmptyConfigFileMeansDefaults(t *testing.T) {
-	cfg, err := loadServeConfig([]string{"--config", writeFile(t, "empty.yaml", ""), "--backends", "a=http://10.0.0.1:8000"}, env(nil))
+	cfg, err := loadServeConfig([]string{"--config", writeFile(t, "empty.yaml", ""), "--backends", "a=http://10.0.0.1:8000"}, env(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +152,7 @@ func TestUnknownCommand(t *testing.T) {
 // The example configuration in deploy/ stays loadable: a doc that drifts
 // from the code fails here.
 func TestDeployExampleConfigLoads(t *testing.T) {
-	cfg, err := loadServeConfig([]string{"--config", "../../deploy/config/kvmesh.example.yaml", "--mesh=false"}, env(nil))
+	cfg, err := loadServeConfig([]string{"--config", "../../deploy/config/kvmesh.example.yaml", "--mesh=false"}, env(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +160,7 @@ func TestDeployExampleConfigLoads(t *testing.T) {
 		t.Fatalf("%+v", cfg)
 	}
 	// With the mesh on, the example's empty gossip key is refused.
-	if _, err := loadServeConfig([]string{"--config", "../../deploy/config/kvmesh.example.yaml"}, env(nil)); err == nil || !strings.Contains(err.Error(), "gossip_key") {
+	if _, err := loadServeConfig([]string{"--config", "../../deploy/config/kvmesh.example.yaml"}, env(nil), io.Discard); err == nil || !strings.Contains(err.Error(), "gossip_key") {
 		t.Fatalf("mesh without a gossip key: %v", err)
 	}
 }

@@ -3,7 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
-	"os"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -126,9 +126,9 @@ var serveSettings = []setting{
 // loadServeConfig builds the configuration from defaults, the config file
 // (--config or KVMESH_CONFIG), the environment and the flags, and validates
 // it.
-func loadServeConfig(args []string, getenv func(string) string) (*ServeConfig, error) {
+func loadServeConfig(args []string, getenv func(string) string, out io.Writer) (*ServeConfig, error) {
 	fs := flag.NewFlagSet("kvmesh serve", flag.ContinueOnError)
-	fs.SetOutput(os.Stderr)
+	fs.SetOutput(out)
 	configPath := fs.String("config", getenv("KVMESH_CONFIG"), "YAML configuration file (env KVMESH_CONFIG)")
 	values := make(map[string]*flagValue, len(serveSettings))
 	for _, s := range serveSettings {

@@ -37,7 +37,7 @@ func newMeshNode(cfg *ServeConfig, ix *tree.Index, log zerolog.Logger, reg prome
 	tc.AdvertiseAddr = cfg.Mesh.QUICAdvertise
 	tc.NodeName = cfg.Node.Name
 	tc.TLS = tlsCfg
-	tc.Logger = log.With().Str("component", "transport").Logger()
+	tc.Logger = log // the transport and the mesh name their component themselves
 	tc.Registerer = reg
 	q, err := transport.NewQUIC(tc)
 	if err != nil {
@@ -60,7 +60,10 @@ func newMeshNode(cfg *ServeConfig, ix *tree.Index, log zerolog.Logger, reg prome
 	mc.QUICAdvertiseAddr = cfg.Mesh.QUICAdvertise
 	mc.GossipKey = cfg.Mesh.GossipKey
 	mc.DevMode = cfg.Mesh.Dev
-	node, err := mesh.New(mc, mesh.Deps{Index: ix, Transport: q, Logger: log.With().Str("component", "mesh").Logger(), Registerer: reg})
+	// No claim lives longer than the router's longest TTL: peers cap what
+	// they receive to it and ignore eviction floors beyond it.
+	mc.Replica.MaxTTL = max(cfg.Router.ConfirmedTTL, cfg.Router.ProvisionalTTL)
+	node, err := mesh.New(mc, mesh.Deps{Index: ix, Transport: q, Logger: log, Registerer: reg})
 	if err != nil {
 		q.Close()
 		return nil, err

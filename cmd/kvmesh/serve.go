@@ -25,7 +25,7 @@ import (
 )
 
 func serveCommand(args []string, stdout, stderr io.Writer) int {
-	cfg, err := loadServeConfig(args, os.Getenv)
+	cfg, err := loadServeConfig(args, os.Getenv, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
