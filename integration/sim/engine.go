@@ -38,8 +38,9 @@ type engine struct {
 	inMu     sync.Mutex
 	arrivals []*seq
 	cancels  []*seq
-	down     bool   // restarting: submissions are refused
-	downGen  uint64 // identifies the restart whose timer may clear down
+	down     bool        // restarting: submissions are refused
+	downGen  uint64      // identifies the restart whose timer may clear down
+	upTimer  *time.Timer // ends the current simulated restart; stopped by shutdown
 	closed   bool
 	wakeCh   chan struct{}
 	restartC chan restartReq
@@ -379,14 +380,23 @@ func (e *engine) doRestart(req restartReq) {
 	e.ctr.restarts.Add(1)
 	e.publish()
 	e.log.Info().Dur("downtime_sim", downtime).Msg("simulated restart: requests dropped, cache cleared")
-	time.AfterFunc(e.cfg.realDuration(downtime), func() {
+	t := time.AfterFunc(e.cfg.realDuration(downtime), func() {
 		e.inMu.Lock()
-		if e.downGen == gen {
+		current := e.downGen == gen
+		if current {
 			e.down = false
 		}
 		e.inMu.Unlock()
-		e.log.Info().Msg("simulated restart finished; serving with a cold cache")
+		if current {
+			e.log.Info().Msg("simulated restart finished; serving with a cold cache")
+		}
 	})
+	e.inMu.Lock()
+	if e.upTimer != nil {
+		e.upTimer.Stop()
+	}
+	e.upTimer = t
+	e.inMu.Unlock()
 }
 
 // shutdown fails everything on Close.
@@ -394,6 +404,11 @@ func (e *engine) shutdown() {
 	e.inMu.Lock()
 	pending := e.arrivals
 	e.arrivals = nil
+	if e.upTimer != nil {
+		e.upTimer.Stop() // a restart in progress ends with the engine
+		e.upTimer = nil
+	}
+	e.downGen++
 	e.inMu.Unlock()
 	e.failAll(pending, errClosed)
 	e.publish()
