@@ -1,5 +1,6 @@
 // Package crdt owns kvmesh's replicated claim state and the protocol that
-// keeps replicas identical: a hybrid logical clock, the join of claim states
+// keeps replicas identical: stamping changes with a hybrid logical clock
+// (tree.Clock), clamping peers' clocks, the join of claim states
 // (per (key, backend) the greater (generation, expiry, timestamp, origin)
 // wins; see tree.Claim.Dominates for why expiry comes before the timestamp),
 // the backend registry (greater (generation, timestamp, origin) wins),

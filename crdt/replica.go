@@ -21,7 +21,7 @@ type Replica struct {
 	id    tree.NodeID
 	inc   uint64
 	ix    *tree.Index
-	clock Clock
+	clock tree.Clock
 	log   deltaLog
 	peers map[string]*peer
 	order []*peer // peers sorted by name, for deterministic iteration
@@ -89,7 +89,7 @@ func New(cfg Config, ix *tree.Index, incarnation uint64) (*Replica, error) {
 	}
 	return &Replica{
 		cfg: cfg, id: tree.NodeIDOf(cfg.Name), inc: incarnation, ix: ix,
-		clock: NewClock(cfg.MaxSkew.Milliseconds()),
+		clock: tree.NewClock(cfg.MaxSkew.Milliseconds()),
 		log:   newDeltaLog(cfg.LogCapacity),
 		peers: make(map[string]*peer),
 	}, nil
@@ -105,7 +105,7 @@ func (r *Replica) ID() tree.NodeID { return r.id }
 func (r *Replica) Index() *tree.Index { return r.ix }
 
 // Clock is the replica's hybrid logical clock.
-func (r *Replica) Clock() *Clock { return &r.clock }
+func (r *Replica) Clock() *tree.Clock { return &r.clock }
 
 // Stats returns the cumulative counters.
 func (r *Replica) Stats() Stats {

@@ -33,8 +33,7 @@ type LocalLearner struct {
 	Now func() time.Time
 
 	mu      sync.Mutex
-	lastMs  int64
-	counter uint16
+	clock   tree.Clock   // hybrid logical clock: never goes back, even if the wall clock does
 	changed []tree.Claim // scratch for Index.Learn
 }
 
@@ -67,14 +66,5 @@ func (l *LocalLearner) stamp() (int64, tree.Timestamp) {
 		now = l.Now
 	}
 	ms := now().UnixMilli()
-	switch {
-	case ms > l.lastMs:
-		l.lastMs, l.counter = ms, 0
-	case l.counter == 1<<16-1: // 65,536 events in one ms: borrow the next ms
-		l.lastMs++
-		l.counter = 0
-	default:
-		l.counter++
-	}
-	return ms, tree.MakeTimestamp(l.lastMs, l.counter)
+	return ms, l.clock.Now(ms)
 }

@@ -11,6 +11,8 @@
 //   - Learning positions: where a request leaves claims (every message end
 //     aligned down to a block, checkpoints at absolute positions inside long
 //     messages, the last full block).
+//   - Timestamps: a hybrid logical clock (Clock) whose readings order claims
+//     across nodes; the caller passes the wall time in.
 //   - The Index: a bounded table of claims (key, backend) -> (timestamp,
 //     expiry, origin, backend generation) with lock-free lookups, join
 //     ("greater (timestamp, origin) wins") on insert, expiry by absolute time,

@@ -1,13 +1,13 @@
-package crdt
-
-import "github.com/kvmesh/kvmesh/tree"
+package tree
 
 // Clock is a hybrid logical clock (Kulkarni et al.): timestamps are 48-bit
-// Unix milliseconds and a 16-bit counter in a uint64 (tree.Timestamp). They
+// Unix milliseconds and a 16-bit counter in a uint64 (Timestamp). Package
+// crdt stamps replicated changes with it, and a router without a mesh its
+// local ones. They
 // never go backwards, follow the wall clock when it moves forward, and order
 // causally related events across nodes. The wall clock is passed in.
 type Clock struct {
-	last    tree.Timestamp
+	last    Timestamp
 	maxSkew int64
 	clamps  uint64
 }
@@ -18,9 +18,9 @@ func NewClock(maxSkewMillis int64) Clock { return Clock{maxSkew: maxSkewMillis} 
 
 // Now returns a timestamp for a local event at wall time nowMillis, greater
 // than every timestamp this clock returned or observed before.
-func (c *Clock) Now(nowMillis int64) tree.Timestamp {
+func (c *Clock) Now(nowMillis int64) Timestamp {
 	if nowMillis > c.last.Millis() {
-		c.last = tree.MakeTimestamp(nowMillis, 0)
+		c.last = MakeTimestamp(nowMillis, 0)
 		return c.last
 	}
 	c.tick()
@@ -31,7 +31,7 @@ func (c *Clock) tick() {
 	if c.last.Counter() == 0xffff {
 		// The counter is exhausted within this millisecond: borrow the next
 		// millisecond rather than wrap.
-		c.last = tree.MakeTimestamp(c.last.Millis()+1, 0)
+		c.last = MakeTimestamp(c.last.Millis()+1, 0)
 		return
 	}
 	c.last++
@@ -40,9 +40,9 @@ func (c *Clock) tick() {
 // Observe merges a remote timestamp seen at wall time nowMillis and returns
 // it, clamped to nowMillis+maxSkew if it was further in the future than
 // that; clamped reports whether it was.
-func (c *Clock) Observe(remote tree.Timestamp, nowMillis int64) (ts tree.Timestamp, clamped bool) {
+func (c *Clock) Observe(remote Timestamp, nowMillis int64) (ts Timestamp, clamped bool) {
 	if limit := nowMillis + c.maxSkew; remote.Millis() > limit {
-		remote = tree.MakeTimestamp(limit, 0)
+		remote = MakeTimestamp(limit, 0)
 		clamped = true
 		c.clamps++
 	}
@@ -53,7 +53,7 @@ func (c *Clock) Observe(remote tree.Timestamp, nowMillis int64) (ts tree.Timesta
 }
 
 // Last is the greatest timestamp the clock has returned or observed.
-func (c *Clock) Last() tree.Timestamp { return c.last }
+func (c *Clock) Last() Timestamp { return c.last }
 
 // Clamps counts the remote timestamps that were clamped.
 func (c *Clock) Clamps() uint64 { return c.clamps }
