@@ -58,37 +58,16 @@ func DefaultLongDocumentOptions() LongDocumentOptions {
 // user message holding a document followed by a question about it. Group is
 // the document; Conversation is unique per request; Turn is 0.
 func LongDocument(o LongDocumentOptions) (*Workload, error) {
-	c := optionChecker{gen: "LongDocument"}
-	c.positive("Documents", o.Documents)
-	c.positive("QuestionsPerDocument", o.QuestionsPerDocument)
-	c.ordered("Documents", "1<<20", o.Documents, maxRequests)
-	c.ordered("QuestionsPerDocument", "1<<20", o.QuestionsPerDocument, maxRequests)
-	c.ordered("Documents x QuestionsPerDocument", "1<<20", o.Documents*o.QuestionsPerDocument, maxRequests)
-	c.tokens("DocumentTokens", o.DocumentTokens)
-	c.tokens("QuestionTokens", o.QuestionTokens)
-	c.positive("OutputTokens", o.OutputTokens)
-	c.tokens("OutputTokens", o.OutputTokens)
-	c.rate(o.Rate)
-	c.body(o.Body)
-	if c.err != nil {
-		return nil, c.err
-	}
-	r := newRNG(o.Seed)
-	enc := newEncoding(o.Body)
-	reqs := make([]Request, 0, o.Documents*o.QuestionsPerDocument)
-	for d := range o.Documents {
-		doc := span{block: textID(nsLongDocDocument, o.Seed, d, 0), words: int32(o.DocumentTokens)}
-		for q := range o.QuestionsPerDocument {
-			question := span{block: textID(nsLongDocQuestion, o.Seed, d, q), words: int32(o.QuestionTokens)}
-			req := newRequest(enc, []message{{role: roleUser, spans: []span{doc, question}}}, o.OutputTokens)
-			req.Group, req.Conversation = d, d*o.QuestionsPerDocument+q
-			reqs = append(reqs, req)
-		}
-	}
-	if !o.Ordered {
-		r.Shuffle(len(reqs), func(i, j int) { reqs[i], reqs[j] = reqs[j], reqs[i] })
-	}
 	name := fmt.Sprintf("longdocument(documents=%d tokens=%d questions=%d seed=%d)",
 		o.Documents, o.DocumentTokens, o.QuestionsPerDocument, o.Seed)
-	return finishSynthetic(name, reqs, o.Rate, r), nil
+	return grouped(groupedSpec{
+		gen: "LongDocument", groupsName: "Documents", perGroupName: "QuestionsPerDocument", prefixName: "DocumentTokens",
+		groups: o.Documents, perGroup: o.QuestionsPerDocument, prefixTokens: o.DocumentTokens, questionTokens: o.QuestionTokens,
+		outputTokens: o.OutputTokens, rate: o.Rate, seed: o.Seed, ordered: o.Ordered, body: o.Body,
+		messages: func(d, q int) []message {
+			doc := span{block: textID(nsLongDocDocument, o.Seed, d, 0), words: int32(o.DocumentTokens)}
+			question := span{block: textID(nsLongDocQuestion, o.Seed, d, q), words: int32(o.QuestionTokens)}
+			return []message{{role: roleUser, spans: []span{doc, question}}}
+		},
+	}, name)
 }

@@ -53,37 +53,16 @@ func DefaultSharedPrefixOptions() SharedPrefixOptions {
 // Group is the group index; Conversation is unique per request
 // (group*PromptsPerGroup + question); Turn is 0.
 func SharedPrefix(o SharedPrefixOptions) (*Workload, error) {
-	c := optionChecker{gen: "SharedPrefix"}
-	c.positive("Groups", o.Groups)
-	c.positive("PromptsPerGroup", o.PromptsPerGroup)
-	c.ordered("Groups", "1<<20", o.Groups, maxRequests)
-	c.ordered("PromptsPerGroup", "1<<20", o.PromptsPerGroup, maxRequests)
-	c.ordered("Groups x PromptsPerGroup", "1<<20", o.Groups*o.PromptsPerGroup, maxRequests)
-	c.tokens("SystemPromptTokens", o.SystemPromptTokens)
-	c.tokens("QuestionTokens", o.QuestionTokens)
-	c.positive("OutputTokens", o.OutputTokens)
-	c.tokens("OutputTokens", o.OutputTokens)
-	c.rate(o.Rate)
-	c.body(o.Body)
-	if c.err != nil {
-		return nil, c.err
-	}
-	r := newRNG(o.Seed)
-	enc := newEncoding(o.Body)
-	reqs := make([]Request, 0, o.Groups*o.PromptsPerGroup)
-	for g := range o.Groups {
-		system := message{role: roleSystem, spans: []span{{block: textID(nsSharedPrefixSystem, o.Seed, g, 0), words: int32(o.SystemPromptTokens)}}}
-		for q := range o.PromptsPerGroup {
-			question := message{role: roleUser, spans: []span{{block: textID(nsSharedPrefixQuestion, o.Seed, g, q), words: int32(o.QuestionTokens)}}}
-			req := newRequest(enc, []message{system, question}, o.OutputTokens)
-			req.Group, req.Conversation = g, g*o.PromptsPerGroup+q
-			reqs = append(reqs, req)
-		}
-	}
-	if !o.Ordered {
-		r.Shuffle(len(reqs), func(i, j int) { reqs[i], reqs[j] = reqs[j], reqs[i] })
-	}
 	name := fmt.Sprintf("sharedprefix(groups=%d per_group=%d system=%d question=%d seed=%d)",
 		o.Groups, o.PromptsPerGroup, o.SystemPromptTokens, o.QuestionTokens, o.Seed)
-	return finishSynthetic(name, reqs, o.Rate, r), nil
+	return grouped(groupedSpec{
+		gen: "SharedPrefix", groupsName: "Groups", perGroupName: "PromptsPerGroup", prefixName: "SystemPromptTokens",
+		groups: o.Groups, perGroup: o.PromptsPerGroup, prefixTokens: o.SystemPromptTokens, questionTokens: o.QuestionTokens,
+		outputTokens: o.OutputTokens, rate: o.Rate, seed: o.Seed, ordered: o.Ordered, body: o.Body,
+		messages: func(g, q int) []message {
+			system := message{role: roleSystem, spans: []span{{block: textID(nsSharedPrefixSystem, o.Seed, g, 0), words: int32(o.SystemPromptTokens)}}}
+			question := message{role: roleUser, spans: []span{{block: textID(nsSharedPrefixQuestion, o.Seed, g, q), words: int32(o.QuestionTokens)}}}
+			return []message{system, question}
+		},
+	}, name)
 }
