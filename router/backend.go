@@ -16,17 +16,24 @@ import (
 // it. Fields read on the request path are atomics; health transitions take
 // mu.
 type backend struct {
-	slot   int    // index in Router.backends, stable for the router's life
-	name   string // BackendConfig.Name (or URL)
-	base   string // URL without a trailing slash
-	host   string // for the outgoing Host header
-	scheme string
+	slot int    // index in Router.backends, stable for the router's life
+	name string // BackendConfig.Name (or URL)
+	base string // URL without a trailing slash
+	// url is base parsed: proxied requests copy it and append the client's
+	// path, so no request parses a URL.
+	url    url.URL
 	id     tree.BackendID // id in the shared Index (registered by name)
 	hash   uint64         // stable hash of name: rendezvous and hash rings agree across nodes
 	weight float64
 	static []string // configured models; nil = discovered
 
 	inFlight atomic.Int64
+	// pendingUnits and pendingRequests are the prefill this router has
+	// queued at the backend: the estimated uncached prompt units (and the
+	// number) of its requests sent there whose first answer byte has not
+	// arrived yet (see pendingPrefill).
+	pendingUnits    atomic.Int64
+	pendingRequests atomic.Int64
 
 	// healthy is false while the backend is ejected.
 	healthy atomic.Bool
@@ -66,8 +73,7 @@ func newBackend(slot int, bc BackendConfig, ix *tree.Index, m *metrics) (*backen
 		slot:   slot,
 		name:   name,
 		base:   strings.TrimRight(u.Scheme+"://"+u.Host+u.Path, "/"),
-		host:   u.Host,
-		scheme: u.Scheme,
+		url:    url.URL{Scheme: u.Scheme, Host: u.Host, Path: strings.TrimRight(u.Path, "/")},
 		id:     id,
 		hash:   stableHash(name),
 		weight: bc.effectiveWeight(),
@@ -101,20 +107,48 @@ func (b *backend) models() []modelEntry {
 
 // loadView is the backend's load as policies see it at now.
 func (b *backend) loadView(now time.Time, cfg *Config) LoadView {
-	lv := LoadView{InFlight: int(b.inFlight.Load())}
+	lv := LoadView{InFlight: int(b.inFlight.Load()), PendingPrefill: float64(b.pendingUnits.Load()),
+		PendingRequests: int(b.pendingRequests.Load())}
 	freshest(now, &b.orca, &b.scrape, cfg, &lv)
 	return lv
 }
 
 // stableHash is FNV-1a 64 of s, finished with a mixer: the same on every
 // node, so hash-based placements agree without coordination.
-func stableHash(s string) uint64 {
+func stableHash[T string | []byte](s T) uint64 {
 	h := uint64(14695981039346656037)
 	for i := 0; i < len(s); i++ {
 		h ^= uint64(s[i])
 		h *= 1099511628211
 	}
 	return mix64(h)
+}
+
+// pendingPrefill is one attempt's share of its backend's pending prefill:
+// added at dispatch, released exactly once, when the first answer byte
+// arrives (the prefill is done) or when the attempt ends without one. It
+// belongs to the goroutine serving the request.
+type pendingPrefill struct {
+	b     *backend
+	units int64
+}
+
+// addPending counts units of uncached prompt as queued at b.
+func (b *backend) addPending(units int) pendingPrefill {
+	u := int64(max(units, 0))
+	b.pendingUnits.Add(u)
+	b.pendingRequests.Add(1)
+	return pendingPrefill{b: b, units: u}
+}
+
+// release takes the attempt's units off its backend; later calls do nothing.
+func (p *pendingPrefill) release() {
+	if p.b == nil {
+		return
+	}
+	p.b.pendingUnits.Add(-p.units)
+	p.b.pendingRequests.Add(-1)
+	p.b = nil
 }
 
 // mix64 is splitmix64's finalizer: a bijection that spreads every input bit.

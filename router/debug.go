@@ -71,16 +71,21 @@ type CandidateExplanation struct {
 
 // LoadJSON is a LoadView as JSON.
 type LoadJSON struct {
-	InFlight     int      `json:"in_flight"`
-	Waiting      *float64 `json:"waiting"` // null when no signal reported it
-	Running      *float64 `json:"running"`
-	KVUsage      *float64 `json:"kv_usage"`
-	SignalAgeMs  *int64   `json:"signal_age_ms"` // null when no signal was ever received
-	SignalWeight float64  `json:"signal_weight"`
+	InFlight int `json:"in_flight"`
+	// PendingPrefillUnits and PendingRequests are the prefill this router
+	// has queued at the backend (LoadView.PendingPrefill).
+	PendingPrefillUnits float64  `json:"pending_prefill_units"`
+	PendingRequests     int      `json:"pending_requests"`
+	Waiting             *float64 `json:"waiting"` // null when no signal reported it
+	Running             *float64 `json:"running"`
+	KVUsage             *float64 `json:"kv_usage"`
+	SignalAgeMs         *int64   `json:"signal_age_ms"` // null when no signal was ever received
+	SignalWeight        float64  `json:"signal_weight"`
 }
 
 func loadJSON(l LoadView) LoadJSON {
-	j := LoadJSON{InFlight: l.InFlight, SignalWeight: l.SignalWeight}
+	j := LoadJSON{InFlight: l.InFlight, PendingPrefillUnits: l.PendingPrefill, PendingRequests: l.PendingRequests,
+		SignalWeight: l.SignalWeight}
 	opt := func(has LoadFields, v float64) *float64 {
 		if l.Has&has == 0 {
 			return nil

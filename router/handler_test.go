@@ -201,6 +201,25 @@ func TestForwardOtherPaths(t *testing.T) {
 	}
 }
 
+// Forwarded requests go by the least_loaded policy: away from the busy
+// backend, taking turns among the idle ones.
+func TestForwardLeastLoaded(t *testing.T) {
+	g := newRig(t, nil, newFakeBackend(t, "a"), newFakeBackend(t, "b"), newFakeBackend(t, "c"))
+	g.rt.backendByName("a").inFlight.Add(5)
+	defer g.rt.backendByName("a").inFlight.Add(-5)
+	got := map[string]int{}
+	for i := 0; i < 4; i++ {
+		status, route, _ := g.call("POST", "/tokenize", `{"model":"m1","prompt":"hi"}`)
+		if status != 200 || routeField(route, "reason") != "forward" {
+			t.Fatalf("tokenize: %d %q", status, route)
+		}
+		got[routeField(route, "backend")]++
+	}
+	if got["a"] != 0 || got["b"] != 2 || got["c"] != 2 {
+		t.Fatalf("forwarded requests went to %v, want b and c in turn, never the busy a", got)
+	}
+}
+
 func TestAllBackendsDown503(t *testing.T) {
 	a := newFakeBackend(t, "a")
 	g := newRig(t, func(c *Config, _ *Deps) { c.EjectAfter = 1 }, a)

@@ -51,7 +51,11 @@ var hopHeaders = []string{
 }
 
 // copyEndToEnd copies the end-to-end headers of src into dst: everything
-// but the hop-by-hop headers and those the Connection header names.
+// but the hop-by-hop headers and those the Connection header names. The
+// value slices are shared, not cloned: both callers copy from a header
+// nobody modifies afterwards (the client's request, the backend's
+// response), and neither modifies a copied slice in place (they replace or
+// delete whole entries).
 func copyEndToEnd(dst, src http.Header) {
 	var named []string
 	for _, v := range src["Connection"] {
@@ -65,7 +69,7 @@ func copyEndToEnd(dst, src http.Header) {
 		if isHop(k) || containsFold(named, k) {
 			continue
 		}
-		dst[k] = append(dst[k][:0:0], vv...)
+		dst[k] = vv
 	}
 }
 
@@ -87,24 +91,32 @@ func containsFold(list []string, k string) bool {
 	return false
 }
 
-// outgoingHeader builds the header of the request sent to a backend: the
-// client's end-to-end headers, X-Forwarded-For extended with the client's
-// address, and the ORCA format request unless the client sent its own. It
-// reports whether the ORCA request was added by the router (then the load
-// report is removed from the answer: the client did not ask for it).
-func (rt *Router) outgoingHeader(r *http.Request) (http.Header, bool) {
-	h := make(http.Header, len(r.Header)+2)
+// outgoingHeader builds, into st.outHeader (reused from request to
+// request), the header of the request sent to a backend: the client's
+// end-to-end headers, X-Forwarded-For extended with the client's address,
+// and the ORCA format request unless the client sent its own. It is built
+// once per request, whatever the number of attempts. st.orcaAdded says
+// whether the ORCA request was added by the router (then the load report is
+// removed from the answer: the client did not ask for it).
+func (rt *Router) outgoingHeader(st *reqState, r *http.Request) http.Header {
+	h := st.outHeader
+	if h == nil {
+		h = make(http.Header, len(r.Header)+2)
+		st.outHeader = h
+	}
+	clear(h)
 	copyEndToEnd(h, r.Header)
 	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil && ip != "" {
 		if prior := h["X-Forwarded-For"]; len(prior) > 0 {
 			ip = strings.Join(prior, ", ") + ", " + ip
 		}
-		h["X-Forwarded-For"] = []string{ip}
+		st.xff[0] = ip
+		h["X-Forwarded-For"] = st.xff[:1:1]
 	}
-	added := false
-	if rt.orcaFormat != "" && len(h[orcaRequestHeader]) == 0 {
-		h[orcaRequestHeader] = []string{rt.orcaFormat}
-		added = true
+	st.orcaAdded = false
+	if rt.orcaFormat != nil && len(h[orcaRequestHeader]) == 0 {
+		h[orcaRequestHeader] = rt.orcaFormat
+		st.orcaAdded = true
 	}
-	return h, added
+	return h
 }

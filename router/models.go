@@ -172,6 +172,7 @@ func parseModels(r io.Reader) ([]modelEntry, error) {
 		return nil, fmt.Errorf("GET /v1/models: %w", err)
 	}
 	out := make([]modelEntry, 0, len(list.Data))
+	seen := make(map[string]struct{}, len(list.Data))
 	for _, raw := range list.Data {
 		var m struct {
 			ID string `json:"id"`
@@ -179,13 +180,14 @@ func parseModels(r io.Reader) ([]modelEntry, error) {
 		if json.Unmarshal(raw, &m) != nil || m.ID == "" {
 			continue
 		}
-		if slices.ContainsFunc(out, func(e modelEntry) bool { return e.ID == m.ID }) {
+		if _, dup := seen[m.ID]; dup {
 			continue
 		}
 		var compact bytes.Buffer
 		if json.Compact(&compact, raw) != nil {
 			continue
 		}
+		seen[m.ID] = struct{}{}
 		out = append(out, modelEntry{ID: m.ID, Raw: compact.Bytes()})
 	}
 	return out, nil

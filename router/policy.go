@@ -85,6 +85,14 @@ func (c *Candidate) MatchedUnits(ch *tree.Chain) int {
 type LoadView struct {
 	// InFlight counts this router's requests outstanding at the backend.
 	InFlight int
+	// PendingPrefill is the prefill this router has queued at the backend,
+	// in prompt units: the sum, over its requests sent there that have not
+	// received a first answer byte yet, of each one's estimated uncached
+	// part (its length minus what the backend held of it when it was sent).
+	// PendingRequests counts those requests. What delays a new request's
+	// first token is mostly this work queued ahead of it.
+	PendingPrefill  float64
+	PendingRequests int
 	// Waiting, Running and KVUsage come from the freshest load signal (an
 	// ORCA header or a /metrics scrape); Has says which were reported.
 	Waiting, Running, KVUsage float64

@@ -147,7 +147,7 @@ func (p *consistentHashPolicy) ring(cands []Candidate) *hashRing {
 	return r
 }
 
-// prefixHash is FNV-1a 64 over the first chars UTF-8 characters of s.
+// prefixHash is stableHash over the first chars UTF-8 characters of s.
 func prefixHash(s []byte, chars int) uint64 {
 	end := 0
 	for c := 0; c < chars && end < len(s); c++ {
@@ -158,10 +158,5 @@ func prefixHash(s []byte, chars int) uint64 {
 		_, size := utf8.DecodeRune(s[end:])
 		end += size
 	}
-	h := uint64(14695981039346656037)
-	for _, b := range s[:end] {
-		h ^= uint64(b)
-		h *= 1099511628211
-	}
-	return mix64(h)
+	return stableHash(s[:end])
 }

@@ -46,6 +46,7 @@ type attemptResult struct {
 // client went away).
 func (rt *Router) forward(w http.ResponseWriter, r *http.Request, st *reqState, ep Endpoint, start time.Time, d Decision) int {
 	learnFirst := d.Learn
+	rt.outgoingHeader(st, r)
 	var last attemptResult
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
@@ -109,31 +110,64 @@ func (rt *Router) record(st *reqState, b *backend, d Decision, matched int) {
 		Int("total", total).Str("policy", rt.policy.Name()).Str("model", st.model).Msg("route")
 }
 
+// outgoingRequest builds the request for one attempt at b from the
+// pieces kept in st (the URL, the header built by outgoingHeader, a
+// template request): only the context-carrying copy and the body reader
+// are new, and no URL is parsed.
+func (st *reqState) outgoingRequest(ctx context.Context, r *http.Request, b *backend) *http.Request {
+	u := &st.outURL
+	*u = b.url
+	if u.Path == "" {
+		u.Path, u.RawPath = r.URL.Path, r.URL.RawPath
+	} else {
+		u.Path = b.url.Path + r.URL.Path
+		if r.URL.RawPath != "" {
+			u.RawPath = b.url.EscapedPath() + r.URL.RawPath
+		}
+	}
+	u.RawQuery = r.URL.RawQuery
+	st.outReq = http.Request{Method: r.Method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: st.outHeader, Host: u.Host}
+	if len(st.body) > 0 {
+		// A fresh reader per attempt: after an early answer the transport
+		// may still be reading an earlier attempt's body.
+		st.outReq.Body = newBodyReader(st.body)
+		st.outReq.ContentLength = int64(len(st.body))
+		if st.getBody == nil {
+			st.getBody = func() (io.ReadCloser, error) { return newBodyReader(st.body), nil }
+		}
+		st.outReq.GetBody = st.getBody
+	}
+	return st.outReq.WithContext(ctx)
+}
+
+// bodyReader is a request body over bytes the router holds.
+type bodyReader struct{ bytes.Reader }
+
+func newBodyReader(b []byte) *bodyReader {
+	r := new(bodyReader)
+	r.Reset(b)
+	return r
+}
+
+func (*bodyReader) Close() error { return nil }
+
 // attempt sends the request to b once. last says no retry can follow: a
 // 5xx answer is then passed to the client instead of being retried.
 func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, st *reqState, b *backend, d Decision, matched int, last bool, start time.Time, ep Endpoint) attemptResult {
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
 	timer := time.AfterFunc(rt.cfg.BackendHeaderTimeout, func() { cancel(errHeaderTimeout) })
-
-	target := b.base + r.URL.EscapedPath()
-	if r.URL.RawQuery != "" {
-		target += "?" + r.URL.RawQuery
-	}
-	var body io.Reader
-	if len(st.body) > 0 {
-		body = bytes.NewReader(st.body)
-	}
-	out, err := http.NewRequestWithContext(ctx, r.Method, target, body)
-	if err != nil {
-		timer.Stop()
-		return attemptResult{out: outRetry, err: err, errKind: errBackendConnect}
-	}
-	var orcaAdded bool
-	out.Header, orcaAdded = rt.outgoingHeader(r)
+	out := st.outgoingRequest(ctx, r, b)
 
 	b.inFlight.Add(1)
 	defer b.inFlight.Add(-1)
+	// The prefill this attempt queues at b, until its first answer byte.
+	var pending pendingPrefill
+	if st.routed {
+		pending = b.addPending(st.chain.Units - matched)
+	}
+	defer pending.release()
 	resp, err := rt.transport.RoundTrip(out)
 	stopped := timer.Stop()
 	if err == nil && !stopped { // the timer fired as the answer arrived: the body is canceled too
@@ -175,14 +209,14 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, st *reqState, 
 	// Commit: from here on the client sees this backend's answer.
 	h := w.Header()
 	copyEndToEnd(h, resp.Header)
-	if orcaAdded {
+	if st.orcaAdded {
 		delete(h, orcaResponseHeader)
 		delete(h, orcaResponseBin)
 	}
 	rt.setRoute(w, st, b, d, matched)
 	w.WriteHeader(resp.StatusCode)
 	stream := st.prompt.Stream || resp.ContentLength < 0 || strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
-	rerr, werr := rt.copyBody(w, resp.Body, st, stream, start, ep)
+	rerr, werr := rt.copyBody(w, resp.Body, st, stream, start, ep, &pending)
 	switch {
 	case werr != nil || (rerr != nil && r.Context().Err() != nil):
 		rt.metrics.errors[errClientCanceled].Inc()
@@ -206,13 +240,16 @@ func (rt *Router) setRoute(w http.ResponseWriter, st *reqState, b *backend, d De
 	if st.routed {
 		total = st.chain.Units
 	}
-	w.Header()[RouteHeader] = []string{string(appendRoute(st.key[:0], b.name, matched, total, d.Reason, rt.policy.Name()))}
+	st.route = appendRoute(st.route[:0], b.name, matched, total, d.Reason, rt.policy.Name())
+	w.Header()[RouteHeader] = []string{string(st.route)}
 }
 
 // copyBody copies the backend's answer to the client, flushing after each
-// read when it streams, and keeps its last bytes in st.tail. rerr is a
-// failure reading the backend, werr one writing the client.
-func (rt *Router) copyBody(w http.ResponseWriter, body io.Reader, st *reqState, stream bool, start time.Time, ep Endpoint) (rerr, werr error) {
+// read when it streams, and keeps its last bytes in st.tail. The first byte
+// read releases the attempt's pending prefill: the backend has produced a
+// token, so its prefill is done. rerr is a failure reading the backend,
+// werr one writing the client.
+func (rt *Router) copyBody(w http.ResponseWriter, body io.Reader, st *reqState, stream bool, start time.Time, ep Endpoint, pending *pendingPrefill) (rerr, werr error) {
 	rc := http.NewResponseController(w)
 	first := true
 	for {
@@ -220,6 +257,7 @@ func (rt *Router) copyBody(w http.ResponseWriter, body io.Reader, st *reqState, 
 		if n > 0 {
 			if first {
 				first = false
+				pending.release()
 				rt.metrics.ttfb[labelOf(ep)].Observe(rt.now().Sub(start).Seconds())
 			}
 			st.keepTail(st.buf[:n])

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
@@ -26,6 +27,7 @@ type reqState struct {
 	tried   []int // slots already tried for this request
 	body    []byte
 	key     []byte   // seed-cache key
+	route   []byte   // x-kvmesh-route value
 	tail    []byte   // last bytes of the answer, for usage counts
 	buf     []byte   // body copy buffer
 	tokens  []uint32 // token mode: the prompt's ids
@@ -33,6 +35,14 @@ type reqState struct {
 	seed    tree.Seed
 	routed  bool // the request has a prompt (chain and lookup are valid)
 	model   string
+
+	// The outgoing request's reusable parts (see outgoingRequest).
+	outHeader http.Header
+	orcaAdded bool      // the router added the ORCA format request to outHeader
+	xff       [1]string // outHeader's X-Forwarded-For value
+	outURL    url.URL
+	outReq    http.Request
+	getBody   func() (io.ReadCloser, error) // over body, made once per state
 }
 
 // copyBufSize is the body copy buffer: large enough that a non-streaming
@@ -68,6 +78,8 @@ func (rt *Router) putState(st *reqState) {
 	st.body, st.tried, st.tail = st.body[:0], st.tried[:0], st.tail[:0]
 	st.routed, st.model = false, ""
 	st.req = Request{}
+	clear(st.outHeader) // do not pin the last client's header values
+	st.xff[0], st.outURL, st.outReq = "", url.URL{}, http.Request{}
 	clear(st.backs) // do not pin backends through the pool
 	st.cands, st.backs = st.cands[:0], st.backs[:0]
 	rt.states.Put(st)
@@ -200,7 +212,7 @@ func (st *reqState) triedSlot(slot int) bool {
 }
 
 // decide asks the policy (or, for a request without a prompt, the
-// least-loaded rule) to choose among st.cands, which must not be empty.
+// least_loaded policy) to choose among st.cands, which must not be empty.
 func (rt *Router) decide(st *reqState, ep Endpoint, now time.Time, attempt int, explain bool) Decision {
 	n := len(st.cands)
 	if cap(st.scores) < n {
@@ -215,8 +227,11 @@ func (rt *Router) decide(st *reqState, ep Endpoint, now time.Time, attempt int, 
 	st.req = Request{Model: st.model, Endpoint: ep, Chain: &st.chain, Seed: st.seed, Deepest: deepest,
 		Attempt: attempt, Explain: explain, Now: now, scratch: st.scratch[:cap(st.scratch)]}
 	if !st.routed {
+		// No prompt to match: the least-loaded policy chooses, under its
+		// own reason so that forwarded requests stand apart in metrics.
 		st.req.Chain = nil
-		return chooseForward(&st.req, st.cands, scores)
+		d := rt.forwardPolicy.Choose(&st.req, st.cands, scores)
+		return Decision{Index: d.Index, Reason: ReasonForward}
 	}
 	st.req.Prompt = &st.prompt
 	d := rt.policy.Choose(&st.req, st.cands, scores)
@@ -227,20 +242,6 @@ func (rt *Router) decide(st *reqState, ep Endpoint, now time.Time, attempt int, 
 		d.Reason = ReasonPrefix
 	}
 	return d
-}
-
-// chooseForward picks the candidate with the fewest in-flight requests for
-// a request without a prompt (first one on ties: such requests are rare
-// and cheap).
-func chooseForward(_ *Request, cands []Candidate, scores []float64) Decision {
-	best := 0
-	for i := range cands {
-		scores[i] = cands[i].Load.Queue()
-		if scores[i] < scores[best] {
-			best = i
-		}
-	}
-	return Decision{Index: best, Reason: ReasonForward}
 }
 
 // ---- seeds ----

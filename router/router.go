@@ -51,23 +51,25 @@ type Deps struct {
 // routes, with its configured models and without load signals beyond its
 // own in-flight counts.
 type Router struct {
-	cfg       Config
-	ix        *tree.Index
-	learner   Learner
-	log       zerolog.Logger
-	policy    Policy
-	tokenizer Tokenizer
-	now       func() time.Time
-	transport http.RoundTripper
-	owned     *http.Transport // the default transport, closed by Close
-	client    *http.Client    // probes, scrapes and discovery
-	metrics   *metrics
+	cfg     Config
+	ix      *tree.Index
+	learner Learner
+	log     zerolog.Logger
+	policy  Policy
+	// forwardPolicy chooses for forwarded requests, which have no prompt.
+	forwardPolicy leastLoadedPolicy
+	tokenizer     Tokenizer
+	now           func() time.Time
+	transport     http.RoundTripper
+	owned         *http.Transport // the default transport, closed by Close
+	client        *http.Client    // probes, scrapes and discovery
+	metrics       *metrics
 
 	backends []*backend
 	models   modelSet
 
-	tenantHeader string // canonical
-	orcaFormat   string
+	tenantHeader string   // canonical
+	orcaFormat   []string // the endpoint-load-metrics-format value sent (shared, never modified); nil = none
 	seeds        seedCache
 	states       sync.Pool // *reqState
 
@@ -114,9 +116,9 @@ func New(cfg Config, deps Deps) (*Router, error) {
 	switch f := cfg.ORCAFormat; {
 	case f == "":
 	case len(f) == 4 && (f[0] == 'j' || f[0] == 'J'):
-		rt.orcaFormat = "JSON"
+		rt.orcaFormat = []string{orcaFormatJSON}
 	default:
-		rt.orcaFormat = "TEXT"
+		rt.orcaFormat = []string{orcaFormatText}
 	}
 	policy := deps.Policy
 	if policy == nil {
