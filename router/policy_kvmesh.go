@@ -260,13 +260,29 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 }
 
 // tieKey is the key that places a prompt among candidates holding it to
-// the same depth (in blocks): the key of the first block beyond that depth,
-// the last block's when the whole prompt is held, the seed when the prompt
+// the same depth (in blocks): the key at the first learn position (a
+// message end, a checkpoint, the last full block) strictly deeper than that
+// depth, the last full block's when there is none, the seed when the prompt
 // is shorter than a block.
+//
+// Not the key of the very next block: prompts that share a long opening
+// (a system prompt, a document) beyond the deepest claim would all get the
+// same key and pile onto one backend. A learn position is where the
+// prompt's own claims will be, so the key differs between conversations,
+// is the same for identical prompts (nodes that have not heard of them
+// agree), and a conversation's first message end is shared by its later
+// turns.
 func tieKey(req *Request, depth int32) uint64 {
 	ch := req.Chain
 	if ch == nil || len(ch.Keys) == 0 {
 		return uint64(req.Seed)
 	}
-	return uint64(ch.Keys[min(int(depth), len(ch.Keys)-1)])
+	at := int32(len(ch.Keys))
+	for _, d := range ch.Learn {
+		if d > depth && d <= at {
+			at = d
+			break
+		}
+	}
+	return uint64(ch.Keys[at-1])
 }

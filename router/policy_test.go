@@ -152,15 +152,17 @@ func TestKVMeshTiesByRendezvous(t *testing.T) {
 		}
 	}
 	// Equal holders of a shared system prompt: the winner depends on the
-	// block after it, not on which holder is first.
+	// key at the prompt's next learn position (6 blocks), not on which
+	// holder is first.
 	pc := newPolicyCase(10, 7, names...).match(3, 3, 3, 3)
+	pc.chain.Learn = []int32{2, 3, 6, 10}
 	winner, d := pc.choose(newKVMeshPolicy(DefaultKVMeshConfig()))
 	if d.Reason != ReasonPrefix {
 		t.Fatalf("reason %v", d.Reason)
 	}
-	want := rendezvous(uint64(pc.chain.Keys[3]), pc.cands, nil)
+	want := rendezvous(uint64(pc.chain.Keys[5]), pc.cands, nil)
 	if winner != pc.cands[want].Name {
-		t.Fatalf("winner %s, rendezvous of block 3 says %s", winner, pc.cands[want].Name)
+		t.Fatalf("winner %s, rendezvous of the key at depth 6 says %s", winner, pc.cands[want].Name)
 	}
 	// The rendezvous winner above the load bound is skipped.
 	var loads []int
@@ -180,6 +182,50 @@ func TestKVMeshTiesByRendezvous(t *testing.T) {
 	pc.cands[want].Load.Waiting = 5
 	if w2, _ := pc.choose(newKVMeshPolicy(DefaultKVMeshConfig())); w2 == winner {
 		t.Fatalf("rendezvous winner %s with 5 waiting chosen anyway", w2)
+	}
+}
+
+// Prompts sharing a long opening beyond what every backend holds (the
+// Mooncake trace's first 512-token block, checkpointed halfway) must still
+// spread: the tie key is taken at each prompt's own next learn position,
+// past the shared opening, not at the block right after the match.
+func TestKVMeshSharedOpeningSpreads(t *testing.T) {
+	names := []string{"a", "b", "c", "d"}
+	counts := map[string]int{}
+	for k := uint64(0); k < 200; k++ {
+		pc := newPolicyCase(80, 500+k, names...).match(32, 32, 32, 32)
+		// Blocks 0..44 are the shared opening, the same in every prompt.
+		shared := newPolicyCase(45, 499, names...)
+		copy(pc.chain.Keys, shared.chain.Keys)
+		pc.chain.Learn = []int32{32, 64, 80}
+		name, d := pc.choose(newKVMeshPolicy(DefaultKVMeshConfig()))
+		if d.Reason != ReasonPrefix {
+			t.Fatalf("reason %v", d.Reason)
+		}
+		counts[name]++
+	}
+	for _, n := range names {
+		if counts[n] < 30 {
+			t.Fatalf("200 conversations past a shared opening went to %v: they should spread", counts)
+		}
+	}
+}
+
+func TestTieKey(t *testing.T) {
+	pc := newPolicyCase(10, 11, "a")
+	pc.chain.Learn = []int32{4, 8, 10}
+	for _, c := range []struct{ depth, want int32 }{{0, 4}, {3, 4}, {4, 8}, {7, 8}, {8, 10}, {10, 10}} {
+		if got := tieKey(&pc.req, c.depth); got != uint64(pc.chain.Keys[c.want-1]) {
+			t.Errorf("depth %d: key of depth %d expected", c.depth, c.want)
+		}
+	}
+	pc.chain.Learn = nil
+	if got := tieKey(&pc.req, 2); got != uint64(pc.chain.Keys[9]) {
+		t.Error("without learn positions the last full block decides")
+	}
+	pc.chain.Keys = nil
+	if got := tieKey(&pc.req, 0); got != uint64(pc.req.Seed) {
+		t.Error("a prompt shorter than a block is placed by its seed")
 	}
 }
 
