@@ -13,29 +13,46 @@ import (
 // Cost model (lower is better), in prompt units (bytes in byte mode, tokens
 // in token mode), for a prompt of T units of which candidate i holds M_i:
 //
-//	cost_i = PrefillWeight * (T - M_i)
-//	       + avg * (LoadWeight * inflight_i + QueueWeight * w_i * waiting_i) / weight_i
-//	       + avg * KVUsageWeight * w_i * max(0, kv_i - KVUsageThreshold) / (1 - KVUsageThreshold)
+//	cost_i = PrefillWeight * (T - M_i) + load_i + kv_i
+//	load_i = (PendingWeight * pending_i
+//	        + avg * QueueWeight * w_i * others_waiting_i
+//	        + avg * LoadWeight * decoding_i) / weight_i
+//	kv_i   = avg * KVUsageWeight * w_i * max(0, kv_usage_i - KVUsageThreshold) / (1 - KVUsageThreshold)
 //
-// where avg is the average prompt size seen recently, w_i the freshness of
-// the backend's load signal (1 fresh .. 0 stale) and weight_i its
-// configured capacity. The first term is the prefill the backend must
-// compute; the second estimates the work queued ahead of the request; the
-// third keeps requests off a backend about to preempt for lack of KV space.
+// The first term is the prefill this request makes the backend compute;
+// pending_i is the prefill this router has already queued there (the
+// uncached units of its requests still waiting for their first token,
+// LoadView.PendingPrefill): an engine prefills in arrival order, so this
+// is the work between the request and its first token. others_waiting_i
+// is the backend's waiting queue (ORCA or /metrics, weighted by the
+// signal's freshness w_i) less this router's pending requests: work other
+// routers queued, priced at the average prompt (avg, a moving average).
+// decoding_i (this router's requests past their first token, or the
+// backend's running count if larger) barely slows a new prefill and gets a
+// small weight. kv_i keeps requests off a backend about to preempt for lack
+// of KV space. weight_i is the backend's configured capacity.
+//
+// Candidates within TieBand of the cheapest are equally good: rendezvous
+// hashing places the request among them, so that router nodes agree on new
+// prefixes while the fleet is balanced.
 type KVMeshConfig struct {
 	// PrefillWeight prices one unit of prompt the chosen backend must
 	// compute. 1: the unit of cost.
 	PrefillWeight float64 `yaml:"prefill_weight"`
-	// LoadWeight prices each request this router has in flight at the
-	// backend, in average prompts. 0.25: under continuous batching an
-	// in-flight request is mostly decoding, which slows a new prefill far
-	// less than a whole prompt's worth of compute; with 0.25 a conversation
-	// stays on its backend until that backend has about four more requests
-	// in flight than an idle one per prompt-length of matched prefix.
+	// PendingWeight prices one unit of prefill this router has queued at
+	// the backend. 1: queued prefill delays the first token as much as the
+	// request's own (the engine computes both at the same rate).
+	PendingWeight float64 `yaml:"pending_weight"`
+	// LoadWeight prices each request decoding at the backend, in average
+	// prompts. A decoding sequence adds one token to each engine step that
+	// also carries the new prefill (thousands of tokens), so it delays a
+	// new first token very little; the small weight spreads decode work
+	// between otherwise equal backends. (The benchmark's oracle reads it as
+	// its price per active request.)
 	LoadWeight float64 `yaml:"load_weight"`
-	// QueueWeight prices each request waiting in the backend's queue (from
-	// ORCA or /metrics), in average prompts. 1: a waiting request must be
-	// prefilled before ours starts.
+	// QueueWeight prices each request waiting in the backend's queue that
+	// this router did not send (from ORCA or /metrics), in average prompts.
+	// 1: a waiting request must be prefilled before ours starts.
 	QueueWeight float64 `yaml:"queue_weight"`
 	// KVUsageThreshold and KVUsageWeight: above this KV-cache usage (0..1)
 	// a backend starts preempting; each full step from the threshold to 100%
@@ -43,22 +60,20 @@ type KVMeshConfig struct {
 	// cache is penalized, and then strongly.
 	KVUsageThreshold float64 `yaml:"kv_usage_threshold"`
 	KVUsageWeight    float64 `yaml:"kv_usage_weight"`
-	// LoadOverrideFactor: when the backend chosen for its prefix has a queue
-	// (in-flight + waiting) above this many times the median queue of the
-	// candidates, the request goes to the best other backend instead. 2, as
-	// Ranvier: a backend twice as busy as the typical one costs more in
+	// TieBand, in average prompts: candidates whose cost is within this of
+	// the cheapest are placed by rendezvous hashing rather than by the
+	// cost's small differences.
+	TieBand float64 `yaml:"tie_band"`
+	// LoadOverrideFactor: when the backend chosen for its prefix has a load
+	// (load_i above, in prompt units) above this many times the median load
+	// of the candidates, the request goes to the best other backend instead.
+	// 2, as Ranvier: a backend twice as busy as the typical one costs more in
 	// queueing than most prefix hits save.
 	LoadOverrideFactor float64 `yaml:"load_override_factor"`
-	// LoadOverrideFloor is the least queue that counts as overloaded,
-	// whatever the median (with an idle fleet the median is 0). 4: vLLM
-	// batches dozens of sequences, a handful is no overload.
+	// LoadOverrideFloor is the least load that counts as overloaded, in
+	// average prompts, whatever the median (with an idle fleet the median is
+	// 0). 4: a few prompts' prefill queued is no overload.
 	LoadOverrideFloor float64 `yaml:"load_override_floor"`
-	// BoundedLoadFactor bounds ties placed by rendezvous hashing: a backend
-	// whose queue (in-flight plus waiting) would exceed this factor times
-	// the mean is skipped.
-	// 1.25, the factor of consistent hashing with bounded loads (Mirrokni et
-	// al.) that KubeAI uses too.
-	BoundedLoadFactor float64 `yaml:"bounded_load_factor"`
 	// HotWindow and HotThreshold define a hot prefix: matched at least
 	// HotThreshold times within HotWindow. 10 s and 20 (2 requests/s): a
 	// prefix that busy alone keeps a backend's prefill busy.
@@ -81,13 +96,14 @@ type KVMeshConfig struct {
 func DefaultKVMeshConfig() KVMeshConfig {
 	return KVMeshConfig{
 		PrefillWeight:      1,
-		LoadWeight:         0.25,
+		PendingWeight:      1,
+		LoadWeight:         0.01,
 		QueueWeight:        1,
 		KVUsageThreshold:   0.9,
 		KVUsageWeight:      4,
+		TieBand:            0,
 		LoadOverrideFactor: 2,
 		LoadOverrideFloor:  4,
-		BoundedLoadFactor:  1.25,
 		HotWindow:          10 * time.Second,
 		HotThreshold:       20,
 		HotMaxHolders:      2,
@@ -105,22 +121,21 @@ func (c KVMeshConfig) validate() []error {
 		}
 	}
 	nonNeg("prefill_weight", c.PrefillWeight)
+	nonNeg("pending_weight", c.PendingWeight)
 	nonNeg("load_weight", c.LoadWeight)
 	nonNeg("queue_weight", c.QueueWeight)
 	nonNeg("kv_usage_weight", c.KVUsageWeight)
+	nonNeg("tie_band", c.TieBand)
 	nonNeg("load_override_floor", c.LoadOverrideFloor)
 	nonNeg("hot_threshold", c.HotThreshold)
-	if c.PrefillWeight == 0 && c.LoadWeight == 0 && c.QueueWeight == 0 {
-		errs = append(errs, errors.New("router: kvmesh: prefill_weight, load_weight and queue_weight are all 0"))
+	if c.PrefillWeight == 0 && c.PendingWeight == 0 && c.LoadWeight == 0 && c.QueueWeight == 0 {
+		errs = append(errs, errors.New("router: kvmesh: prefill_weight, pending_weight, load_weight and queue_weight are all 0"))
 	}
 	if !(c.KVUsageThreshold >= 0 && c.KVUsageThreshold < 1) {
 		bad("kv_usage_threshold must be in [0, 1), got %v", c.KVUsageThreshold)
 	}
 	if !(c.LoadOverrideFactor >= 1) || math.IsInf(c.LoadOverrideFactor, 0) {
 		bad("load_override_factor must be at least 1, got %v", c.LoadOverrideFactor)
-	}
-	if !(c.BoundedLoadFactor >= 1) || math.IsInf(c.BoundedLoadFactor, 0) {
-		bad("bounded_load_factor must be at least 1, got %v", c.BoundedLoadFactor)
 	}
 	if c.HotWindow <= 0 {
 		bad("hot_window must be positive, got %v", c.HotWindow)
@@ -138,9 +153,9 @@ func (c KVMeshConfig) validate() []error {
 }
 
 // kvmeshPolicy is the default policy: cost-based choice between saved
-// prefill and load, load override with hot-prefix replication, and
-// rendezvous hashing for ties so that nodes agree on new prefixes. Scores
-// are the costs (lower is better).
+// prefill and queued work, rendezvous hashing among equally good
+// candidates so that nodes agree on new prefixes, and a load override with
+// hot-prefix replication. Scores are the costs (lower is better).
 type kvmeshPolicy struct {
 	cfg       KVMeshConfig
 	hot       *hotCounter
@@ -159,6 +174,19 @@ func newKVMeshPolicy(cfg KVMeshConfig) *kvmeshPolicy {
 
 func (p *kvmeshPolicy) Name() string { return PolicyKVMesh }
 
+// load is load_i of the cost model: the work queued at the candidate
+// ahead of a new request, in prompt units per unit of weight.
+func (cfg *KVMeshConfig) load(c *Candidate, avg float64) float64 {
+	l := &c.Load
+	load := cfg.PendingWeight * l.PendingPrefill
+	if others := l.SignalWeight*l.Waiting - float64(l.PendingRequests); others > 0 {
+		load += avg * cfg.QueueWeight * others
+	}
+	decoding := max(float64(l.InFlight-l.PendingRequests), l.SignalWeight*l.Running)
+	load += avg * cfg.LoadWeight * decoding
+	return load / c.Weight
+}
+
 // Choose implements Policy. It allocates nothing.
 func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64) Decision {
 	cfg := &p.cfg
@@ -168,14 +196,13 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 	if !req.Explain && req.Attempt == 0 && total > 0 {
 		p.avgPrompt.Store(math.Float64bits(avg + (total-avg)*promptEWMA))
 	}
-	queues := req.scratch[:n]
+	loads := req.scratch[:n]
 	best := 0
 	for i := range cands {
 		c := &cands[i]
 		l := &c.Load
-		queues[i] = l.Queue() / c.Weight
-		cost := cfg.PrefillWeight * (total - float64(c.MatchedUnits(req.Chain)))
-		cost += avg * (cfg.LoadWeight*float64(l.InFlight) + cfg.QueueWeight*l.SignalWeight*l.Waiting) / c.Weight
+		loads[i] = cfg.load(c, avg)
+		cost := cfg.PrefillWeight*(total-float64(c.MatchedUnits(req.Chain))) + loads[i]
 		if l.Has&HasKVCacheUsage != 0 && l.KVUsage > cfg.KVUsageThreshold {
 			cost += avg * cfg.KVUsageWeight * l.SignalWeight * (l.KVUsage - cfg.KVUsageThreshold) / (1 - cfg.KVUsageThreshold)
 		}
@@ -185,29 +212,22 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 		}
 	}
 
-	// Ties: every candidate holding the same depth as the cheapest one
-	// (all of them on a total miss, all holders of a shared system prompt)
-	// is placed by rendezvous hashing of the first block beyond that depth,
-	// skipping candidates above the bounded load, so that nodes which have
-	// not seen the prefix yet agree on where it goes.
-	depth := cands[best].Matched
+	// Ties: the candidates within the band of the cheapest (all of them on
+	// a miss to an idle fleet, all idle holders of a shared system prompt)
+	// are placed by rendezvous hashing of the prompt's next learn position
+	// beyond their match, so that nodes which have not seen the prefix yet
+	// agree on where it goes.
+	within := scores[best] + cfg.TieBand*avg
 	ties := 0
-	var totalQ, sumW float64
+	var depth int32
 	for i := range cands {
-		if cands[i].Matched == depth {
+		if scores[i] <= within {
 			ties++
+			depth = max(depth, cands[i].Matched)
 		}
-		totalQ += queues[i] * cands[i].Weight
-		sumW += cands[i].Weight
 	}
 	if ties > 1 {
-		key := tieKey(req, depth)
-		if w := rendezvous(key, cands, func(i int) bool {
-			// Bounded load (Mirrokni et al.) on the queue: in-flight plus
-			// the backend's own waiting requests, weighted by freshness.
-			limit := math.Ceil(cfg.BoundedLoadFactor * (totalQ + 1) * cands[i].Weight / sumW)
-			return cands[i].Matched == depth && queues[i]*cands[i].Weight+1 <= limit
-		}); w >= 0 {
+		if w := rendezvous(tieKey(req, depth), cands, func(i int) bool { return scores[i] <= within }); w >= 0 {
 			best = w
 		}
 	}
@@ -234,13 +254,13 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 	} else {
 		hits = p.hot.observe(hotKey, req.Now.UnixNano())
 	}
-	limit := cfg.LoadOverrideFactor * max(median(append(req.scratch[n:n], queues...)), cfg.LoadOverrideFloor)
-	if queues[best] <= limit {
+	limit := cfg.LoadOverrideFactor * max(median(append(req.scratch[n:n], loads...)), cfg.LoadOverrideFloor*avg)
+	if loads[best] <= limit {
 		return d
 	}
 	alt := -1
 	for i := range cands {
-		if i != best && queues[i] <= limit && (alt < 0 || scores[i] < scores[alt]) {
+		if i != best && loads[i] <= limit && (alt < 0 || scores[i] < scores[alt]) {
 			alt = i
 		}
 	}

@@ -49,6 +49,20 @@ func (pc *policyCase) inflight(n ...int) *policyCase {
 	return pc
 }
 
+// pending sets each candidate's pending prefill (units), one request each
+// where non-zero.
+func (pc *policyCase) pending(units ...float64) *policyCase {
+	for i, u := range units {
+		pc.cands[i].Load.PendingPrefill = u
+		pc.cands[i].Load.PendingRequests = 0
+		if u > 0 {
+			pc.cands[i].Load.PendingRequests = 1
+		}
+		pc.cands[i].Load.InFlight = max(pc.cands[i].Load.InFlight, pc.cands[i].Load.PendingRequests)
+	}
+	return pc
+}
+
 func (pc *policyCase) choose(p Policy) (string, Decision) {
 	d := p.Choose(&pc.req, pc.cands, pc.scores)
 	return pc.cands[d.Index].Name, d
@@ -66,36 +80,75 @@ func TestKVMeshPrefersDeepestHolder(t *testing.T) {
 	}
 }
 
-// Load pressure on the deepest holder: the cost model trades a short match
-// for a lighter backend, and the override diverts without learning.
+// Load pressure on the deepest holder: when the work queued there is far
+// above the typical candidate's, the override diverts without learning,
+// although the cost (which saves the holder's match) still favours it.
 func TestKVMeshLoadOverride(t *testing.T) {
 	cfg := DefaultKVMeshConfig()
-	cfg.LoadWeight = 0 // isolate the override rule from the cost's load term
+	cfg.LoadOverrideFloor = 0.1 // 410 units with the initial average prompt of 4096
 	p := newKVMeshPolicy(cfg)
-	pc := newPolicyCase(40, 2, "a", "b", "c").match(40, 0, 0).inflight(30, 2, 3)
+	pc := newPolicyCase(40, 2, "a", "b", "c").match(40, 0, 0).pending(2000, 0, 0)
 	name, d := pc.choose(p)
 	if name != "b" || d.Reason != ReasonLoadOverride || d.Learn {
-		t.Fatalf("chose %s %+v, want b (least cost among the others), load-override, no learning", name, d)
+		t.Fatalf("chose %s %+v (costs %v), want b (least cost among the others), load-override, no learning", name, d, pc.scores)
+	}
+	if !(pc.scores[0] < pc.scores[1]) {
+		t.Fatalf("costs %v: the holder should still be the cheapest by cost", pc.scores)
 	}
 	// Below the floor nothing is overloaded, whatever the median.
-	pc.inflight(8, 0, 0)
+	pc.pending(500, 0, 0)
 	if name, d := pc.choose(p); name != "a" || d.Reason != ReasonPrefix {
-		t.Fatalf("with a at the floor: chose %s %+v", name, d)
+		t.Fatalf("with a under the floor: chose %s %+v", name, d)
 	}
 }
 
-func TestKVMeshCostTradesMatchForLoad(t *testing.T) {
-	p := newKVMeshPolicy(DefaultKVMeshConfig()) // avg prompt 4096 units, 0.25 per in-flight request
-	pc := newPolicyCase(40, 3, "a", "b").match(4, 0).inflight(3, 0)
-	// a saves 256 units of prefill but has 3 in flight (3072 units of load).
+// The cost trades the prefill a holder saves against the prefill already
+// queued there.
+func TestKVMeshCostTradesMatchForPendingPrefill(t *testing.T) {
+	p := newKVMeshPolicy(DefaultKVMeshConfig())
+	pc := newPolicyCase(40, 3, "a", "b").match(4, 0).pending(3000, 0)
+	// a saves 256 units of prefill but has 3,000 queued.
 	name, d := pc.choose(p)
 	if name != "b" || d.Reason != ReasonCost || !d.Learn {
-		t.Fatalf("chose %s %+v, want b by cost", name, d)
+		t.Fatalf("chose %s %+v (costs %v), want b by cost", name, d, pc.scores)
 	}
-	// a holding 2560 units with 2 in flight (about 2048 of load) wins.
-	pc.match(40, 0).inflight(2, 0)
+	if want := 2570.0; pc.scores[1] != want || pc.scores[0] != 2570-256+3000 {
+		t.Errorf("costs %v, want [%v %v]", pc.scores, 2570-256+3000, want)
+	}
+	// a holding 2,560 units with 2,000 queued wins.
+	pc.match(40, 0).pending(2000, 0)
 	if name, _ := pc.choose(p); name != "a" {
 		t.Fatalf("chose %s (costs %v), want a", name, pc.scores)
+	}
+}
+
+// Requests past their first token (decoding) barely count: a holder
+// decoding many requests keeps its conversations, and a miss goes to the
+// backend with the least prefill queued, not the fewest requests.
+func TestKVMeshDecodingIsCheap(t *testing.T) {
+	p := newKVMeshPolicy(DefaultKVMeshConfig())
+	pc := newPolicyCase(40, 12, "a", "b").match(30, 0).inflight(40, 0)
+	if name, d := pc.choose(p); name != "a" || d.Reason != ReasonPrefix {
+		t.Fatalf("holder decoding 40 requests: chose %s %+v (costs %v)", name, d, pc.scores)
+	}
+	miss := newPolicyCase(40, 13, "a", "b", "c").inflight(30, 1, 30).pending(0, 3000, 0)
+	if name, d := miss.choose(p); name == "b" || d.Reason != ReasonMiss {
+		t.Fatalf("miss: chose %s %+v (costs %v), want a or c (no prefill queued)", name, d, miss.scores)
+	}
+}
+
+// Other routers' work shows only in the backend's waiting queue: it counts
+// beyond this router's own pending requests.
+func TestKVMeshOthersWaiting(t *testing.T) {
+	p := newKVMeshPolicy(DefaultKVMeshConfig())
+	pc := newPolicyCase(40, 14, "a", "b").match(20, 0).pending(100, 0)
+	pc.cands[0].Load.Waiting = 1 // our own pending request
+	if name, _ := pc.choose(p); name != "a" {
+		t.Fatalf("our own waiting request counted twice: chose %s (costs %v)", name, pc.scores)
+	}
+	pc.cands[0].Load.Waiting = 3 // two more from other routers: 2 average prompts
+	if name, _ := pc.choose(p); name != "b" {
+		t.Fatalf("others' queue ignored: chose %s (costs %v)", name, pc.scores)
 	}
 }
 
@@ -104,7 +157,7 @@ func TestKVMeshCostTradesMatchForLoad(t *testing.T) {
 func TestKVMeshHotPrefixReplicates(t *testing.T) {
 	cfg := DefaultKVMeshConfig()
 	cfg.HotThreshold = 5
-	cfg.LoadWeight = 0
+	cfg.LoadOverrideFloor = 0.1
 	p := newKVMeshPolicy(cfg)
 	pc := newPolicyCase(20, 4, "a", "b", "c", "d", "e").match(20, 0, 0, 0, 0)
 	for i := 0; i < 4; i++ { // hits below the threshold, holder not overloaded
@@ -112,15 +165,15 @@ func TestKVMeshHotPrefixReplicates(t *testing.T) {
 			t.Fatalf("chose %s", name)
 		}
 	}
-	pc.inflight(30, 1, 2, 1, 0)
+	pc.pending(1000, 10, 20, 10, 0)
 	name, d := pc.choose(p) // 5th hit: hot
-	if name != "b" || d.Reason != ReasonReplicate || !d.Learn {
-		t.Fatalf("chose %s %+v, want b replicate+learn", name, d)
+	if name != "e" || d.Reason != ReasonReplicate || !d.Learn {
+		t.Fatalf("chose %s %+v, want e replicate+learn", name, d)
 	}
-	pc.match(20, 20, 0, 0, 0).inflight(30, 30, 2, 1, 0) // two holders, both overloaded: cap reached
+	pc.match(20, 20, 0, 0, 0).pending(1000, 1000, 20, 10, 0) // two holders, both overloaded: cap reached
 	name, d = pc.choose(p)
-	if name != "c" || d.Reason != ReasonLoadOverride || d.Learn {
-		t.Fatalf("chose %s %+v, want c load-override without learning", name, d)
+	if name != "e" || d.Reason != ReasonLoadOverride || d.Learn {
+		t.Fatalf("chose %s %+v, want e load-override without learning", name, d)
 	}
 }
 

@@ -60,9 +60,10 @@ func TestSharedSystemPromptSpreadsUnderLoad(t *testing.T) {
 	if routeField(r1, "backend") != holder || routeField(r1, "reason") != "prefix" {
 		t.Fatalf("idle holder %s not reused: %q", holder, r1)
 	}
-	g.rt.backendByName(holder).inFlight.Add(3)
+	// More prefill queued at the holder than the system prompt saves.
+	busy := g.rt.backendByName(holder).addPending(3000)
 	_, r2, _ := g.call("POST", "/v1/chat/completions", chat("m1", sys, longText("third user", 200)))
-	g.rt.backendByName(holder).inFlight.Add(-3)
+	busy.release()
 	second := routeField(r2, "backend")
 	if second == holder || routeField(r2, "reason") != "cost" {
 		t.Fatalf("busy holder %s: third conversation %q, want another backend by cost", holder, r2)
@@ -138,17 +139,20 @@ func TestRendezvousAgreesAcrossRouters(t *testing.T) {
 }
 
 // A holder far busier than the median is bypassed (reason load-override)
-// and keeps the claim: the backend diverted to learns nothing.
+// even when its match would pay for the wait, and keeps the claim: the
+// backend diverted to learns nothing.
 func TestLoadOverrideKeepsClaimOnHolder(t *testing.T) {
-	g := newRig(t, nil, fourBackends(t)...)
+	g := newRig(t, func(c *Config, _ *Deps) { c.KVMesh.LoadOverrideFloor = 0.5 }, fourBackends(t)...)
 	sys := longText("long shared document", 16000)
 	body := chat("m1", sys, "q1")
 	_, r1, _ := g.call("POST", "/v1/chat/completions", body)
 	holder := routeField(r1, "backend")
-	g.rt.backendByName(holder).inFlight.Add(10) // saturated: 10 > 2 * max(median 0, floor 4)
+	// Saturated: 6,000 units > 2 * max(median 0, half an average prompt of
+	// about 4,300), but less than the 16,000 its match saves.
+	busy := g.rt.backendByName(holder).addPending(6000)
 	next := chat("m1", sys, "q1", "a1", "q2")
 	_, r2, _ := g.call("POST", "/v1/chat/completions", next)
-	g.rt.backendByName(holder).inFlight.Add(-10)
+	busy.release()
 	if routeField(r2, "reason") != "load-override" || routeField(r2, "backend") == holder {
 		t.Fatalf("turn 2 with %s saturated: %q", holder, r2)
 	}
