@@ -85,8 +85,9 @@ type Config struct {
 	// traffic refreshes, so digests are a safety net (a relay that died
 	// holding a claim, a repair lost on a full send queue). Under load every
 	// exchange finds the buckets that in-flight deltas touch and repairs
-	// them whole, so the interval is a cost: 5 s keeps repair traffic near
-	// a fifth of the delta traffic (BenchmarkAntiEntropyUnderLoad).
+	// them whole, so the interval is a cost: at 5 s repairs are ~0.2 and
+	// all anti-entropy traffic (digests included) ~0.4 times the delta
+	// traffic; at 2 s, 0.5 and 1.1 (BenchmarkAntiEntropyUnderLoad).
 	AntiEntropyInterval time.Duration
 
 	// SweepInterval is how often expired and invalidated claims are
@@ -150,9 +151,9 @@ type Config struct {
 	// takes crdt's defaults except DigestBuckets: 4,096 (32 KiB digests,
 	// ~250 claims per bucket at a million claims) instead of 256, because a
 	// digest exchange under load repairs every bucket an in-flight delta
-	// touched, whole: with 256 buckets the repairs were 5.9 times the delta
-	// traffic, with 4,096 0.4 times (200 learns/s, 200,000 claims, 2 s
-	// interval; BenchmarkAntiEntropyUnderLoad).
+	// touched, whole: with 256 buckets the repairs were 6 to 8 times the
+	// delta traffic, with 4,096 0.4 to 0.5 times (200 learns/s, 200,000
+	// claims, 2 s interval; BenchmarkAntiEntropyUnderLoad).
 	Replica crdt.Config
 }
 
