@@ -64,6 +64,18 @@ func (p *Progress) Expect(total int) {
 	p.mu.Unlock()
 }
 
+// Grow adds n requests to the whole experiment's count (a run repeated).
+func (p *Progress) Grow(n int) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	if p.allTotal > 0 {
+		p.allTotal += n
+	}
+	p.mu.Unlock()
+}
+
 // Begin starts a phase of total requests.
 func (p *Progress) Begin(label string, total int) {
 	if p == nil {
