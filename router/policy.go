@@ -97,6 +97,10 @@ type LoadView struct {
 	// ORCA header or a /metrics scrape); Has says which were reported.
 	Waiting, Running, KVUsage float64
 	Has                       LoadFields
+	// OwnAtSignal is how many requests this router had pending at the
+	// backend when Waiting was sampled: at most that many of the waiting
+	// requests were its own, the rest came from other routers.
+	OwnAtSignal int
 	// SignalAge is the age of that signal; SignalWeight is 1 for a fresh
 	// signal and falls linearly to 0 as it ages (see Config.SignalFresh).
 	SignalAge    time.Duration

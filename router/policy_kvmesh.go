@@ -25,8 +25,11 @@ import (
 // LoadView.PendingPrefill): an engine prefills in arrival order, so this
 // is the work between the request and its first token. others_waiting_i
 // is the backend's waiting queue (ORCA or /metrics, weighted by the
-// signal's freshness w_i) less this router's pending requests: work other
-// routers queued, priced at the average prompt (avg, a moving average).
+// signal's freshness w_i) less the requests this router had pending there
+// when the queue was sampled (LoadView.OwnAtSignal; comparing with the
+// pending count now would take a stale sample's own requests, admitted
+// since, for other routers'): work other routers queued, priced at the
+// average prompt (avg, a moving average).
 // decoding_i (this router's requests past their first token, or the
 // backend's running count if larger) barely slows a new prefill and gets a
 // small weight. kv_i keeps requests off a backend about to preempt for lack
@@ -179,8 +182,8 @@ func (p *kvmeshPolicy) Name() string { return PolicyKVMesh }
 func (cfg *KVMeshConfig) load(c *Candidate, avg float64) float64 {
 	l := &c.Load
 	load := cfg.PendingWeight * l.PendingPrefill
-	if others := l.SignalWeight*l.Waiting - float64(l.PendingRequests); others > 0 {
-		load += avg * cfg.QueueWeight * others
+	if others := l.Waiting - float64(l.OwnAtSignal); others > 0 {
+		load += avg * cfg.QueueWeight * l.SignalWeight * others
 	}
 	decoding := max(float64(l.InFlight-l.PendingRequests), l.SignalWeight*l.Running)
 	load += avg * cfg.LoadWeight * decoding

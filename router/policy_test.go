@@ -138,17 +138,28 @@ func TestKVMeshDecodingIsCheap(t *testing.T) {
 }
 
 // Other routers' work shows only in the backend's waiting queue: it counts
-// beyond this router's own pending requests.
+// beyond the requests this router had pending when the queue was sampled.
 func TestKVMeshOthersWaiting(t *testing.T) {
 	p := newKVMeshPolicy(DefaultKVMeshConfig())
 	pc := newPolicyCase(40, 14, "a", "b").match(20, 0).pending(100, 0)
-	pc.cands[0].Load.Waiting = 1 // our own pending request
+	pc.cands[0].Load.Waiting, pc.cands[0].Load.OwnAtSignal = 1, 1 // our own pending request
 	if name, _ := pc.choose(p); name != "a" {
 		t.Fatalf("our own waiting request counted twice: chose %s (costs %v)", name, pc.scores)
+	}
+	// A stale sample: the request it saw is no longer pending. It was ours
+	// then, so it is not taken for another router's.
+	pc.pending(0, 0)
+	if name, _ := pc.choose(p); name != "a" {
+		t.Fatalf("a stale sample's own request taken for another router's: chose %s (costs %v)", name, pc.scores)
 	}
 	pc.cands[0].Load.Waiting = 3 // two more from other routers: 2 average prompts
 	if name, _ := pc.choose(p); name != "b" {
 		t.Fatalf("others' queue ignored: chose %s (costs %v)", name, pc.scores)
+	}
+	// Two average prompts (the average starts at 4,096 units and moves
+	// towards this prompt's 2,570) on top of a's own prefill.
+	if want := 2570 - 1280 + 2*2570.0; pc.scores[0] < want {
+		t.Errorf("a's cost %v, want at least %v", pc.scores[0], want)
 	}
 }
 

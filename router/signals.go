@@ -21,6 +21,10 @@ const (
 type sample struct {
 	Waiting, Running, KVUsage float64
 	Has                       LoadFields // which of the three were reported
+	// Own is how many requests this router had pending (sent, no first
+	// byte yet) at the backend when the report was taken: at most that many
+	// of Waiting were its own.
+	Own int
 }
 
 // signal holds the last sample of one source. Its fields are separate
@@ -29,6 +33,7 @@ type sample struct {
 type signal struct {
 	waiting, running, kv atomic.Uint64 // float64 bits
 	has                  atomic.Uint32
+	own                  atomic.Int64
 	at                   atomic.Int64 // Unix ns of the sample; 0 = never
 }
 
@@ -37,6 +42,7 @@ func (s *signal) store(v sample, at time.Time) {
 	s.running.Store(math.Float64bits(v.Running))
 	s.kv.Store(math.Float64bits(v.KVUsage))
 	s.has.Store(uint32(v.Has & (HasWaiting | HasRunning | HasKVCacheUsage)))
+	s.own.Store(int64(v.Own))
 	s.at.Store(at.UnixNano())
 }
 
@@ -46,6 +52,7 @@ func (s *signal) load() (sample, int64) {
 		Running: math.Float64frombits(s.running.Load()),
 		KVUsage: math.Float64frombits(s.kv.Load()),
 		Has:     LoadFields(s.has.Load()),
+		Own:     int(s.own.Load()),
 	}, s.at.Load()
 }
 
@@ -64,13 +71,14 @@ func freshest(now time.Time, a, b *signal, cfg *Config, lv *LoadView) {
 	}
 	age := max(now.Sub(time.Unix(0, ta)), 0)
 	lv.Has, lv.Waiting, lv.Running, lv.KVUsage = sa.Has, sa.Waiting, sa.Running, sa.KVUsage
+	lv.OwnAtSignal = sa.Own
 	lv.SignalAge = age
 	lv.SignalWeight = signalWeight(age, cfg.SignalFresh, cfg.SignalMaxAge)
 	if sb.Has&^sa.Has == 0 || now.Sub(time.Unix(0, tb)) >= cfg.SignalMaxAge {
 		return
 	}
 	if sb.Has&HasWaiting != 0 && lv.Has&HasWaiting == 0 {
-		lv.Waiting = sb.Waiting
+		lv.Waiting, lv.OwnAtSignal = sb.Waiting, sb.Own
 	}
 	if sb.Has&HasRunning != 0 && lv.Has&HasRunning == 0 {
 		lv.Running = sb.Running
@@ -94,6 +102,10 @@ func signalWeight(age, fresh, maxAge time.Duration) float64 {
 
 // observeORCA records the load report a backend attached to a response, if
 // any. It reports whether one was found and parsed.
+//
+// The report is taken as the answer starts, while the requesting attempt
+// still counts as pending: Own includes it, which errs towards counting
+// fewer of the waiting requests as other routers'.
 func (rt *Router) observeORCA(b *backend, h http.Header, at time.Time) bool {
 	vals := h[orcaResponseHeader]
 	bin := false
@@ -130,6 +142,7 @@ func (rt *Router) observeORCA(b *backend, h http.Header, at time.Time) bool {
 	if s.Has&(HasWaiting|HasRunning|HasKVCacheUsage) == 0 {
 		return false
 	}
+	s.Own = int(b.pendingRequests.Load())
 	b.orca.store(s, at)
 	return true
 }

@@ -96,6 +96,29 @@ func TestScrapeUpdatesLoadView(t *testing.T) {
 	if *st.Load.Waiting != 5 || *st.Load.Running != 2 {
 		t.Fatalf("load view %+v", st.Load)
 	}
+	// Scraped while this router has two requests pending there: the view
+	// says at most two of the waiting five are its own.
+	b := g.rt.backendByName("a")
+	p1, p2 := b.addPending(10), b.addPending(10)
+	defer p1.release()
+	defer p2.release()
+	waitFor(t, "a scrape with two pending", func() bool { return b.loadView(time.Now(), &g.rt.cfg).OwnAtSignal == 2 })
+}
+
+// An ORCA report records how many requests this router had pending at the
+// backend when it arrived.
+func TestORCARecordsOwnPending(t *testing.T) {
+	g := newRig(t, nil, newFakeBackend(t, "a"))
+	b := g.rt.backendByName("a")
+	p := b.addPending(100)
+	h := http.Header{orcaResponseHeader: {"TEXT named_metrics.num_requests_waiting=4"}}
+	if !g.rt.observeORCA(b, h, time.Now()) {
+		t.Fatal("report not taken")
+	}
+	p.release()
+	if lv := b.loadView(time.Now(), &g.rt.cfg); lv.Waiting != 4 || lv.OwnAtSignal != 1 || lv.PendingRequests != 0 {
+		t.Fatalf("load view %+v, want 4 waiting of which 1 was ours, none pending now", lv)
+	}
 }
 
 func TestSignalWeightDecaysLinearly(t *testing.T) {
@@ -116,12 +139,19 @@ func TestFreshestSignalCombines(t *testing.T) {
 	cfg := DefaultConfig()
 	now := time.Unix(1000, 0)
 	var orca, scrape signal
-	scrape.store(sample{Waiting: 9, Running: 4, KVUsage: 0.1, Has: HasWaiting | HasRunning | HasKVCacheUsage}, now.Add(-3*time.Second))
-	orca.store(sample{Waiting: 1, KVUsage: 0.7, Has: HasWaiting | HasKVCacheUsage}, now.Add(-time.Second))
+	scrape.store(sample{Waiting: 9, Running: 4, KVUsage: 0.1, Has: HasWaiting | HasRunning | HasKVCacheUsage, Own: 3}, now.Add(-3*time.Second))
+	orca.store(sample{Waiting: 1, KVUsage: 0.7, Has: HasWaiting | HasKVCacheUsage, Own: 1}, now.Add(-time.Second))
 	var lv LoadView
 	freshest(now, &orca, &scrape, &cfg, &lv)
-	if lv.Waiting != 1 || lv.KVUsage != 0.7 || lv.Running != 4 || lv.SignalAge != time.Second || lv.SignalWeight != 1 {
+	if lv.Waiting != 1 || lv.OwnAtSignal != 1 || lv.KVUsage != 0.7 || lv.Running != 4 || lv.SignalAge != time.Second || lv.SignalWeight != 1 {
 		t.Fatalf("combined view %+v", lv)
+	}
+	// Waiting from the older source comes with that source's own count.
+	orca.store(sample{KVUsage: 0.7, Has: HasKVCacheUsage, Own: 1}, now.Add(-time.Second))
+	lv = LoadView{}
+	freshest(now, &orca, &scrape, &cfg, &lv)
+	if lv.Waiting != 9 || lv.OwnAtSignal != 3 {
+		t.Fatalf("waiting from the scrape: %+v", lv)
 	}
 	lv = LoadView{InFlight: 2}
 	freshest(now.Add(time.Minute), &orca, &scrape, &cfg, &lv)

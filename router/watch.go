@@ -73,6 +73,10 @@ func (rt *Router) scrapeLoad(ctx context.Context, b *backend) {
 	if err != nil {
 		return
 	}
+	// The page is taken somewhere between sending and receiving: the most
+	// requests this router had pending at b over that span bounds how many
+	// of its waiting requests were this router's.
+	own := b.pendingRequests.Load()
 	resp, err := rt.client.Do(req)
 	if err != nil {
 		if ctx.Err() != context.Canceled {
@@ -96,7 +100,8 @@ func (rt *Router) scrapeLoad(ctx context.Context, b *backend) {
 	}
 	at := rt.now()
 	if sl.Has&(HasWaiting|HasRunning|HasKVCacheUsage) != 0 {
-		b.scrape.store(sample{Waiting: sl.Waiting, Running: sl.Running, KVUsage: sl.KVCacheUsage, Has: sl.Has}, at)
+		own = max(own, b.pendingRequests.Load())
+		b.scrape.store(sample{Waiting: sl.Waiting, Running: sl.Running, KVUsage: sl.KVCacheUsage, Has: sl.Has, Own: int(own)}, at)
 	}
 	if sl.Has&HasPrefixQueries == 0 {
 		return
