@@ -235,3 +235,39 @@ func TestInvalidateSpreads(t *testing.T) {
 	c.checkRoutable(alive)
 	c.waitConverged(20 * time.Second)
 }
+
+// TestAntiEntropySkipsBehindPeers: no digest exchange starts with a peer
+// that has not acknowledged our changes (their digests differ for sure and
+// whole buckets would be repaired); once it has caught up, exchanges
+// resume and mark it converged.
+func TestAntiEntropySkipsBehindPeers(t *testing.T) {
+	c := newTestCluster(t, func(cfg *Config) { cfg.AntiEntropyInterval = 100 * time.Millisecond })
+	c.startN(2)
+	c.waitMesh(20 * time.Second)
+	n0 := c.node("n00")
+	c.net.Partition([]string{"n00"}, []string{"n01"})
+	rng := newRand(12)
+	var ls []learned
+	for i := 0; i < 5; i++ { // on n00, which then has a backlog for n01
+		l := learned{p: randomPrompt(rng, 10), backend: backends[i%len(backends)], origin: "n00"}
+		n0.learn(t, l.p, l.backend, time.Hour)
+		ls = append(ls, l)
+	}
+	sent0 := n0.n.stats().DigestsSent
+	skipped0 := counterValue(n0.n.m.digestsSkipped)
+	waitFor(t, 10*time.Second, "anti-entropy ticks to be skipped", func() bool {
+		return counterValue(n0.n.m.digestsSkipped) >= skipped0+3
+	})
+	if sent := n0.n.stats().DigestsSent; sent != sent0 {
+		t.Fatalf("n00 sent %d digests to a peer that is behind", sent-sent0)
+	}
+	c.net.Heal()
+	c.waitConverged(20 * time.Second)
+	c.checkRoutable(ls)
+	waitFor(t, 10*time.Second, "a digest exchange to mark n01 converged", func() bool {
+		n0.n.mu.Lock()
+		defer n0.n.mu.Unlock()
+		ps := n0.n.rep.Peers()
+		return len(ps) == 1 && ps[0].Converged
+	})
+}

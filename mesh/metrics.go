@@ -22,6 +22,7 @@ type metrics struct {
 	topologyChanges     prometheus.Counter
 	joins               *prometheus.CounterVec // by result
 	learnsQueued        prometheus.Counter
+	digestsSkipped      prometheus.Counter
 
 	// per message type, resolved once (the send and receive paths are hot)
 	sentBy, sentBytesBy, recvBy, recvBytesBy [16]prometheus.Counter
@@ -58,6 +59,9 @@ func newMetrics(n *Node, reg prometheus.Registerer) (*metrics, error) {
 			Name: "kvmesh_mesh_join_attempts_total", Help: "Attempts to join the mesh through the seeds, by result (ok, failed, no_address)."}, []string{"result"}),
 		learnsQueued: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvmesh_mesh_learns_queued_total", Help: "Learns queued because the replica was busy (applied at the next flush)."}),
+		digestsSkipped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvmesh_mesh_anti_entropy_skipped_total",
+			Help: "Anti-entropy ticks without a digest exchange: no peer had acknowledged all our changes."}),
 	}
 	for t := crdt.MsgDelta; t <= crdt.MsgRepair; t++ {
 		l := t.String()
@@ -75,7 +79,7 @@ func newMetrics(n *Node, reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		m.msgsSent, m.bytesSent, m.msgsRecv, m.bytesRecv, m.sendDrops, m.decodeErrors, m.unknownSenders,
-		m.receiveErrors, m.applyLag, m.topologyChanges, m.joins, m.learnsQueued,
+		m.receiveErrors, m.applyLag, m.topologyChanges, m.joins, m.learnsQueued, m.digestsSkipped,
 		&meshCollector{n: n}, NewIndexCollector(n.ix),
 	} {
 		if err := reg.Register(c); err != nil {

@@ -2,6 +2,8 @@ package mesh
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/kvmesh/kvmesh/crdt"
@@ -102,17 +104,36 @@ func (n *Node) flush() {
 	}
 }
 
-// antiEntropy starts a digest exchange with the next peer, round-robin.
+// antiEntropy starts a digest exchange with the next peer, round-robin,
+// skipping peers that have not acknowledged all our changes or are
+// receiving the full state: their digests differ for sure, and every
+// differing bucket is repaired whole, so a digest then only adds load to a
+// peer that is already behind (on a starved machine this fed on itself:
+// more in flight, larger repairs, more in flight). Retransmission and
+// full-state transfer already cover such peers.
 func (n *Node) antiEntropy() {
 	if len(n.peers) == 0 {
 		return
 	}
-	p := n.peers[n.aeNext%len(n.peers)]
-	n.aeNext++
 	now := n.nowMs()
 	n.mu.Lock()
-	n.rep.StartDigest(p, now)
+	status := n.rep.Peers()
+	started := false
+	for i := 0; i < len(n.peers) && !started; i++ {
+		p := n.peers[(n.aeNext+i)%len(n.peers)]
+		k, found := slices.BinarySearchFunc(status, p, func(s crdt.PeerStatus, name string) int { return strings.Compare(s.Name, name) })
+		if !found || status[k].Backlog > 0 || status[k].InFullSync {
+			continue
+		}
+		started = n.rep.StartDigest(p, now)
+		n.aeNext += i
+	}
 	n.mu.Unlock()
+	n.aeNext++
+	if !started {
+		n.m.digestsSkipped.Inc()
+		return
+	}
 	n.flush()
 }
 
