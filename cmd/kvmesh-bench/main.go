@@ -7,6 +7,7 @@
 //	kvmesh-bench router -listen ADDR -backends URL,...   one bare kvmesh router node as a process
 //	kvmesh-bench probe URL                  exit 0 when GET URL answers 2xx (scripts without curl)
 //	kvmesh-bench report -dir DIR            re-render README.md and charts from DIR's JSON
+//	kvmesh-bench serve-config -time-scale S a kvmesh serve config for kvmesh-sim backends at time scale S
 //
 // "kvmesh-bench -flags..." without a subcommand means run. Every
 // subcommand's -h lists its flags.
@@ -58,11 +59,13 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return probeCmd(ctx, args)
 	case "report":
 		return reportCmd(args, stdout, stderr)
+	case "serve-config":
+		return serveConfigCmd(args, stdout, stderr)
 	case "help":
-		fmt.Fprintln(stdout, "usage: kvmesh-bench [run|rawproxy|router|lb|probe|report] [flags]; kvmesh-bench <cmd> -h lists the flags")
+		fmt.Fprintln(stdout, "usage: kvmesh-bench [run|rawproxy|router|lb|probe|report|serve-config] [flags]; kvmesh-bench <cmd> -h lists the flags")
 		return nil
 	}
-	return fmt.Errorf("unknown command %q (want run, rawproxy, router, lb, probe or report)", cmd)
+	return fmt.Errorf("unknown command %q (want run, rawproxy, router, lb, probe, report or serve-config)", cmd)
 }
 
 // probeCmd GETs one URL and fails unless it answers 2xx within a second.

@@ -61,9 +61,17 @@ mkdir -p "$BIN" "$LOGS"
 "$GO" build -o "$BIN/kvmesh-sim" ./cmd/kvmesh-sim
 "$GO" build -o "$BIN/kvmesh-bench" ./cmd/kvmesh-bench
 
-for ((i = 0; i < BACKENDS + NODES; i++)); do
+# Ports: backends PORT_BASE+i; node i: API +10+i, admin +20+i, serf +30+i
+# (TCP and UDP), QUIC +40+i (UDP); the front +80.
+for ((i = 0; i < BACKENDS; i++)); do
 	p=$((PORT_BASE + i))
 	port_free "$p" || { echo "demo: port $p is in use; set DEMO_PORT_BASE" >&2; exit 1; }
+done
+for ((i = 0; i < NODES; i++)); do
+	for off in 10 20 30; do
+		p=$((PORT_BASE + off + i))
+		port_free "$p" || { echo "demo: port $p is in use; set DEMO_PORT_BASE" >&2; exit 1; }
+	done
 done
 port_free "$FRONT_PORT" || { echo "demo: port $FRONT_PORT is in use; set DEMO_PORT_BASE" >&2; exit 1; }
 
@@ -79,41 +87,87 @@ done
 for u in "${backend_urls[@]}"; do wait_http "$u/health" "kvmesh-sim"; done
 BACKEND_LIST=$(IFS=,; echo "${backend_urls[*]}")
 
-# Router nodes: `kvmesh serve` joined as a mesh once it exists; until then,
-# bare router nodes (kvmesh-bench router), each with its own claims.
-node_urls=()
-node_addrs=()
-if "$BIN/kvmesh" serve -h >/dev/null 2>&1 && "$BIN/kvmesh" certs -h >/dev/null 2>&1; then
-	echo "demo: note: kvmesh serve exists now; this script still runs bare router nodes (switch it to a mesh)" >&2
+# Router nodes: `kvmesh serve` processes joined as a mesh (QUIC with mutual
+# TLS for claims, encrypted serf gossip for membership). If this checkout's
+# kvmesh cannot serve yet, bare router nodes (kvmesh-bench router) stand in,
+# each with its own claims.
+node_api=()   # API base URLs (client traffic)
+node_admin=() # admin base URLs (/metrics, /admin/*, /debug/route)
+node_addrs=() # API host:port, for the TCP front
+# -h may exit non-zero (flag.ErrHelp): read its text, not its status.
+has_help() { { "$BIN/kvmesh" "$1" -h 2>&1 || true; } | grep -q -- "$2"; }
+if has_help serve '-mesh' && has_help certs '-nodes'; then
+	MESH=1
+	say "starting $NODES kvmesh serve nodes joined as a mesh"
+	names=()
+	for ((i = 0; i < NODES; i++)); do names+=("r$((i + 1))"); done
+	"$BIN/kvmesh" certs --dir "$OUT/certs" --nodes "$(IFS=,; echo "${names[*]}")" >"$LOGS/certs.log" 2>&1
+	"$BIN/kvmesh-bench" serve-config -time-scale "$TIME_SCALE" >"$OUT/kvmesh.yaml"
+	GOSSIP_KEY=$(head -c 32 /dev/urandom | base64)
+	named_backends=()
+	for ((i = 0; i < BACKENDS; i++)); do named_backends+=("b$i=${backend_urls[$i]}"); done
+	for ((i = 0; i < NODES; i++)); do
+		api=$((PORT_BASE + 10 + i)) admin=$((PORT_BASE + 20 + i)) bind=$((PORT_BASE + 30 + i)) quic=$((PORT_BASE + 40 + i))
+		n=${names[$i]}
+		KVMESH_GOSSIP_KEY=$GOSSIP_KEY "$BIN/kvmesh" serve --config "$OUT/kvmesh.yaml" --node-name "$n" \
+			--listen "127.0.0.1:$api" --admin-listen "127.0.0.1:$admin" \
+			--mesh --bind "127.0.0.1:$bind" --quic-listen "127.0.0.1:$quic" --join "127.0.0.1:$((PORT_BASE + 30))" \
+			--tls-ca "$OUT/certs/ca.pem" --tls-cert "$OUT/certs/$n.pem" --tls-key "$OUT/certs/$n-key.pem" \
+			--backends "$(IFS=,; echo "${named_backends[*]}")" --policy kvmesh --log-level warn >"$LOGS/node-$n.log" 2>&1 &
+		pids+=($!)
+		node_api+=("http://127.0.0.1:$api")
+		node_admin+=("http://127.0.0.1:$admin")
+		node_addrs+=("127.0.0.1:$api")
+	done
+	for u in "${node_admin[@]}"; do wait_http "$u/readyz" "kvmesh serve node"; done
+	# Wait until every node replicates with every other (marked + by members).
+	for u in "${node_admin[@]}"; do
+		for _ in $(seq 1 100); do
+			peers=$("$BIN/kvmesh" members -admin "$u" 2>/dev/null | grep -c '^+ ' || true)
+			((peers >= NODES - 1)) && break
+			sleep 0.2
+		done
+		((peers >= NODES - 1)) || { echo "demo: the mesh did not form (see $LOGS)" >&2; exit 1; }
+	done
+	"$BIN/kvmesh" members -admin "${node_admin[0]}"
+else
+	MESH=0
+	say "starting $NODES bare router nodes (kvmesh-bench router: kvmesh serve is not available, so no mesh)"
+	for ((i = 0; i < NODES; i++)); do
+		p=$((PORT_BASE + 10 + i))
+		"$BIN/kvmesh-bench" router -listen "127.0.0.1:$p" -backends "$BACKEND_LIST" -policy kvmesh \
+			-time-scale "$TIME_SCALE" -log-level warn >"$LOGS/node-$i.log" 2>&1 &
+		pids+=($!)
+		node_api+=("http://127.0.0.1:$p")
+		node_admin+=("http://127.0.0.1:$p")
+		node_addrs+=("127.0.0.1:$p")
+	done
+	for u in "${node_admin[@]}"; do wait_http "$u/readyz" "router node"; done
 fi
-MODE="bare kvmesh router nodes (kvmesh-bench router; no mesh: kvmesh serve is not built yet)"
-say "starting $NODES router nodes: $MODE"
-for ((i = 0; i < NODES; i++)); do
-	p=$((PORT_BASE + BACKENDS + i))
-	"$BIN/kvmesh-bench" router -listen "127.0.0.1:$p" -backends "$BACKEND_LIST" -policy kvmesh \
-		-time-scale "$TIME_SCALE" -log-level warn >"$LOGS/node-$i.log" 2>&1 &
-	pids+=($!)
-	node_urls+=("http://127.0.0.1:$p")
-	node_addrs+=("127.0.0.1:$p")
-done
-for u in "${node_urls[@]}"; do wait_http "$u/readyz" "router node"; done
 
 say "starting the round-robin TCP front on 127.0.0.1:$FRONT_PORT"
 "$BIN/kvmesh-bench" lb -listen "127.0.0.1:$FRONT_PORT" -to "$(IFS=,; echo "${node_addrs[*]}")" >"$LOGS/lb.log" 2>&1 &
 pids+=($!)
-wait_http "http://127.0.0.1:$FRONT_PORT/readyz" "TCP front"
+wait_http "http://127.0.0.1:$FRONT_PORT/v1/models" "TCP front"
 
 common=(-workload mooncake -duration "$SLICE" -compression "$COMPRESSION" -backends "$BACKENDS" -backend-urls "$BACKEND_LIST"
 	-cache-blocks "$CACHE_BLOCKS" -time-scale "$TIME_SCALE" -repeats 1 -log-level error)
 
 say "replaying $SLICE of the Mooncake trace through the front (nodes -> backends)"
+if ((MESH)); then label="kvmesh serve x$NODES mesh (processes)"; else label="kvmesh x$NODES (processes)"; fi
+# Long steps run in the background and are waited for, so that Ctrl-C
+# reaches the trap at once.
 "$BIN/kvmesh-bench" run "${common[@]}" -fronts "http://127.0.0.1:$FRONT_PORT" \
-	-label "kvmesh x$NODES (processes)" -out "$OUT/live" -title "kvmesh demo: live processes" >"$OUT/live.md"
+	-label "$label" -out "$OUT/live" -title "kvmesh demo: live processes" >"$OUT/live.md" &
+pids+=($!)
+wait $!
 awk '/^\| arm /{on=1} on&&/^$/{exit} on' "$OUT/live.md"
 
 say "comparing against round-robin and least-loaded, and $NODES kvmesh nodes joined as a mesh (in-process routers; same backends, caches emptied before each arm)"
 "$BIN/kvmesh-bench" run "${common[@]}" -arms "round_robin,least_loaded,kvmesh,kvmesh:$NODES:mesh" \
-	-out "$OUT/compare" -title "kvmesh demo: comparison" >"$OUT/compare.md"
+	-out "$OUT/compare" -title "kvmesh demo: comparison" >"$OUT/compare.md" &
+pids+=($!)
+wait $!
 awk '/^\| arm /{on=1} on&&/^$/{exit} on' "$OUT/compare.md"
 echo
 awk '/^Floors/{on=1} /^Routing decisions/{exit} on' "$OUT/compare.md"
@@ -126,16 +180,14 @@ Charts and tables:
 Front (OpenAI API):        http://127.0.0.1:$FRONT_PORT/v1/chat/completions
 EOF
 for ((i = 0; i < NODES; i++)); do
-	u=${node_urls[$i]}
-	cat <<EOF
-Router node $i:             $u/metrics   $u/admin/backends   POST $u/debug/route   ($u/admin/mesh once the mesh runs)
-EOF
+	a=${node_admin[$i]}
+	echo "Router node $i:             API ${node_api[$i]}   metrics $a/metrics   $a/admin/backends   $a/admin/mesh   POST $a/debug/route"
 done
 for ((i = 0; i < BACKENDS; i++)); do
 	echo "Backend $i (kvmesh-sim):   ${backend_urls[$i]}/metrics"
 done
 cat <<EOF
-Try:  curl -s -X POST ${node_urls[0]}/debug/route -d '{"model":"kvmesh-sim","messages":[{"role":"user","content":"hello"}]}'
+Try:  curl -s -X POST ${node_admin[0]}/debug/route -d '{"model":"kvmesh-sim","messages":[{"role":"user","content":"hello"}]}'
 Logs: $LOGS
 EOF
 
