@@ -16,18 +16,27 @@ import (
 // The oracle arm: an upper reference for routing. It chooses with the
 // kvmesh policy's cost model and weights (router.KVMeshConfig), but where
 // kvmesh estimates — claims learnt from its own decisions, load from its
-// in-flight counts and scraped queues a scrape old — the oracle knows what
-// each backend really holds (Instance.CachedPrefix: the tokens the engine
-// would count as hits if it scheduled the request now) and how loaded it
-// really is (Instance.Load: running and waiting sequences, KV usage, at the
-// last engine step). The gap between kvmesh and the oracle is the price of
-// kvmesh's knowledge; the gap between the oracle and the infinite-cache
-// bound is the price of the fleet's size and of the cost model itself.
+// own bookkeeping and scraped signals a scrape old — the oracle knows:
+//
+//   - what each backend really holds: Instance.CachedPrefix, the tokens the
+//     engine would count as hits if it scheduled the request now (kvmesh:
+//     claims);
+//   - the prefill really queued ahead of a new request: the uncached
+//     tokens, as the engines counted them at dispatch, of every request the
+//     oracle sent to a backend that has not produced its first byte yet
+//     (kvmesh: its estimate in prompt units from claims);
+//   - each engine's current running sequences and KV usage (Instance.Load;
+//     kvmesh: scraped).
+//
+// The gap between kvmesh and the oracle is the price of kvmesh's
+// knowledge; the gap between the oracle and the infinite-cache bound is the
+// price of the fleet's size and of the cost model itself.
 //
 // A router.Policy sees the request's canonical rendering, not its body, and
 // CachedPrefix needs the body. So the oracle's router sits behind Handler,
 // which registers each body under a hash of its rendering before the router
-// sees it; the policy finds the body by the same hash.
+// sees it; the policy finds the body by the same hash. Handler also sees
+// each answer's first byte, which ends that request's queued prefill.
 
 // OracleBackend is what the oracle needs of one backend.
 // *sim.Instance implements it.
@@ -40,23 +49,40 @@ type OracleBackend interface {
 // through Handler.
 type Oracle struct {
 	cfg      router.KVMeshConfig
-	backends map[string]OracleBackend // by router backend name
+	backends map[string]*oracleBackend // by router backend name
 	seed     maphash.Seed
 
 	mu      sync.Mutex
-	pending map[uint64][]*oracleReq // registered bodies by rendering hash
+	pending map[uint64][]*oracleReq // registered requests by rendering hash
 
 	avgPrompt atomic.Uint64 // float64 bits: moving average of prompt tokens
 	misses    atomic.Uint64 // decisions made without a registered body
 }
 
+type oracleBackend struct {
+	b OracleBackend
+	// queued is the prefill (uncached tokens) of the requests sent here
+	// that have not produced their first byte yet.
+	queued atomic.Int64
+}
+
 // oracleReq is one request between Handler and Choose.
-type oracleReq struct{ body []byte }
+type oracleReq struct {
+	body []byte
+	// Guarded by Oracle.mu: where its prefill is booked, and how much.
+	at      *oracleBackend
+	charged int64
+	settled bool
+}
 
 // NewOracle returns an oracle policy over backends (keyed by the names the
 // router's configuration gives them) with kvmesh's weights cfg.
 func NewOracle(cfg router.KVMeshConfig, backends map[string]OracleBackend) *Oracle {
-	o := &Oracle{cfg: cfg, backends: backends, seed: maphash.MakeSeed(), pending: make(map[uint64][]*oracleReq)}
+	o := &Oracle{cfg: cfg, backends: make(map[string]*oracleBackend, len(backends)),
+		seed: maphash.MakeSeed(), pending: make(map[uint64][]*oracleReq)}
+	for name, b := range backends {
+		o.backends[name] = &oracleBackend{b: b}
+	}
 	// kvmesh's starting average is in bytes, about four per token.
 	o.avgPrompt.Store(math.Float64bits(cfg.InitialPromptUnits / 4))
 	return o
@@ -73,22 +99,23 @@ func (o *Oracle) Misses() uint64 { return o.misses.Load() }
 // Choose implements router.Policy with kvmesh's cost, in tokens:
 //
 //	cost_i = PrefillWeight * (prompt - cached_i)
-//	       + avg * (LoadWeight * active_i + QueueWeight * waiting_i) / weight_i
+//	       + PendingWeight * queued_i + avg * LoadWeight * running_i
 //	       + avg * KVUsageWeight * max(0, kv_i - KVUsageThreshold) / (1 - KVUsageThreshold)
 //
-// with cached_i, waiting_i and kv_i the backend's real values, active_i the
-// larger of its real running+waiting and the requests the router has in
-// flight there (those include requests still on their way), and avg the
-// moving average of prompt lengths. The lowest cost wins; ties go to the
-// backend with the fewest active requests.
+// divided by the backend's weight where kvmesh divides, with cached_i,
+// running_i and kv_i the engine's own values, queued_i the prefill really
+// queued ahead (see Oracle) and avg the moving average of prompt lengths.
+// With one router there is no other router's queue to price. The lowest
+// cost wins; ties go to the backend with the least queued prefill.
 func (o *Oracle) Choose(req *router.Request, cands []router.Candidate, scores []float64) router.Decision {
-	r := o.claim(req)
+	r := o.find(req)
 	if r == nil {
 		o.misses.Add(1)
 	}
 	cfg := &o.cfg
 	avg := math.Float64frombits(o.avgPrompt.Load())
-	best, bestActive, prompt := -1, 0, 0
+	best, prompt := -1, 0
+	var bestUncached, bestQueued int64
 	for i := range cands {
 		c := &cands[i]
 		b := o.backends[c.Name]
@@ -98,45 +125,87 @@ func (o *Oracle) Choose(req *router.Request, cands []router.Candidate, scores []
 		}
 		cached := 0
 		if r != nil {
-			if ct, pt, err := b.CachedPrefix(r.body, sim.ChatPath); err == nil {
+			if ct, pt, err := b.b.CachedPrefix(r.body, sim.ChatPath); err == nil {
 				cached, prompt = ct, pt
 			}
 		}
-		l := b.Load()
-		active := max(c.Load.InFlight, l.Running+l.Waiting)
-		cost := cfg.PrefillWeight * float64(prompt-cached)
-		cost += avg * (cfg.LoadWeight*float64(active) + cfg.QueueWeight*float64(l.Waiting)) / c.Weight
+		l := b.b.Load()
+		queued := b.queued.Load()
+		load := (cfg.PendingWeight*float64(queued) + avg*cfg.LoadWeight*float64(l.Running)) / c.Weight
+		cost := cfg.PrefillWeight*float64(prompt-cached) + load
 		if l.KVCacheUsage > cfg.KVUsageThreshold {
 			cost += avg * cfg.KVUsageWeight * (l.KVCacheUsage - cfg.KVUsageThreshold) / (1 - cfg.KVUsageThreshold)
 		}
 		scores[i] = cost
-		if best < 0 || cost < scores[best] || (cost == scores[best] && active < bestActive) {
-			best, bestActive = i, active
+		if best < 0 || cost < scores[best] || (cost == scores[best] && queued < bestQueued) {
+			best, bestUncached, bestQueued = i, int64(prompt-cached), queued
 		}
 	}
 	if best < 0 {
 		best = 0
 	}
-	if !req.Explain && req.Attempt == 0 && prompt > 0 {
-		o.avgPrompt.Store(math.Float64bits(avg + (float64(prompt)-avg)/64))
+	if !req.Explain {
+		if req.Attempt == 0 && prompt > 0 {
+			o.avgPrompt.Store(math.Float64bits(avg + (float64(prompt)-avg)/64))
+		}
+		if r != nil {
+			o.book(r, o.backends[cands[best].Name], bestUncached)
+		}
 	}
 	return router.Decision{Index: best, Reason: router.ReasonCost, Learn: false}
 }
 
-// claim returns a registered request with req's rendering, nil if none.
+// find returns a registered, unsettled request with req's rendering (the
+// first one not yet booked, else the last booked: a retry), nil if none.
 // Requests with the same rendering have the same prompt, so any of them
 // answers CachedPrefix alike.
-func (o *Oracle) claim(req *router.Request) *oracleReq {
+func (o *Oracle) find(req *router.Request) *oracleReq {
 	if req.Prompt == nil {
 		return nil
 	}
 	k := maphash.Bytes(o.seed, req.Prompt.Units)
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if list := o.pending[k]; len(list) > 0 {
-		return list[0]
+	var booked *oracleReq
+	for _, r := range o.pending[k] {
+		switch {
+		case r.settled:
+		case r.at == nil:
+			return r
+		default:
+			booked = r
+		}
 	}
-	return nil
+	return booked
+}
+
+// book puts r's uncached tokens on b's queue (moving them from an earlier
+// attempt's backend).
+func (o *Oracle) book(r *oracleReq, b *oracleBackend, tokens int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if r.settled || b == nil {
+		return
+	}
+	if r.at != nil {
+		r.at.queued.Add(-r.charged)
+	}
+	r.at, r.charged = b, tokens
+	b.queued.Add(tokens)
+}
+
+// settle takes r's tokens off its backend's queue: its first byte came, or
+// it ended without one.
+func (o *Oracle) settle(r *oracleReq) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if r.settled {
+		return
+	}
+	r.settled = true
+	if r.at != nil {
+		r.at.queued.Add(-r.charged)
+	}
 }
 
 // register makes r findable by its body's rendering until unregister.
@@ -172,8 +241,10 @@ func (o *Oracle) register(ep router.Endpoint, r *oracleReq) (unregister func()) 
 var promptPool = sync.Pool{New: func() any { return new(router.Prompt) }}
 
 // Handler wraps the oracle's router: it reads each routed request's body,
-// registers it for the policy and hands the request on with the body
-// restored. The body stays registered until the router has answered.
+// registers it for the policy, hands the request on with the body restored,
+// and takes the request's prefill off the queue at the answer's first byte
+// (a streamed answer's first token; a non-streamed answer's whole body,
+// which overstates the queue until then).
 func (o *Oracle) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ep, ok := router.EndpointForPath(r.URL.Path)
@@ -186,10 +257,39 @@ func (o *Oracle) Handler(next http.Handler) http.Handler {
 			http.Error(w, "oracle: reading body: "+err.Error(), http.StatusBadRequest)
 			return
 		}
-		unregister := o.register(ep, &oracleReq{body: body})
-		defer unregister()
+		or := &oracleReq{body: body}
+		unregister := o.register(ep, or)
+		defer func() {
+			o.settle(or)
+			unregister()
+		}()
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(&firstByteWriter{ResponseWriter: w, first: func() { o.settle(or) }}, r)
 	})
 }
+
+// firstByteWriter calls first at the first body byte written.
+type firstByteWriter struct {
+	http.ResponseWriter
+	first func()
+	seen  bool
+}
+
+func (f *firstByteWriter) Write(p []byte) (int, error) {
+	if !f.seen && len(p) > 0 {
+		f.seen = true
+		f.first()
+	}
+	return f.ResponseWriter.Write(p)
+}
+
+// Flush passes a flush on (the router streams).
+func (f *firstByteWriter) Flush() {
+	if fl, ok := f.ResponseWriter.(http.Flusher); ok {
+		fl.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (f *firstByteWriter) Unwrap() http.ResponseWriter { return f.ResponseWriter }

@@ -87,21 +87,45 @@ func (f *fakeOracleBackend) CachedPrefix([]byte, string) (int, int, error) {
 }
 func (f *fakeOracleBackend) Load() sim.Load { return f.load }
 
-func TestOracleWeighsLoadAgainstCache(t *testing.T) {
+func TestOracleWeighsQueuedPrefillAgainstCache(t *testing.T) {
 	holder := &fakeOracleBackend{cached: 3000, prompt: 4000}
 	idle := &fakeOracleBackend{cached: 0, prompt: 4000}
 	o := NewOracle(router.DefaultKVMeshConfig(), map[string]OracleBackend{"b0": idle, "b1": holder})
 	cands := []router.Candidate{{Name: "b0", Weight: 1}, {Name: "b1", Weight: 1}}
 	scores := make([]float64, 2)
-	req, unregister := oracleRequest(t, o, chatBody("s", "u", 1))
+	r := &oracleReq{body: chatBody("s", "u", 1)}
+	p := new(router.Prompt)
+	if err := router.Render(router.EndpointChat, r.body, p); err != nil {
+		t.Fatal(err)
+	}
+	req := &router.Request{Prompt: p}
+	unregister := o.register(router.EndpointChat, r)
 	defer unregister()
 	if d := o.Choose(req, cands, scores); d.Index != 1 {
-		t.Fatalf("chose b%d with scores %v, want the holder when both are idle", d.Index, scores)
+		t.Fatalf("chose b%d with scores %v, want the holder when nothing is queued", d.Index, scores)
 	}
-	// A long real queue at the holder outweighs 3,000 saved tokens.
-	holder.load = sim.Load{Running: 40, Waiting: 12}
+	// The choice booked the request's 1,000 uncached tokens on the holder.
+	if q := o.backends["b1"].queued.Load(); q != 1000 {
+		t.Errorf("queued at the holder = %d, want the 1,000 uncached tokens", q)
+	}
+	o.settle(r)
+	if q := o.backends["b1"].queued.Load(); q != 0 {
+		t.Errorf("queued after the first byte = %d, want 0", q)
+	}
+	// 5,000 tokens of prefill queued at the holder outweigh 3,000 saved.
+	o.backends["b1"].queued.Store(5000)
+	r2 := &oracleReq{body: r.body}
+	defer o.register(router.EndpointChat, r2)()
 	if d := o.Choose(req, cands, scores); d.Index != 0 {
-		t.Errorf("chose b%d with scores %v, want the idle backend when the holder has 12 waiting", d.Index, scores)
+		t.Errorf("chose b%d with scores %v, want the idle backend when the holder has 5,000 tokens queued", d.Index, scores)
+	}
+	if q := o.backends["b0"].queued.Load(); q != 4000 {
+		t.Errorf("queued at the idle backend = %d, want the whole 4,000-token prompt", q)
+	}
+	// A retry moves the booking.
+	o.Choose(&router.Request{Prompt: p, Attempt: 1}, cands[1:], scores[:1])
+	if q0, q1 := o.backends["b0"].queued.Load(), o.backends["b1"].queued.Load(); q0 != 0 || q1 != 5000+1000 {
+		t.Errorf("after a retry on b1: queued %d and %d, want 0 and 6000", q0, q1)
 	}
 }
 
@@ -141,5 +165,10 @@ func TestOracleArmThroughTheRouter(t *testing.T) {
 	}
 	if d.oracle.Misses() != 0 {
 		t.Errorf("oracle misses %d: bodies are not reaching it", d.oracle.Misses())
+	}
+	for name, b := range d.oracle.backends {
+		if q := b.queued.Load(); q != 0 {
+			t.Errorf("%s still has %d tokens queued after the answer", name, q)
+		}
 	}
 }
