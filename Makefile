@@ -43,9 +43,9 @@ demo:
 # minutes of the Mooncake trace, 8 simulated backends, 3 repeats, at twice and
 # three times the trace's request rate. About an hour and a half in all.
 bench-e2e:
-	$(GO) run ./cmd/kvmesh-bench run -duration 20m -compression 2 -nodes 8 -local-nodes 3 \
+	$(GO) run -buildvcs=true ./cmd/kvmesh-bench run -duration 20m -compression 2 -nodes 8 -local-nodes 3 \
 		-arms round_robin,least_loaded,consistent_hash,sglang_cache_aware,kvmesh,kvmesh+words,oracle -publish mooncake-2x
-	$(GO) run ./cmd/kvmesh-bench run -duration 20m -compression 3 -nodes 8 -local-nodes 3 \
+	$(GO) run -buildvcs=true ./cmd/kvmesh-bench run -duration 20m -compression 3 -nodes 8 -local-nodes 3 \
 		-arms round_robin,least_loaded,consistent_hash,sglang_cache_aware,kvmesh,kvmesh+words,oracle -publish mooncake-3x
 
 clean:

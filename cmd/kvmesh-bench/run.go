@@ -7,6 +7,7 @@ import (
 	"io"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -182,6 +183,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		rep.Title = "kvmesh benchmark: " + w.Name
 	}
 	rep.Command = commandLine("run", args)
+	rep.Revision = revision()
 	rep.Workload = info
 	rep.Setup = bench.Setup{
 		Backends: f.backends, CacheBlocks: simCfg.CacheBlocks, BlockTokens: simCfg.BlockSize, TimeScale: f.timeScale,
@@ -228,4 +230,28 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// revision is the VCS revision the binary was built from ("+dirty" when the
+// tree had uncommitted changes), "" when unknown.
+func revision() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "+dirty"
+			}
+		}
+	}
+	if rev == "" {
+		return ""
+	}
+	return rev + dirty
 }

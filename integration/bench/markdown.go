@@ -152,6 +152,9 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	if r.Command != "" {
 		p("\nCommand:\n\n```\n%s\n```\n", r.Command)
 	}
+	if r.Revision != "" {
+		p("\nCode measured: %s, started %s.\n", r.Revision, r.Started.UTC().Format("2006-01-02 15:04 MST"))
+	}
 	return ew.err
 }
 

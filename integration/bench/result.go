@@ -156,6 +156,7 @@ type Setup struct {
 type Report struct {
 	Title    string       `json:"title"`
 	Command  string       `json:"command"`
+	Revision string       `json:"revision,omitempty"` // the code measured (VCS revision of the binary)
 	Started  time.Time    `json:"started"`
 	Elapsed  float64      `json:"elapsed_s"` // wall
 	Workload WorkloadInfo `json:"workload"`
