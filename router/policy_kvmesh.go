@@ -13,13 +13,16 @@ import (
 // Cost model (lower is better), in prompt units (bytes in byte mode, tokens
 // in token mode), for a prompt of T units of which candidate i holds M_i:
 //
-//	cost_i = PrefillWeight * (T - M_i) + load_i + kv_i
+//	cost_i = (PrefillWeight + CacheWeight) * (T - M_i) + load_i + kv_i
 //	load_i = (PendingWeight * pending_i
 //	        + avg * QueueWeight * w_i * others_waiting_i
 //	        + avg * LoadWeight * decoding_i) / weight_i
 //	kv_i   = avg * KVUsageWeight * w_i * max(0, kv_usage_i - KVUsageThreshold) / (1 - KVUsageThreshold)
 //
-// The first term is the prefill this request makes the backend compute;
+// The first term is the prefill this request makes the backend compute,
+// priced twice: once for the time it takes now (PrefillWeight) and once
+// for the cached blocks it displaces (CacheWeight), which later requests
+// will have to compute again;
 // pending_i is the prefill this router has already queued there (the
 // uncached units of its requests still waiting for their first token,
 // LoadView.PendingPrefill): an engine prefills in arrival order, so this
@@ -42,6 +45,16 @@ type KVMeshConfig struct {
 	// PrefillWeight prices one unit of prompt the chosen backend must
 	// compute. 1: the unit of cost.
 	PrefillWeight float64 `yaml:"prefill_weight"`
+	// CacheWeight prices one unit of prompt the chosen backend must write
+	// into a full cache: it evicts a unit some later request may need. 1:
+	// with caches smaller than the working set (the case that makes routing
+	// matter), a block written displaces about one block that would have
+	// been hit. Without it the cost is myopic: a holder whose queued prefill
+	// is as long as the shared prefix ties with an idle backend that does
+	// not hold it, and sending the prefix there duplicates it in the
+	// fleet's cache (2 backends, 4 groups of prompts, caches of 2 groups
+	// each: the hit rate fell from 0.89 to 0.6-0.7 depending on timing).
+	CacheWeight float64 `yaml:"cache_weight"`
 	// PendingWeight prices one unit of prefill this router has queued at
 	// the backend. 1: queued prefill delays the first token as much as the
 	// request's own (the engine computes both at the same rate).
@@ -99,6 +112,7 @@ type KVMeshConfig struct {
 func DefaultKVMeshConfig() KVMeshConfig {
 	return KVMeshConfig{
 		PrefillWeight:      1,
+		CacheWeight:        1,
 		PendingWeight:      1,
 		LoadWeight:         0.01,
 		QueueWeight:        1,
@@ -124,6 +138,7 @@ func (c KVMeshConfig) validate() []error {
 		}
 	}
 	nonNeg("prefill_weight", c.PrefillWeight)
+	nonNeg("cache_weight", c.CacheWeight)
 	nonNeg("pending_weight", c.PendingWeight)
 	nonNeg("load_weight", c.LoadWeight)
 	nonNeg("queue_weight", c.QueueWeight)
@@ -205,7 +220,7 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 		c := &cands[i]
 		l := &c.Load
 		loads[i] = cfg.load(c, avg)
-		cost := cfg.PrefillWeight*(total-float64(c.MatchedUnits(req.Chain))) + loads[i]
+		cost := (cfg.PrefillWeight+cfg.CacheWeight)*(total-float64(c.MatchedUnits(req.Chain))) + loads[i]
 		if l.Has&HasKVCacheUsage != 0 && l.KVUsage > cfg.KVUsageThreshold {
 			cost += avg * cfg.KVUsageWeight * l.SignalWeight * (l.KVUsage - cfg.KVUsageThreshold) / (1 - cfg.KVUsageThreshold)
 		}

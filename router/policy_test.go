@@ -102,23 +102,31 @@ func TestKVMeshLoadOverride(t *testing.T) {
 	}
 }
 
-// The cost trades the prefill a holder saves against the prefill already
-// queued there.
+// The cost trades the prefill a holder saves (priced for the time it
+// takes and for the cache it displaces) against the prefill already queued
+// there.
 func TestKVMeshCostTradesMatchForPendingPrefill(t *testing.T) {
 	p := newKVMeshPolicy(DefaultKVMeshConfig())
 	pc := newPolicyCase(40, 3, "a", "b").match(4, 0).pending(3000, 0)
-	// a saves 256 units of prefill but has 3,000 queued.
+	// a saves 256 units of prefill (512 of cost) but has 3,000 queued.
 	name, d := pc.choose(p)
 	if name != "b" || d.Reason != ReasonCost || !d.Learn {
 		t.Fatalf("chose %s %+v (costs %v), want b by cost", name, d, pc.scores)
 	}
-	if want := 2570.0; pc.scores[1] != want || pc.scores[0] != 2570-256+3000 {
-		t.Errorf("costs %v, want [%v %v]", pc.scores, 2570-256+3000, want)
+	if want := 2 * 2570.0; pc.scores[1] != want || pc.scores[0] != 2*(2570-256)+3000 {
+		t.Errorf("costs %v, want [%v %v]", pc.scores, 2*(2570-256)+3000, want)
 	}
-	// a holding 2,560 units with 2,000 queued wins.
-	pc.match(40, 0).pending(2000, 0)
+	// a holding 2,560 units with 4,000 queued wins: the cache it would
+	// displace elsewhere counts too.
+	pc.match(40, 0).pending(4000, 0)
 	if name, _ := pc.choose(p); name != "a" {
 		t.Fatalf("chose %s (costs %v), want a", name, pc.scores)
+	}
+	// Priced for time alone (cache_weight 0), the same queue sends it away.
+	cfg := DefaultKVMeshConfig()
+	cfg.CacheWeight = 0
+	if name, _ := pc.choose(newKVMeshPolicy(cfg)); name != "b" {
+		t.Fatalf("cache_weight 0: chose %s (costs %v), want b", name, pc.scores)
 	}
 }
 

@@ -40,6 +40,7 @@ type runFlags struct {
 	backendURLs   string
 	fronts        string
 	label         string
+	routerConfig  string
 }
 
 func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
@@ -74,6 +75,7 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
 	fs.StringVar(&f.backendURLs, "backend-urls", "", "use running kvmesh-sim processes (comma-separated base URLs) instead of in-process fleets; each run restarts them (empty caches) and reads their /metrics; -cache-blocks must say their size")
 	fs.StringVar(&f.fronts, "fronts", "", "with -backend-urls: send requests to these running router nodes (comma-separated, spread at random) instead of deploying arms")
 	fs.StringVar(&f.label, "label", "external", "with -fronts: the arm name for the runs")
+	fs.StringVar(&f.routerConfig, "router-config", "", "YAML file of router settings for every arm (the `router:` section of kvmesh serve's config, e.g. kvmesh: {cache_weight: 0}); backends and policy are the bench's")
 	fs.BoolVar(&f.keepSamples, "keep-samples", false, "store every request's sample in results.json")
 	fs.StringVar(&f.logLevel, "log-level", "warn", "log level: debug, info, warn, error, disabled")
 	fs.BoolVar(&f.noProgress, "no-progress", false, "no progress bar")
@@ -151,6 +153,11 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 	}
 	cfg.Models = simCfg.Models
+	if f.routerConfig != "" {
+		if cfg.Router, err = loadRouterConfig(f.routerConfig, cfg.Router); err != nil {
+			return err
+		}
+	}
 	cfg.TimeScale = f.timeScale
 	cfg.Repeats = f.repeats
 	cfg.Replay.Mode = bench.Mode(f.mode)

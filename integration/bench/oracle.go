@@ -98,7 +98,7 @@ func (o *Oracle) Misses() uint64 { return o.misses.Load() }
 
 // Choose implements router.Policy with kvmesh's cost, in tokens:
 //
-//	cost_i = PrefillWeight * (prompt - cached_i)
+//	cost_i = (PrefillWeight + CacheWeight) * (prompt - cached_i)
 //	       + PendingWeight * queued_i + avg * LoadWeight * running_i
 //	       + avg * KVUsageWeight * max(0, kv_i - KVUsageThreshold) / (1 - KVUsageThreshold)
 //
@@ -132,7 +132,7 @@ func (o *Oracle) Choose(req *router.Request, cands []router.Candidate, scores []
 		l := b.b.Load()
 		queued := b.queued.Load()
 		load := (cfg.PendingWeight*float64(queued) + avg*cfg.LoadWeight*float64(l.Running)) / c.Weight
-		cost := cfg.PrefillWeight*float64(prompt-cached) + load
+		cost := (cfg.PrefillWeight+cfg.CacheWeight)*float64(prompt-cached) + load
 		if l.KVCacheUsage > cfg.KVUsageThreshold {
 			cost += avg * cfg.KVUsageWeight * (l.KVCacheUsage - cfg.KVUsageThreshold) / (1 - cfg.KVUsageThreshold)
 		}
