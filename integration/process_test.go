@@ -33,39 +33,14 @@ func TestProcessMeshKillRestart(t *testing.T) {
 		t.Skip("builds and runs processes")
 	}
 	bin := buildKVMesh(t)
-	dir := t.TempDir()
-	run(t, bin, "certs", "--dir", dir, "--nodes", "r1,r2,r3")
-
 	fleet, err := sim.StartFleet(2, simConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer fleet.Close()
-	backends := fmt.Sprintf("s0=%s,s1=%s", fleet.URLs()[0], fleet.URLs()[1])
-
-	nodes := make([]*procNode, 3)
-	for i := range nodes {
-		nodes[i] = &procNode{name: fmt.Sprintf("r%d", i+1), api: freePort(t, "tcp"), admin: freePort(t, "tcp"),
-			bind: freePort(t, "both"), quic: freePort(t, "udp")}
-	}
-	seed := nodes[0].bind
-	start := func(n *procNode) {
-		n.start(t, bin, "serve", "--node-name", n.name, "--listen", n.api, "--admin-listen", n.admin,
-			"--mesh", "--dev", "--bind", n.bind, "--quic-listen", n.quic, "--join", seed,
-			"--tls-ca", filepath.Join(dir, "ca.pem"), "--tls-cert", filepath.Join(dir, n.name+".pem"),
-			"--tls-key", filepath.Join(dir, n.name+"-key.pem"), "--backends", backends, "--log-level", "warn")
-	}
-	for _, n := range nodes {
-		start(n)
-	}
-	defer func() {
-		for _, n := range nodes {
-			n.stop()
-		}
-	}()
-	for _, n := range nodes {
-		waitFor(t, 30*time.Second, n.name+" to see 3 alive members", func() bool { return n.aliveMembers() == 3 })
-	}
+	m := startMesh(t, bin, 3, fleet.URLs())
+	defer m.stop()
+	nodes := m.nodes
 
 	// Load: conversations sent to random nodes, as behind an L4 spread.
 	w, err := workload.MultiTurn(workload.DefaultMultiTurnOptions())
@@ -107,7 +82,7 @@ func TestProcessMeshKillRestart(t *testing.T) {
 	wg.Wait()
 	digestWhileDown := nodes[0].stateDigest()
 
-	start(victim)
+	m.start(t, victim)
 	down.Store(0)
 	waitFor(t, 30*time.Second, "r2 to rejoin", func() bool { return victim.aliveMembers() == 3 && nodes[0].aliveMembers() == 3 })
 	load(ctx, w.Requests[2*third:])
@@ -138,6 +113,57 @@ type procNode struct {
 	name, api, admin, bind, quic string
 	cmd                          *exec.Cmd
 	out                          bytes.Buffer
+}
+
+// procMesh is n `kvmesh serve` processes joined as a mesh over QUIC with
+// mutual TLS on loopback, in front of the same backends.
+type procMesh struct {
+	bin, dir, backends string
+	extra              []string // more serve flags for every node
+	nodes              []*procNode
+}
+
+// startMesh starts n nodes (extra: more serve flags) and waits until each
+// sees all of them alive.
+func startMesh(t *testing.T, bin string, n int, backendURLs []string, extra ...string) *procMesh {
+	t.Helper()
+	m := &procMesh{bin: bin, dir: t.TempDir(), extra: extra}
+	names := make([]string, n)
+	m.nodes = make([]*procNode, n)
+	for i := range m.nodes {
+		names[i] = fmt.Sprintf("r%d", i+1)
+		m.nodes[i] = &procNode{name: names[i], api: freePort(t, "tcp"), admin: freePort(t, "tcp"),
+			bind: freePort(t, "both"), quic: freePort(t, "udp")}
+	}
+	run(t, bin, "certs", "--dir", m.dir, "--nodes", strings.Join(names, ","))
+	bs := make([]string, len(backendURLs))
+	for i, u := range backendURLs {
+		bs[i] = fmt.Sprintf("s%d=%s", i, u)
+	}
+	m.backends = strings.Join(bs, ",")
+	for _, nd := range m.nodes {
+		m.start(t, nd)
+	}
+	for _, nd := range m.nodes {
+		waitFor(t, 30*time.Second, fmt.Sprintf("%s to see %d alive members", nd.name, n), func() bool { return nd.aliveMembers() == n })
+	}
+	return m
+}
+
+// start (re)starts one node, joining through the first.
+func (m *procMesh) start(t *testing.T, n *procNode) {
+	t.Helper()
+	args := []string{"serve", "--node-name", n.name, "--listen", n.api, "--admin-listen", n.admin,
+		"--mesh", "--dev", "--bind", n.bind, "--quic-listen", n.quic, "--join", m.nodes[0].bind,
+		"--tls-ca", filepath.Join(m.dir, "ca.pem"), "--tls-cert", filepath.Join(m.dir, n.name+".pem"),
+		"--tls-key", filepath.Join(m.dir, n.name+"-key.pem"), "--backends", m.backends, "--log-level", "warn"}
+	n.start(t, m.bin, append(args, m.extra...)...)
+}
+
+func (m *procMesh) stop() {
+	for _, n := range m.nodes {
+		n.stop()
+	}
 }
 
 func (n *procNode) start(t *testing.T, bin string, args ...string) {

@@ -106,7 +106,9 @@ func TestKVMeshLoadOverride(t *testing.T) {
 // takes and for the cache it displaces) against the prefill already queued
 // there.
 func TestKVMeshCostTradesMatchForPendingPrefill(t *testing.T) {
-	p := newKVMeshPolicy(DefaultKVMeshConfig())
+	cfg := DefaultKVMeshConfig()
+	cfg.CacheWeight = 1
+	p := newKVMeshPolicy(cfg)
 	pc := newPolicyCase(40, 3, "a", "b").match(4, 0).pending(3000, 0)
 	// a saves 256 units of prefill (512 of cost) but has 3,000 queued.
 	name, d := pc.choose(p)
@@ -123,10 +125,20 @@ func TestKVMeshCostTradesMatchForPendingPrefill(t *testing.T) {
 		t.Fatalf("chose %s (costs %v), want a", name, pc.scores)
 	}
 	// Priced for time alone (cache_weight 0), the same queue sends it away.
-	cfg := DefaultKVMeshConfig()
 	cfg.CacheWeight = 0
 	if name, _ := pc.choose(newKVMeshPolicy(cfg)); name != "b" {
 		t.Fatalf("cache_weight 0: chose %s (costs %v), want b", name, pc.scores)
+	}
+	// The default weight keeps a holder with 9 times its match queued...
+	def := newKVMeshPolicy(DefaultKVMeshConfig())
+	pc.pending(9*2560-100, 0)
+	if name, _ := pc.choose(def); name != "a" {
+		t.Fatalf("default weights, 9x the match queued: chose %s (costs %v), want a", name, pc.scores)
+	}
+	// ...and gives it up beyond that.
+	pc.pending(9*2560+100, 0)
+	if name, _ := pc.choose(def); name != "b" {
+		t.Fatalf("default weights, over 9x the match queued: chose %s (costs %v), want b", name, pc.scores)
 	}
 }
 
@@ -160,13 +172,13 @@ func TestKVMeshOthersWaiting(t *testing.T) {
 	if name, _ := pc.choose(p); name != "a" {
 		t.Fatalf("a stale sample's own request taken for another router's: chose %s (costs %v)", name, pc.scores)
 	}
-	pc.cands[0].Load.Waiting = 3 // two more from other routers: 2 average prompts
+	pc.cands[0].Load.Waiting = 5 // four more from other routers: 4 average prompts
 	if name, _ := pc.choose(p); name != "b" {
 		t.Fatalf("others' queue ignored: chose %s (costs %v)", name, pc.scores)
 	}
-	// Two average prompts (the average starts at 4,096 units and moves
+	// Four average prompts (the average starts at 4,096 units and moves
 	// towards this prompt's 2,570) on top of a's own prefill.
-	if want := 2570 - 1280 + 2*2570.0; pc.scores[0] < want {
+	if want := 9*(2570-1280) + 4*2570.0; pc.scores[0] < want {
 		t.Errorf("a's cost %v, want at least %v", pc.scores[0], want)
 	}
 }

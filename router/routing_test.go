@@ -60,8 +60,13 @@ func TestSharedSystemPromptSpreadsUnderLoad(t *testing.T) {
 	if routeField(r1, "backend") != holder || routeField(r1, "reason") != "prefix" {
 		t.Fatalf("idle holder %s not reused: %q", holder, r1)
 	}
-	// More prefill queued at the holder than the system prompt saves.
-	busy := g.rt.backendByName(holder).addPending(3000)
+	// More prefill queued at the holder than the system prompt saves,
+	// counting the cache a copy elsewhere displaces (cache_weight), but
+	// not so much that the load override (which learns nothing) steps in.
+	matched, _, _ := strings.Cut(routeField(r1, "matched"), "/")
+	m, _ := strconv.Atoi(matched)
+	cw := DefaultKVMeshConfig().CacheWeight
+	busy := g.rt.backendByName(holder).addPending(int((1+cw)*float64(m)) + 1000)
 	_, r2, _ := g.call("POST", "/v1/chat/completions", chat("m1", sys, longText("third user", 200)))
 	busy.release()
 	second := routeField(r2, "backend")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 )
@@ -36,16 +37,18 @@ func TestMeshArmSharesClaims(t *testing.T) {
 				t.Fatalf("%s: %v", arm, &s)
 			}
 		}
+		// Replication is asynchronous: wait (up to 3 s) for the mesh
+		// nodes to hold the same number of claims.
 		var n []int
-		for _, ix := range d.indexes {
-			// Replication is asynchronous: wait for it to settle.
-			for range 100 {
-				if ix.Len() > 0 && (arm == "kvmesh:3:local" || ix.Len() >= d.indexes[0].Len()) {
-					break
-				}
-				time.Sleep(10 * time.Millisecond)
+		for range 300 {
+			n = n[:0]
+			for _, ix := range d.indexes {
+				n = append(n, ix.Len())
 			}
-			n = append(n, ix.Len())
+			if arm == "kvmesh:3:local" || (slices.Min(n) > 0 && slices.Min(n) == slices.Max(n)) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
 		return n
 	}

@@ -90,7 +90,9 @@ func (f *fakeOracleBackend) Load() sim.Load { return f.load }
 func TestOracleWeighsQueuedPrefillAgainstCache(t *testing.T) {
 	holder := &fakeOracleBackend{cached: 3000, prompt: 4000}
 	idle := &fakeOracleBackend{cached: 0, prompt: 4000}
-	o := NewOracle(router.DefaultKVMeshConfig(), map[string]OracleBackend{"b0": idle, "b1": holder})
+	cfg := router.DefaultKVMeshConfig()
+	cfg.CacheWeight = 0 // prefill priced for its time alone: the arithmetic below
+	o := NewOracle(cfg, map[string]OracleBackend{"b0": idle, "b1": holder})
 	cands := []router.Candidate{{Name: "b0", Weight: 1}, {Name: "b1", Weight: 1}}
 	scores := make([]float64, 2)
 	r := &oracleReq{body: chatBody("s", "u", 1)}
