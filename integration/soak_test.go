@@ -25,7 +25,7 @@ var soakFor = flag.Duration("integration.soak", 0, "run TestProcessSoak for this
 // TestProcessSoak drives three real `kvmesh serve` processes (a mesh over
 // QUIC on loopback) with a steady 200 requests/s of multi-turn chat for
 // -integration.soak, and checks that each process's resident memory and
-// goroutine count stay flat (within 10%) after the warm-up. Not part of
+// goroutine count stay flat (no trend beyond 10%) after the warm-up. Not part of
 // `make test`:
 //
 //	go test ./integration/ -run TestProcessSoak -v -timeout 45m -integration.soak=30m
@@ -166,14 +166,21 @@ func TestProcessSoak(t *testing.T) {
 	if len(steady) < 3 {
 		t.Fatalf("%d samples after the %v warm-up: run longer", len(steady), warmup)
 	}
+	// Flat: the median of the last third of the samples after the warm-up
+	// is within 10% of the first third's. Growth shows as a trend; single
+	// samples swing with the requests in flight at that instant (a few
+	// goroutines each), which is not growth.
 	flat := func(node int, what string, v func(sample) float64) {
-		lo, hi := v(steady[0]), v(steady[0])
-		for _, s := range steady {
-			lo, hi = min(lo, v(s)), max(hi, v(s))
+		vals := make([]float64, len(steady))
+		for i, s := range steady {
+			vals[i] = v(s)
 		}
-		t.Logf("%s %s after warm-up: min %.1f, max %.1f (%+.1f%%)", m.nodes[node].name, what, lo, hi, 100*(hi-lo)/lo)
-		if hi > lo*1.10 {
-			t.Errorf("%s: %s grew under steady load: min %.1f, max %.1f", m.nodes[node].name, what, lo, hi)
+		k := max(len(vals)/3, 1)
+		first, last := median(vals[:k]), median(vals[len(vals)-k:])
+		t.Logf("%s %s after warm-up: min %.1f, max %.1f; median of the first third %.1f, of the last %.1f (%+.1f%%)",
+			m.nodes[node].name, what, slices.Min(vals), slices.Max(vals), first, last, 100*(last-first)/first)
+		if last > first*1.10 {
+			t.Errorf("%s: %s grew under steady load: %.1f -> %.1f", m.nodes[node].name, what, first, last)
 		}
 	}
 	for n := range m.nodes {
@@ -215,6 +222,12 @@ func processFigures(admin string) (rss, goroutines float64, err error) {
 		return 0, 0, fmt.Errorf("%s/metrics lacks process_resident_memory_bytes or go_goroutines", admin)
 	}
 	return rss, slices.Min(grs), nil
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 func writeFile(t *testing.T, path, text string) {
