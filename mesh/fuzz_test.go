@@ -38,7 +38,7 @@ func FuzzHandle(f *testing.F) {
 	n := fuzzNode(f)
 	rng := newRand(5)
 	p := randomPrompt(rng, 40)
-	delta := forgedDeltaF(f, "peer", p)
+	delta := forgedDelta(f, "peer", p, backends[0])
 	f.Add(delta)
 	f.Add(delta[:len(delta)-3])
 	for _, m := range []*crdt.Message{
@@ -77,33 +77,6 @@ func FuzzHandle(f *testing.F) {
 			}
 		}
 	})
-}
-
-func forgedDeltaF(f *testing.F, from string, p prompt) []byte {
-	ix, _ := tree.New(testIndexConfig())
-	cfg := crdt.DefaultConfig()
-	cfg.Name = from
-	r, err := crdt.New(cfg, ix, 9)
-	if err != nil {
-		f.Fatal(err)
-	}
-	now := time.Now().UnixMilli()
-	r.AddPeer("self", now)
-	id, _ := ix.EnsureBackend(backends[0])
-	var ch tree.Chain
-	ix.Keyer().Bytes(&ch, testSeed, p.text, p.ends)
-	r.Learn(&ch, id, time.Hour.Milliseconds(), now)
-	for _, e := range r.Outgoing(now, nil) {
-		if e.Msg.Type == crdt.MsgDelta {
-			data, err := crdt.Encode(nil, e.Msg)
-			if err != nil {
-				f.Fatal(err)
-			}
-			return data
-		}
-	}
-	f.Fatal("no delta")
-	return nil
 }
 
 // FuzzParseSeed: any --join entry parses or fails with an error, never a

@@ -12,7 +12,7 @@ import (
 
 // forgedDelta returns an encoded delta message from a replica named from,
 // addressed to "n00", carrying the claims of p on backend.
-func forgedDelta(t *testing.T, from string, p prompt, backend string) []byte {
+func forgedDelta(t testing.TB, from string, p prompt, backend string) []byte {
 	t.Helper()
 	ix, err := tree.New(testIndexConfig())
 	if err != nil {
