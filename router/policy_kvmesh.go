@@ -56,9 +56,11 @@ type KVMeshConfig struct {
 	// backends, 1 run each, hit rate and TTFT p50 at 3x the trace's rate:
 	// 0: 10.3%, 1.74 s; 1: 11.1%, 1.59 s; 2: 12.5%, 1.52 s; 4: 12.6%,
 	// 1.39 s; 8: 13.3%, 1.36 s; 16: 13.8%, 1.39 s; at 2x, hit rate 13.3% at
-	// 1 to 14.4% at 8, TTFT p50 0.70-0.73 s throughout). Stickiness has a
-	// bound: the load override still moves requests off a holder far
-	// busier than the median.
+	// 1 to 14.4% at 8, TTFT p50 0.70-0.73 s throughout). 16 once the load
+	// override stopped undoing it (see LoadOverrideFactor): 14.2% (13.9-14.3,
+	// 3 runs) against 13.8% at 8. Stickiness has a bound: a holder's queued
+	// prefill still counts in full, and the load override still moves
+	// requests off a holder far busier than the median.
 	CacheWeight float64 `yaml:"cache_weight"`
 	// PendingWeight prices one unit of prefill this router has queued at
 	// the backend. 1: queued prefill delays the first token as much as the
@@ -88,8 +90,17 @@ type KVMeshConfig struct {
 	// LoadOverrideFactor: when the backend chosen for its prefix has a load
 	// (load_i above, in prompt units) above this many times the median load
 	// of the candidates, the request goes to the best other backend instead.
-	// 2, as Ranvier: a backend twice as busy as the typical one costs more in
-	// queueing than most prefix hits save.
+	// It is a guard for when the load estimate is wrong (work this router
+	// cannot see), not the main trade: the cost already weighs the holder's
+	// queue against the prefix it saves, and every diversion computes the
+	// prefix again somewhere that does not keep it. 8: Ranvier's 2 undid the
+	// cost model on the Mooncake trace (caches a tenth of the working set, 3x
+	// its rate, 8 backends, hit rate over 3 runs each): 2: 13.4%
+	// (12.9-13.7); 4: 13.6% (13.3-13.8); off: 13.8% (13.6-14.1); with
+	// cache_weight 16, off: 14.2% (13.9-14.3) and 8: 14.1% (14.0-14.4), TTFT
+	// p99 8.2-8.6 s throughout (least_loaded: 27 s). Diverting without
+	// learning (below) rather than learning the diverted copy measured no
+	// better: 12.9% (12.7-13.3) at 2.
 	LoadOverrideFactor float64 `yaml:"load_override_factor"`
 	// LoadOverrideFloor is the least load that counts as overloaded, in
 	// average prompts, whatever the median (with an idle fleet the median is
@@ -117,14 +128,14 @@ type KVMeshConfig struct {
 func DefaultKVMeshConfig() KVMeshConfig {
 	return KVMeshConfig{
 		PrefillWeight:      1,
-		CacheWeight:        8,
+		CacheWeight:        16,
 		PendingWeight:      1,
 		LoadWeight:         0.01,
 		QueueWeight:        1,
 		KVUsageThreshold:   0.9,
 		KVUsageWeight:      4,
 		TieBand:            0,
-		LoadOverrideFactor: 2,
+		LoadOverrideFactor: 8,
 		LoadOverrideFloor:  4,
 		HotWindow:          10 * time.Second,
 		HotThreshold:       20,

@@ -85,6 +85,7 @@ func TestKVMeshPrefersDeepestHolder(t *testing.T) {
 // although the cost (which saves the holder's match) still favours it.
 func TestKVMeshLoadOverride(t *testing.T) {
 	cfg := DefaultKVMeshConfig()
+	cfg.LoadOverrideFactor = 2
 	cfg.LoadOverrideFloor = 0.1 // 410 units with the initial average prompt of 4096
 	p := newKVMeshPolicy(cfg)
 	pc := newPolicyCase(40, 2, "a", "b", "c").match(40, 0, 0).pending(2000, 0, 0)
@@ -129,16 +130,18 @@ func TestKVMeshCostTradesMatchForPendingPrefill(t *testing.T) {
 	if name, _ := pc.choose(newKVMeshPolicy(cfg)); name != "b" {
 		t.Fatalf("cache_weight 0: chose %s (costs %v), want b", name, pc.scores)
 	}
-	// The default weight keeps a holder with 9 times its match queued...
+	// The default weights keep a holder with (prefill_weight +
+	// cache_weight) times its match queued...
 	def := newKVMeshPolicy(DefaultKVMeshConfig())
-	pc.pending(9*2560-100, 0)
+	f := def.cfg.PrefillWeight + def.cfg.CacheWeight
+	pc.pending(f*2560-100, 0)
 	if name, _ := pc.choose(def); name != "a" {
-		t.Fatalf("default weights, 9x the match queued: chose %s (costs %v), want a", name, pc.scores)
+		t.Fatalf("default weights, %vx the match queued: chose %s (costs %v), want a", f, name, pc.scores)
 	}
-	// ...and gives it up beyond that.
-	pc.pending(9*2560+100, 0)
+	// ...and give it up beyond that.
+	pc.pending(f*2560+100, 0)
 	if name, _ := pc.choose(def); name != "b" {
-		t.Fatalf("default weights, over 9x the match queued: chose %s (costs %v), want b", name, pc.scores)
+		t.Fatalf("default weights, over %vx the match queued: chose %s (costs %v), want b", f, name, pc.scores)
 	}
 }
 
@@ -172,13 +175,13 @@ func TestKVMeshOthersWaiting(t *testing.T) {
 	if name, _ := pc.choose(p); name != "a" {
 		t.Fatalf("a stale sample's own request taken for another router's: chose %s (costs %v)", name, pc.scores)
 	}
-	pc.cands[0].Load.Waiting = 5 // four more from other routers: 4 average prompts
+	pc.cands[0].Load.Waiting = 9 // eight more from other routers: 8 average prompts
 	if name, _ := pc.choose(p); name != "b" {
 		t.Fatalf("others' queue ignored: chose %s (costs %v)", name, pc.scores)
 	}
-	// Four average prompts (the average starts at 4,096 units and moves
+	// Eight average prompts (the average starts at 4,096 units and moves
 	// towards this prompt's 2,570) on top of a's own prefill.
-	if want := 9*(2570-1280) + 4*2570.0; pc.scores[0] < want {
+	if want := (1+DefaultKVMeshConfig().CacheWeight)*(2570-1280) + 8*2570.0; pc.scores[0] < want {
 		t.Errorf("a's cost %v, want at least %v", pc.scores[0], want)
 	}
 }
@@ -188,6 +191,7 @@ func TestKVMeshOthersWaiting(t *testing.T) {
 func TestKVMeshHotPrefixReplicates(t *testing.T) {
 	cfg := DefaultKVMeshConfig()
 	cfg.HotThreshold = 5
+	cfg.LoadOverrideFactor = 2
 	cfg.LoadOverrideFloor = 0.1
 	p := newKVMeshPolicy(cfg)
 	pc := newPolicyCase(20, 4, "a", "b", "c", "d", "e").match(20, 0, 0, 0, 0)

@@ -147,7 +147,7 @@ func TestRendezvousAgreesAcrossRouters(t *testing.T) {
 // even when its match would pay for the wait, and keeps the claim: the
 // backend diverted to learns nothing.
 func TestLoadOverrideKeepsClaimOnHolder(t *testing.T) {
-	g := newRig(t, func(c *Config, _ *Deps) { c.KVMesh.LoadOverrideFloor = 0.5 }, fourBackends(t)...)
+	g := newRig(t, func(c *Config, _ *Deps) { c.KVMesh.LoadOverrideFactor, c.KVMesh.LoadOverrideFloor = 2, 0.5 }, fourBackends(t)...)
 	sys := longText("long shared document", 16000)
 	body := chat("m1", sys, "q1")
 	_, r1, _ := g.call("POST", "/v1/chat/completions", body)
