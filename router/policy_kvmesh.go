@@ -97,8 +97,8 @@ type KVMeshConfig struct {
 	// cost model on the Mooncake trace (caches a tenth of the working set, 3x
 	// its rate, 8 backends, hit rate over 3 runs each): 2: 13.4%
 	// (12.9-13.7); 4: 13.6% (13.3-13.8); off: 13.8% (13.6-14.1); with
-	// cache_weight 16, off: 14.2% (13.9-14.3) and 8: 14.1% (14.0-14.4), TTFT
-	// p99 8.2-8.6 s throughout (least_loaded: 27 s). Diverting without
+	// cache_weight 16, off: 14.2% (13.9-14.3) and 8: 14.1% (14.0-14.4); TTFT
+	// p99 7.6-10.5 s over these runs (least_loaded: 23-27 s). Diverting without
 	// learning (below) rather than learning the diverted copy measured no
 	// better: 12.9% (12.7-13.3) at 2.
 	LoadOverrideFactor float64 `yaml:"load_override_factor"`
