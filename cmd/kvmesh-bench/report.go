@@ -24,25 +24,32 @@ func reportCmd(args []string, stdout, stderr io.Writer) error {
 	if *dir == "" {
 		return fmt.Errorf("-dir is required")
 	}
-	if b, err := os.ReadFile(filepath.Join(*dir, bench.JSONFile)); err == nil {
-		var r bench.Report
-		if err := json.Unmarshal(b, &r); err != nil {
-			return fmt.Errorf("%s: %w", bench.JSONFile, err)
-		}
-		if err := r.WriteDir(*dir); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "re-rendered %s from %s\n", *dir, bench.JSONFile)
+	if err := rerender[bench.Report](*dir, bench.JSONFile, stdout); err != nil {
+		return err
 	}
-	if b, err := os.ReadFile(filepath.Join(*dir, bench.RawProxyJSON)); err == nil {
-		var r bench.RawProxyReport
-		if err := json.Unmarshal(b, &r); err != nil {
-			return fmt.Errorf("%s: %w", bench.RawProxyJSON, err)
-		}
-		if err := r.WriteDir(*dir); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "re-rendered %s from %s\n", *dir, bench.RawProxyJSON)
+	if err := rerender[bench.RawProxyReport](*dir, bench.RawProxyJSON, stdout); err != nil {
+		return err
 	}
+	return nil
+}
+
+// rerender reads dir/file as a report of type R, if the file exists, and
+// writes the directory's README and charts from it again.
+func rerender[R any, P interface {
+	*R
+	WriteDir(string) error
+}](dir, file string, stdout io.Writer) error {
+	b, err := os.ReadFile(filepath.Join(dir, file))
+	if err != nil {
+		return nil // not this kind of results directory
+	}
+	var r R
+	if err := json.Unmarshal(b, &r); err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	if err := P(&r).WriteDir(dir); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "re-rendered %s from %s\n", dir, file)
 	return nil
 }
