@@ -10,7 +10,7 @@ BENCH     ?= .
 # a hung test fail loudly instead of eating CI's 90 minutes.
 TESTTIMEOUT ?= 14m
 
-.PHONY: all build test vet bench fuzz demo clean
+.PHONY: all build test vet tidy bench fuzz demo clean
 
 all: build
 
@@ -20,7 +20,12 @@ build:
 vet:
 	$(GO) vet $(PKGS)
 
-test: vet
+# go.mod and go.sum must be exactly what `go mod tidy` makes (direct
+# dependencies not marked indirect, nothing unused): CI fails otherwise.
+tidy:
+	$(GO) mod tidy -diff
+
+test: tidy vet
 	$(GO) test -race -timeout $(TESTTIMEOUT) $(PKGS)
 
 bench:
