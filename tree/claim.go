@@ -28,7 +28,10 @@ type NodeID uint32
 func NodeIDOf(name string) NodeID {
 	h := fnv.New32a()
 	h.Write([]byte(name))
-	return NodeID(h.Sum32())
+	if id := NodeID(h.Sum32()); id != EndedOrigin {
+		return id
+	}
+	return EndedOrigin - 1 // EndedOrigin marks tombstones (end.go)
 }
 
 // BackendID is a backend's index in one Index's registry. It is local to the

@@ -190,11 +190,11 @@ func (ix *Index) probe(t *table, key uint64, now, floor int64, buf *[16]uint64) 
 		}
 		if k == key {
 			e := int64(s.exp.Load())
-			if e > now && e > floor {
+			if m := s.meta.Load(); e > now && e > floor && NodeID(m>>32) != EndedOrigin {
 				if n == len(buf) {
 					return 0, false
 				}
-				buf[n] = s.meta.Load()
+				buf[n] = m
 				n++
 			}
 		}
@@ -223,8 +223,8 @@ func (ix *Index) probeLocked(key uint64, now, floor int64, buf *[16]uint64) int 
 		if k == 0 {
 			return n
 		}
-		if e := int64(s.exp.Load()); k == key && e > now && e > floor && n < len(buf) {
-			buf[n] = s.meta.Load()
+		if e, m := int64(s.exp.Load()), s.meta.Load(); k == key && e > now && e > floor && NodeID(m>>32) != EndedOrigin && n < len(buf) {
+			buf[n] = m
 			n++
 		}
 	}

@@ -8,7 +8,7 @@ package tree
 func (ix *Index) Upsert(c Claim, now int64) Outcome {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	o := ix.upsert(&c, now)
+	o := ix.upsert(&c, now, false)
 	ix.t.done()
 	ix.sweepSome(now)
 	return o
@@ -22,7 +22,7 @@ func (ix *Index) UpsertBatch(claims []Claim, now int64, changed []Claim) ([]Clai
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	for i := range claims {
-		o := ix.upsert(&claims[i], now)
+		o := ix.upsert(&claims[i], now, false)
 		ix.t.done()
 		counts[o]++
 		if o.Changed() {
@@ -55,14 +55,21 @@ func (ix *Index) check(c *Claim, now int64) Outcome {
 }
 
 // upsert is Upsert without the lock or the end of the table operation.
-func (ix *Index) upsert(c *Claim, now int64) Outcome {
+// overEnded is for claims made here (Learn): one that meets a tombstone
+// (end.go) it could not dominate takes an expiry just past the tombstone's,
+// so a block stored again soon after it was removed is claimed again.
+func (ix *Index) upsert(c *Claim, now int64, overEnded bool) Outcome {
 	if o := ix.check(c, now); o != 0 {
 		ix.stats.rejected.Add(1)
 		return o
 	}
 	i, found := ix.t.find(c.Key, c.Backend)
 	if found {
-		if !c.Dominates(ix.t.load(i)) {
+		cur := ix.t.load(i)
+		if overEnded && cur.Ended() && cur.Gen == c.Gen && c.Expires <= cur.Expires {
+			c.Expires = cur.Expires + 1
+		}
+		if !c.Dominates(cur) {
 			return Unchanged
 		}
 		ix.t.store(i, c)
@@ -118,7 +125,7 @@ func (ix *Index) Learn(ch *Chain, b BackendID, ts Timestamp, ttlMillis int64, or
 			fresh = false
 			break
 		}
-		if cur := ix.t.load(i); cur.Gen != gen || cur.Expires+slack < exp || cur.Expires <= now {
+		if cur := ix.t.load(i); cur.Gen != gen || cur.Expires+slack < exp || cur.Expires <= now || cur.Ended() {
 			fresh = false
 			break
 		}
@@ -132,7 +139,7 @@ func (ix *Index) Learn(ch *Chain, b BackendID, ts Timestamp, ttlMillis int64, or
 			continue
 		}
 		c := Claim{Key: ch.Keys[d-1], Backend: b, Gen: gen, Time: ts, Expires: exp, Origin: origin}
-		o := ix.upsert(&c, now)
+		o := ix.upsert(&c, now, true)
 		ix.t.done()
 		if o.Changed() {
 			changed = append(changed, c)
