@@ -2,36 +2,26 @@ package router
 
 import (
 	"encoding/base64"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"strings"
+
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
-// OrcaLoadReport field numbers (xds.data.orca.v3.OrcaLoadReport).
+// OrcaLoadReport field numbers (xds.data.orca.v3.OrcaLoadReport). Fields
+// not listed (rps, request_cost, utilization, eps, ...) are skipped.
 const (
-	orcaFieldCPU      = 1 // double cpu_utilization
-	orcaFieldMem      = 2 // double mem_utilization
-	orcaFieldRPS      = 3 // uint64 rps (deprecated; ignored)
-	orcaFieldCost     = 4 // map<string, double> request_cost (ignored)
-	orcaFieldUtil     = 5 // map<string, double> utilization (ignored)
-	orcaFieldRPSFrac  = 6 // double rps_fractional
-	orcaFieldEPS      = 7 // double eps (ignored)
-	orcaFieldNamed    = 8 // map<string, double> named_metrics
-	orcaFieldAppUtil  = 9 // double application_utilization
-	protoVarint       = 0
-	protoFixed64      = 1
-	protoBytes        = 2
-	protoFixed32      = 5
-	orcaBinStackBytes = 512 // decoded reports up to this size need no heap buffer
+	orcaFieldCPU      protowire.Number = 1   // double cpu_utilization
+	orcaFieldMem      protowire.Number = 2   // double mem_utilization
+	orcaFieldRPSFrac  protowire.Number = 6   // double rps_fractional
+	orcaFieldNamed    protowire.Number = 8   // map<string, double> named_metrics
+	orcaFieldAppUtil  protowire.Number = 9   // double application_utilization
+	orcaBinStackBytes                  = 512 // decoded reports up to this size need no heap buffer
 )
-
-var errProtoTruncated = errors.New("orca: BIN: truncated protobuf")
 
 // parseORCABinary decodes base64 and then the OrcaLoadReport protobuf wire
-// format by hand (the xds Go module is not worth its dependencies for nine
-// fields). Unknown fields are skipped; groups and malformed varints are errors.
+// format (decodeOrcaProto).
 func parseORCABinary(b64 string, r *LoadReport) error {
 	b64 = strings.TrimSpace(b64)
 	enc := base64.StdEncoding
@@ -53,94 +43,84 @@ func parseORCABinary(b64 string, r *LoadReport) error {
 	return decodeOrcaProto(buf[:n], r)
 }
 
+// decodeOrcaProto reads an OrcaLoadReport's protobuf wire format with
+// protowire (tags, varints, lengths and groups are protowire's to get right,
+// on bytes that come from outside). Unknown fields, and known ones of an
+// unexpected wire type, are skipped as protobuf parsers do; a malformed
+// field is an error.
 func decodeOrcaProto(b []byte, r *LoadReport) error {
 	for len(b) > 0 {
-		field, wt, n := protoTag(b)
-		if n <= 0 {
-			return fmt.Errorf("orca: BIN: bad field tag")
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("orca: BIN: bad field tag: %v", protowire.ParseError(n))
 		}
 		b = b[n:]
-		switch wt {
-		case protoVarint:
-			_, n := binary.Uvarint(b)
-			if n <= 0 {
-				return fmt.Errorf("orca: BIN: bad varint in field %d", field)
+		var err error
+		switch key := orcaTopField(num); {
+		case key != "" && typ == protowire.Fixed64Type:
+			var v uint64
+			if v, n = protowire.ConsumeFixed64(b); n >= 0 {
+				err = r.addTop(key, math.Float64frombits(v))
 			}
-			b = b[n:]
-		case protoFixed64:
-			if len(b) < 8 {
-				return errProtoTruncated
+		case num == orcaFieldNamed && typ == protowire.BytesType:
+			var entry []byte
+			if entry, n = protowire.ConsumeBytes(b); n >= 0 {
+				err = decodeNamedEntry(entry, r)
 			}
-			f := math.Float64frombits(binary.LittleEndian.Uint64(b))
-			b = b[8:]
-			var err error
-			switch field {
-			case orcaFieldCPU:
-				err = r.addTop(orcaCPU, f)
-			case orcaFieldMem:
-				err = r.addTop(orcaMem, f)
-			case orcaFieldRPSFrac:
-				err = r.addTop(orcaRPSFrac, f)
-			case orcaFieldAppUtil:
-				err = r.addTop(orcaAppUtil, f)
-			}
-			if err != nil {
-				return err
-			}
-		case protoBytes:
-			l, n := binary.Uvarint(b)
-			if n <= 0 || l > uint64(len(b)-n) {
-				return errProtoTruncated
-			}
-			payload := b[n : n+int(l)]
-			b = b[n+int(l):]
-			if field == orcaFieldNamed {
-				if err := decodeNamedEntry(payload, r); err != nil {
-					return err
-				}
-			}
-		case protoFixed32:
-			if len(b) < 4 {
-				return errProtoTruncated
-			}
-			b = b[4:]
 		default:
-			return fmt.Errorf("orca: BIN: unsupported wire type %d in field %d", wt, field)
+			n = protowire.ConsumeFieldValue(num, typ, b)
 		}
+		if n < 0 {
+			return fmt.Errorf("orca: BIN: field %d (wire type %d): %v", num, typ, protowire.ParseError(n))
+		}
+		if err != nil {
+			return err
+		}
+		b = b[n:]
 	}
 	return nil
 }
 
-// decodeNamedEntry reads one map entry message {1: string key, 2: double value}.
+// orcaTopField names the top-level double fields read, "" for the others.
+func orcaTopField(num protowire.Number) string {
+	switch num {
+	case orcaFieldCPU:
+		return orcaCPU
+	case orcaFieldMem:
+		return orcaMem
+	case orcaFieldRPSFrac:
+		return orcaRPSFrac
+	case orcaFieldAppUtil:
+		return orcaAppUtil
+	}
+	return ""
+}
+
+// decodeNamedEntry reads one map entry message {1: string key, 2: double
+// value}; either may be missing (proto3 defaults: "" and 0).
 func decodeNamedEntry(b []byte, r *LoadReport) error {
 	var key []byte
 	var val float64
 	for len(b) > 0 {
-		field, wt, n := protoTag(b)
-		if n <= 0 {
-			return fmt.Errorf("orca: BIN: bad field tag in named_metrics entry")
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("orca: BIN: bad field tag in named_metrics entry: %v", protowire.ParseError(n))
 		}
 		b = b[n:]
 		switch {
-		case field == 1 && wt == protoBytes:
-			l, n := binary.Uvarint(b)
-			if n <= 0 || l > uint64(len(b)-n) {
-				return errProtoTruncated
-			}
-			key = b[n : n+int(l)]
-			b = b[n+int(l):]
-		case field == 2 && wt == protoFixed64:
-			if len(b) < 8 {
-				return errProtoTruncated
-			}
-			val = math.Float64frombits(binary.LittleEndian.Uint64(b))
-			b = b[8:]
+		case num == 1 && typ == protowire.BytesType:
+			key, n = protowire.ConsumeBytes(b)
+		case num == 2 && typ == protowire.Fixed64Type:
+			var v uint64
+			v, n = protowire.ConsumeFixed64(b)
+			val = math.Float64frombits(v)
 		default:
-			var ok bool
-			if b, ok = skipProto(b, wt); !ok {
-				return fmt.Errorf("orca: BIN: bad field %d (wire type %d) in named_metrics entry", field, wt)
-			}
+			n = protowire.ConsumeFieldValue(num, typ, b)
 		}
+		if n < 0 {
+			return fmt.Errorf("orca: BIN: field %d (wire type %d) in named_metrics entry: %v", num, typ, protowire.ParseError(n))
+		}
+		b = b[n:]
 	}
 	return r.addNamedBytes(key, val)
 }
@@ -162,32 +142,4 @@ func (r *LoadReport) addNamedBytes(key []byte, f float64) error {
 		return checkValue(string(key), f) // an unknown metric, but a broken report all the same
 	}
 	return nil
-}
-
-// protoTag reads a field tag; n <= 0 on error or field number 0.
-func protoTag(b []byte) (field uint64, wt uint8, n int) {
-	t, n := binary.Uvarint(b)
-	if n <= 0 || t>>3 == 0 {
-		return 0, 0, -1
-	}
-	return t >> 3, uint8(t & 7), n
-}
-
-func skipProto(b []byte, wt uint8) ([]byte, bool) {
-	switch wt {
-	case protoVarint:
-		_, n := binary.Uvarint(b)
-		return b[max(n, 0):], n > 0
-	case protoFixed64:
-		return b[min(8, len(b)):], len(b) >= 8
-	case protoBytes:
-		l, n := binary.Uvarint(b)
-		if n <= 0 || l > uint64(len(b)-n) {
-			return b, false
-		}
-		return b[n+int(l):], true
-	case protoFixed32:
-		return b[min(4, len(b)):], len(b) >= 4
-	}
-	return b, false
 }

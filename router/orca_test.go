@@ -240,3 +240,50 @@ func ExampleParseORCA() {
 	fmt.Println(r.KVCacheUsage, r.Waiting, r.Has&HasKVCacheUsage != 0, r.Has&HasRunning != 0)
 	// Output: 0.55 3 true false
 }
+
+// TestParseORCABinarySkipsLikeProtobuf: what a protobuf parser skips, the
+// decoder skips too: a whole group of an unknown field, a known field sent
+// with an unexpected wire type, unknown fields inside a map entry.
+func TestParseORCABinarySkipsLikeProtobuf(t *testing.T) {
+	msg := protoMsg(nil).tag(20, 3).varint(1, 5).tag(20, 4) // group 20 {1: 5}
+	msg = msg.varint(1, 7)                                  // cpu_utilization as a varint: not a double, skipped
+	msg = msg.entry(8, "num_requests_waiting", 2).double(2, 0.5)
+	msg = msg.bytes(8, protoMsg(nil).tag(7, 3).tag(7, 4).bytes(1, []byte("num_requests_running")).double(2, 3))
+	got, err := ParseORCABinary(base64.StdEncoding.EncodeToString(msg))
+	want := LoadReport{Mem: 0.5, Waiting: 2, Running: 3, Has: HasMem | HasWaiting | HasRunning}
+	if err != nil || got != want {
+		t.Fatalf("got %+v, %v; want %+v", got, err, want)
+	}
+}
+
+// FuzzDecodeOrcaProto feeds raw protobuf bytes (no base64, so the fuzzer
+// works on the wire format itself). Besides never panicking and never
+// returning a partial report with an error, two reports that decode alone
+// decode concatenated (protobuf merges concatenated messages), with counts
+// summed and utilizations maximized.
+func FuzzDecodeOrcaProto(f *testing.F) {
+	f.Add([]byte(protoMsg(nil).double(1, 0.5).entry(8, "num_requests_running", 3)), []byte(protoMsg(nil).entry(8, "num_requests_running", 1)))
+	f.Add([]byte(protoMsg(nil).tag(20, 3).tag(20, 4)), []byte{0x80})
+	f.Add([]byte(protoMsg(nil).entry(8, "kv_cache_usage_perc", 0.7).double(9, 2)), []byte(protoMsg(nil).double(6, 3)))
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		var ra, rb, rab LoadReport
+		errA := decodeOrcaProto(a, &ra)
+		errB := decodeOrcaProto(b, &rb)
+		errAB := decodeOrcaProto(append(append([]byte(nil), a...), b...), &rab)
+		if errA != nil || errB != nil {
+			return
+		}
+		if errAB != nil {
+			t.Fatalf("%x and %x decode alone but not concatenated: %v", a, b, errAB)
+		}
+		if rab.Has != ra.Has|rb.Has {
+			t.Fatalf("fields %b | %b != %b", ra.Has, rb.Has, rab.Has)
+		}
+		if w := ra.Waiting + rb.Waiting; rab.Waiting != w && !(math.Abs(rab.Waiting-w) <= 1e-9*w) {
+			t.Fatalf("waiting %v + %v != %v", ra.Waiting, rb.Waiting, rab.Waiting)
+		}
+		if rab.KVCacheUsage != max(ra.KVCacheUsage, rb.KVCacheUsage) {
+			t.Fatalf("kv usage max(%v, %v) != %v", ra.KVCacheUsage, rb.KVCacheUsage, rab.KVCacheUsage)
+		}
+	})
+}
