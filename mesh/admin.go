@@ -26,6 +26,9 @@ type AdminView struct {
 	Peers       []PeerView `json:"peers"`
 	Replica     crdt.Stats `json:"replica"`
 	Index       tree.Stats `json:"index"`
+	// Load is the load channel: what this node sends and what it last
+	// heard of each peer's bookings.
+	Load LoadView `json:"load"`
 }
 
 // PeerView is the replication protocol's state for one peer.
@@ -51,7 +54,7 @@ func (n *Node) Admin() AdminView {
 	n.mu.Unlock()
 	v := AdminView{
 		Node: n.cfg.Name, Incarnation: inc, Topology: "full-mesh", StateDigest: digest,
-		Members: n.Members(), Replica: st, Index: n.ix.Stats(),
+		Members: n.Members(), Replica: st, Index: n.ix.Stats(), Load: n.loadView(),
 		Peers: make([]PeerView, 0, len(peers)),
 	}
 	if overlay {

@@ -143,6 +143,41 @@ type Config struct {
 	// hundred requests; beyond that Learn waits for the replica.
 	LearnQueue int
 
+	// ShareLoad sends this node's bookings (queued prefill, requests
+	// pending and in flight, per backend) to every alive member over the
+	// load channel (load.go), so that each node prices a backend with the
+	// work every router queued there, not only its own. Without it N nodes
+	// each see about 1/N of every queue (8 nodes on the Mooncake trace: TTFT
+	// p50 1.58x one node's). Peers' bookings are received either way.
+	ShareLoad bool
+
+	// LoadInterval is how often the load loop compares this node's bookings
+	// with what its peers were last told, and sends the difference: the
+	// coalescing window of the load channel. 10 ms, like FlushInterval: a
+	// prefill takes tens of ms at least, so peers see a booking long before
+	// it is released, and a busy node's changes of one window share one
+	// message.
+	LoadInterval time.Duration
+	// LoadLazyDelay: a change of in-flight counts alone (a request ended)
+	// waits up to this long for company before it is sent. Decoding
+	// requests weigh little in the cost, and this keeps the channel near
+	// two messages per request. 100 ms.
+	LoadLazyDelay time.Duration
+	// LoadRefresh is how often a snapshot of every booking goes out, which
+	// corrects anything a lost message left wrong and tells the peers this
+	// node is alive. 500 ms: a few dozen bytes per peer each time.
+	LoadRefresh time.Duration
+	// LoadFresh and LoadMaxAge: a peer's bookings count fully until it has
+	// been silent for LoadFresh, then less and less, and not at all (they
+	// are dropped) at LoadMaxAge. 1.5 s (three missed snapshots) and 3 s:
+	// serf takes 7-10 s to declare a killed node failed, and a dead
+	// router's bookings must not hold backends busy that long.
+	LoadFresh  time.Duration
+	LoadMaxAge time.Duration
+	// LoadQueueDepth is how many load messages may wait for one peer; more
+	// are dropped (the next message or snapshot supersedes them). 16.
+	LoadQueueDepth int
+
 	// Membership holds serf's gossip and failure-detection timings.
 	Membership Timings
 
@@ -272,6 +307,13 @@ func DefaultConfig() Config {
 		RelayThreshold:      32,
 		RingNeighbours:      1,
 		LearnQueue:          1 << 16,
+		ShareLoad:           true,
+		LoadInterval:        10 * time.Millisecond,
+		LoadLazyDelay:       100 * time.Millisecond,
+		LoadRefresh:         500 * time.Millisecond,
+		LoadFresh:           1500 * time.Millisecond,
+		LoadMaxAge:          3 * time.Second,
+		LoadQueueDepth:      16,
 		Membership:          LANTimings(),
 		Replica:             defaultReplicaConfig(),
 	}
@@ -347,6 +389,7 @@ func (c Config) Validate() error {
 		{"FlushInterval", c.FlushInterval}, {"AntiEntropyInterval", c.AntiEntropyInterval},
 		{"SweepInterval", c.SweepInterval}, {"JoinBackoffMin", c.JoinBackoffMin},
 		{"ResolveTimeout", c.ResolveTimeout}, {"SendTimeout", c.SendTimeout},
+		{"LoadInterval", c.LoadInterval}, {"LoadRefresh", c.LoadRefresh}, {"LoadFresh", c.LoadFresh},
 		{"Membership.GossipInterval", c.Membership.GossipInterval},
 		{"Membership.ProbeInterval", c.Membership.ProbeInterval},
 		{"Membership.ProbeTimeout", c.Membership.ProbeTimeout},
@@ -376,6 +419,15 @@ func (c Config) Validate() error {
 	}
 	if c.Membership.GossipToTheDeadTime < 0 || c.Membership.DeadNodeReclaimTime < 0 || c.Membership.LeavePropagateDelay < 0 {
 		add("Membership.GossipToTheDeadTime, DeadNodeReclaimTime and LeavePropagateDelay must not be negative")
+	}
+	if c.LoadLazyDelay < 0 {
+		add("LoadLazyDelay must not be negative, got %v", c.LoadLazyDelay)
+	}
+	if c.LoadMaxAge <= c.LoadFresh {
+		add("LoadMaxAge (%v) must exceed LoadFresh (%v)", c.LoadMaxAge, c.LoadFresh)
+	}
+	if c.LoadQueueDepth < 1 {
+		add("LoadQueueDepth must be at least 1, got %d", c.LoadQueueDepth)
 	}
 	if c.FlushClaims < 1 {
 		add("FlushClaims must be at least 1, got %d", c.FlushClaims)

@@ -55,10 +55,25 @@ func FuzzHandle(f *testing.F) {
 	}
 	f.Add([]byte{})
 	f.Add([]byte("\x87\x01\x01dpeer"))
+	for _, m := range sampleLoadMsgs() {
+		f.Add(appendLoad(nil, &m))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		before := n.StateDigest()
 		errs := counterValue(n.m.decodeErrors)
+		loadErrs := counterValue(n.m.loadDrops.WithLabelValues("decode_error"))
 		n.handle(transport.Message{From: "peer", Data: data})
+		if isLoadMessage(data) {
+			// The load channel never touches the claims.
+			if n.StateDigest() != before {
+				t.Fatal("a load message changed the claim state")
+			}
+			var m loadMsg
+			if decodeLoad(data, &m) != nil && counterValue(n.m.loadDrops.WithLabelValues("decode_error")) != loadErrs+1 {
+				t.Fatal("an undecodable load message was not counted")
+			}
+			return
+		}
 		if _, err := crdt.Decode(data); err != nil {
 			if counterValue(n.m.decodeErrors) != errs+1 {
 				t.Fatal("an undecodable message was not counted")

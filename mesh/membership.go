@@ -154,7 +154,10 @@ func (n *Node) refresh() {
 	} else {
 		want = fullMesh(n.cfg.Name, members)
 	}
-	n.updateSenders(want, addrs)
+	// Every alive member gets a sender: replication goes to want, the load
+	// channel to all (members[0] is this node).
+	n.updateSenders(members[1:], addrs)
+	n.forgetLoad(known)
 
 	now := n.nowMs()
 	n.mu.Lock()

@@ -23,6 +23,7 @@ type metrics struct {
 	joins               *prometheus.CounterVec // by result
 	learnsQueued        prometheus.Counter
 	digestsSkipped      prometheus.Counter
+	loadDrops           *prometheus.CounterVec // by reason
 
 	// per message type, resolved once (the send and receive paths are hot)
 	sentBy, sentBytesBy, recvBy, recvBytesBy [16]prometheus.Counter
@@ -62,6 +63,13 @@ func newMetrics(n *Node, reg prometheus.Registerer) (*metrics, error) {
 		digestsSkipped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvmesh_mesh_anti_entropy_skipped_total",
 			Help: "Anti-entropy ticks without a digest exchange: no peer had acknowledged all our changes."}),
+		loadDrops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvmesh_mesh_load_dropped_messages_total",
+			Help: "Load-channel messages dropped: queue_full or send_error (outgoing), decode_error, stale (older than one applied) or unsynced (before the sender's first snapshot) (incoming)."},
+			[]string{"reason"}),
+	}
+	for _, r := range []string{"queue_full", "send_error", "decode_error", "stale", "unsynced"} {
+		m.loadDrops.WithLabelValues(r)
 	}
 	for t := crdt.MsgDelta; t <= crdt.MsgRepair; t++ {
 		l := t.String()
@@ -79,7 +87,7 @@ func newMetrics(n *Node, reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		m.msgsSent, m.bytesSent, m.msgsRecv, m.bytesRecv, m.sendDrops, m.decodeErrors, m.unknownSenders,
-		m.receiveErrors, m.applyLag, m.topologyChanges, m.joins, m.learnsQueued, m.digestsSkipped,
+		m.receiveErrors, m.applyLag, m.topologyChanges, m.joins, m.learnsQueued, m.digestsSkipped, m.loadDrops,
 		&meshCollector{n: n}, NewIndexCollector(n.ix),
 	} {
 		if err := reg.Register(c); err != nil {
@@ -134,6 +142,10 @@ var (
 	descConverged  = prometheus.NewDesc("kvmesh_mesh_peer_converged", "1 when the last digest exchange with the peer found no difference.", []string{"peer"}, nil)
 	descInFullSync = prometheus.NewDesc("kvmesh_mesh_peer_full_sync", "1 while a full-state transfer to the peer runs.", []string{"peer"}, nil)
 	descLastHeard  = prometheus.NewDesc("kvmesh_mesh_peer_last_heard_timestamp_seconds", "When the peer was last heard from.", []string{"peer"}, nil)
+	descLoadMsgs   = prometheus.NewDesc("kvmesh_mesh_load_messages_total", "Load-channel messages by peer and direction (sent: handed to the transport; received: from the peer, applied or not).", []string{"peer", "direction"}, nil)
+	descLoadBytes  = prometheus.NewDesc("kvmesh_mesh_load_bytes_total", "Load-channel bytes by peer and direction.", []string{"peer", "direction"}, nil)
+	descLoadAge    = prometheus.NewDesc("kvmesh_mesh_load_age_seconds", "Time since the peer's last load-channel message (its bookings count less from LoadFresh and are dropped at LoadMaxAge).", []string{"peer"}, nil)
+	descLoadShare  = prometheus.NewDesc("kvmesh_mesh_load_share_ratio", "This node's share of the requests the mesh routes, from the routing rates the nodes report (1 alone).", nil, nil)
 )
 
 // replicaCounters maps crdt.Stats fields to counter metrics.
@@ -160,7 +172,8 @@ var replicaCounters = []struct {
 }
 
 func (c *meshCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descMembers, descPeers, descOverlay, descBacklog, descConverged, descInFullSync, descLastHeard} {
+	for _, d := range []*prometheus.Desc{descMembers, descPeers, descOverlay, descBacklog, descConverged, descInFullSync, descLastHeard,
+		descLoadMsgs, descLoadBytes, descLoadAge, descLoadShare} {
 		ch <- d
 	}
 	for _, rc := range replicaCounters {
@@ -194,6 +207,17 @@ func (c *meshCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, rc := range replicaCounters {
 		ch <- prometheus.MustNewConstMetric(rc.desc, prometheus.CounterValue, float64(rc.get(&st)))
 	}
+	for _, s := range *n.loadOut.Load() {
+		ch <- prometheus.MustNewConstMetric(descLoadMsgs, prometheus.CounterValue, float64(s.loadMsgs.Load()), s.peer, "sent")
+		ch <- prometheus.MustNewConstMetric(descLoadBytes, prometheus.CounterValue, float64(s.loadBytes.Load()), s.peer, "sent")
+	}
+	lv := n.loadView()
+	for _, p := range lv.Peers {
+		ch <- prometheus.MustNewConstMetric(descLoadMsgs, prometheus.CounterValue, float64(p.Messages), p.Peer, "received")
+		ch <- prometheus.MustNewConstMetric(descLoadBytes, prometheus.CounterValue, float64(p.Bytes), p.Peer, "received")
+		ch <- prometheus.MustNewConstMetric(descLoadAge, prometheus.GaugeValue, float64(p.AgeMs)/1000, p.Peer)
+	}
+	ch <- prometheus.MustNewConstMetric(descLoadShare, prometheus.GaugeValue, lv.Share)
 }
 
 func b2f(b bool) float64 {

@@ -116,7 +116,16 @@ type Node struct {
 	lastSent  int
 
 	// Owned by the receive loop.
-	lags []float64
+	lags   []float64
+	loadIn loadMsg
+
+	// The load channel (load.go): this node's bookings out, the peers' in.
+	loadSrc    atomic.Pointer[loadSourceBox]
+	loadOut    atomic.Pointer[[]*sender] // every alive member's sender
+	loadJoined atomic.Bool               // members joined: send a snapshot now
+	loadMu     sync.Mutex                // guards loads and lp
+	loads      *loadTable
+	lp         loadPublisher
 
 	state     atomic.Int32    // 0 new, 1 started, 2 closed
 	ctx       context.Context // cancelled by Close; parent of every send
@@ -166,6 +175,14 @@ func New(cfg Config, deps Deps) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	if n.lp.inc, err = newIncarnation(); err != nil {
+		return nil, err
+	}
+	n.lp.last = make(map[tree.BackendID]booking)
+	n.lp.names = make(map[tree.BackendID]string)
+	n.loads = newLoadTable(cfg.LoadFresh.Milliseconds(), cfg.LoadMaxAge.Milliseconds(), n.ix.Config().MaxBackends,
+		n.ix.BackendByName)
+	n.loadOut.Store(&[]*sender{})
 	if n.rep, err = crdt.New(cfg.replicaConfig(false), n.ix, inc); err != nil {
 		return nil, fmt.Errorf("mesh: %w", err)
 	}
@@ -218,9 +235,10 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	ctx, n.cancel = context.WithCancel(ctx)
 	n.ctx = ctx
-	n.wg.Add(2)
+	n.wg.Add(3)
 	go n.replicate(ctx)
 	go n.receive(ctx)
+	go n.loadLoop(ctx)
 	if len(n.cfg.Seeds) > 0 {
 		n.wg.Add(1)
 		go n.joinLoop(ctx)

@@ -164,6 +164,10 @@ func (n *Node) handle(m transport.Message) {
 		n.log.Debug().Str("from", m.From).Int("bytes", len(m.Data)).Msg("mesh: dropped a message from a non-member")
 		return
 	}
+	if isLoadMessage(m.Data) {
+		n.receiveLoad(m)
+		return
+	}
 	msg, err := crdt.Decode(m.Data)
 	if err != nil {
 		n.m.decodeErrors.Inc()

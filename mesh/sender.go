@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/kvmesh/kvmesh/crdt"
 )
@@ -11,11 +12,29 @@ import (
 // peer only fills its own queue; once it is full, further messages to that
 // peer are dropped (and counted), which the protocol repairs by
 // retransmission or a full-state transfer. Other peers never wait for it.
+//
+// Load-channel messages (load.go) have a small queue of their own, already
+// encoded: every alive member gets them, including members that are not
+// replication peers in the overlay.
 type sender struct {
 	peer string
 	addr string
 	q    chan *crdt.Message
+	lq   chan []byte
 	stop chan struct{}
+
+	loadMsgs, loadBytes atomic.Uint64 // load messages sent to this peer
+}
+
+// enqueueLoad queues an encoded load message without blocking; false when
+// the queue is full.
+func (s *sender) enqueueLoad(data []byte) bool {
+	select {
+	case s.lq <- data:
+		return true
+	default:
+		return false
+	}
 }
 
 // enqueue queues m without blocking; false when the queue is full.
@@ -42,6 +61,16 @@ func (n *Node) runSender(ctx context.Context, s *sender) {
 			return
 		case <-s.stop:
 			return
+		case data := <-s.lq:
+			sctx, cancel := context.WithTimeout(ctx, n.cfg.SendTimeout)
+			err := n.tr.Send(sctx, s.addr, data)
+			cancel()
+			if err != nil {
+				n.m.loadDrops.WithLabelValues("send_error").Inc()
+				continue
+			}
+			s.loadMsgs.Add(1)
+			s.loadBytes.Add(uint64(len(data)))
 		case m := <-s.q:
 			data, err := crdt.Encode(buf[:0], m)
 			if err != nil {
@@ -74,8 +103,10 @@ func (n *Node) runSender(ctx context.Context, s *sender) {
 }
 
 // updateSenders makes the set of senders match peers (with their QUIC
-// addresses), replacing a sender whose peer moved. Replication loop only.
+// addresses), replacing a sender whose peer moved, and publishes the
+// senders for the load loop. Replication loop only.
 func (n *Node) updateSenders(peers []string, addrs map[string]string) {
+	defer n.publishSenders()
 	want := make(map[string]bool, len(peers))
 	for _, p := range peers {
 		want[p] = true
@@ -86,7 +117,9 @@ func (n *Node) updateSenders(peers []string, addrs map[string]string) {
 		if s != nil {
 			close(s.stop)
 		}
-		s = &sender{peer: p, addr: addrs[p], q: make(chan *crdt.Message, n.cfg.SendQueueDepth), stop: make(chan struct{})}
+		s = &sender{peer: p, addr: addrs[p], q: make(chan *crdt.Message, n.cfg.SendQueueDepth),
+			lq: make(chan []byte, n.cfg.LoadQueueDepth), stop: make(chan struct{})}
+		n.loadJoined.Store(true) // a new member: tell it everything at once
 		n.senders[p] = s
 		n.wg.Add(1)
 		go n.runSender(n.ctx, s)
@@ -97,4 +130,13 @@ func (n *Node) updateSenders(peers []string, addrs map[string]string) {
 			delete(n.senders, p)
 		}
 	}
+}
+
+// publishSenders hands the current senders to the load loop.
+func (n *Node) publishSenders() {
+	out := make([]*sender, 0, len(n.senders))
+	for _, s := range n.senders {
+		out = append(out, s)
+	}
+	n.loadOut.Store(&out)
 }

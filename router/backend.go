@@ -105,10 +105,14 @@ func (b *backend) models() []modelEntry {
 	return nil
 }
 
-// loadView is the backend's load as policies see it at now.
-func (b *backend) loadView(now time.Time, cfg *Config) LoadView {
+// loadView is the backend's load as policies see it at now: this node's
+// bookings, its peers' (nil without a mesh) and the backend's own signals.
+func (b *backend) loadView(now time.Time, cfg *Config, peers PeerLoad) LoadView {
 	lv := LoadView{InFlight: int(b.inFlight.Load()), PendingPrefill: float64(b.pendingUnits.Load()),
 		PendingRequests: int(b.pendingRequests.Load())}
+	if peers != nil {
+		lv.PeerPendingPrefill, lv.PeerPendingRequests, lv.PeerInFlight = peers.PeerLoad(b.id)
+	}
 	freshest(now, &b.orca, &b.scrape, cfg, &lv)
 	return lv
 }

@@ -74,18 +74,26 @@ type LoadJSON struct {
 	InFlight int `json:"in_flight"`
 	// PendingPrefillUnits and PendingRequests are the prefill this router
 	// has queued at the backend (LoadView.PendingPrefill).
-	PendingPrefillUnits float64  `json:"pending_prefill_units"`
-	PendingRequests     int      `json:"pending_requests"`
-	Waiting             *float64 `json:"waiting"` // null when no signal reported it
-	Running             *float64 `json:"running"`
-	KVUsage             *float64 `json:"kv_usage"`
-	SignalAgeMs         *int64   `json:"signal_age_ms"` // null when no signal was ever received
-	SignalWeight        float64  `json:"signal_weight"`
+	PendingPrefillUnits float64 `json:"pending_prefill_units"`
+	PendingRequests     int     `json:"pending_requests"`
+	// PeerPendingPrefillUnits, PeerPendingRequests and PeerInFlight are the
+	// other mesh nodes' bookings at the backend (their load channel,
+	// weighted by freshness; 0 without a mesh).
+	PeerPendingPrefillUnits float64  `json:"peer_pending_prefill_units"`
+	PeerPendingRequests     float64  `json:"peer_pending_requests"`
+	PeerInFlight            float64  `json:"peer_in_flight"`
+	MeshPendingAtSignal     float64  `json:"mesh_pending_at_signal"` // requests the mesh had pending when the signal was sampled
+	Waiting                 *float64 `json:"waiting"`                // null when no signal reported it
+	Running                 *float64 `json:"running"`
+	KVUsage                 *float64 `json:"kv_usage"`
+	SignalAgeMs             *int64   `json:"signal_age_ms"` // null when no signal was ever received
+	SignalWeight            float64  `json:"signal_weight"`
 }
 
 func loadJSON(l LoadView) LoadJSON {
 	j := LoadJSON{InFlight: l.InFlight, PendingPrefillUnits: l.PendingPrefill, PendingRequests: l.PendingRequests,
-		SignalWeight: l.SignalWeight}
+		PeerPendingPrefillUnits: l.PeerPendingPrefill, PeerPendingRequests: l.PeerPendingRequests,
+		PeerInFlight: l.PeerInFlight, MeshPendingAtSignal: l.OwnAtSignal, SignalWeight: l.SignalWeight}
 	opt := func(has LoadFields, v float64) *float64 {
 		if l.Has&has == 0 {
 			return nil
@@ -242,7 +250,7 @@ func (rt *Router) Backends() []BackendStatus {
 	for _, b := range rt.backends {
 		gen, _ := rt.ix.Generation(b.id)
 		s := BackendStatus{Name: b.name, URL: b.base, Healthy: b.healthy.Load(), Generation: gen, Weight: b.weight,
-			Models: []string{}, Load: loadJSON(b.loadView(now, &rt.cfg)), ORCA: signalJSON(&b.orca, now),
+			Models: []string{}, Load: loadJSON(b.loadView(now, &rt.cfg, rt.peers)), ORCA: signalJSON(&b.orca, now),
 			Scrape: signalJSON(&b.scrape, now)}
 		for _, m := range b.models() {
 			s.Models = append(s.Models, m.ID)

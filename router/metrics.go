@@ -161,6 +161,8 @@ var (
 		"Requests this router has outstanding at the backend.", []string{"backend"}, nil)
 	descPending = prometheus.NewDesc("kvmesh_router_backend_pending_prefill_units",
 		"Prefill this router has queued at the backend: the estimated uncached prompt units (bytes in byte mode, tokens in token mode) of its requests there still waiting for a first answer byte.", []string{"backend"}, nil)
+	descPeerPending = prometheus.NewDesc("kvmesh_router_backend_peer_pending_prefill_units",
+		"Prefill the other nodes of the mesh have queued at the backend, as their load channel last reported it (weighted by freshness; 0 without a mesh).", []string{"backend"}, nil)
 	descWaiting = prometheus.NewDesc("kvmesh_router_backend_waiting_requests",
 		"Waiting requests from the backend's freshest load signal (ORCA or scrape).", []string{"backend"}, nil)
 	descRunning = prometheus.NewDesc("kvmesh_router_backend_running_requests",
@@ -176,7 +178,7 @@ var (
 )
 
 func (c *backendCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInFlight, descPending, descWaiting, descRunning, descKVUsage, descSignalAge, descHealthy, descGeneration} {
+	for _, d := range []*prometheus.Desc{descInFlight, descPending, descPeerPending, descWaiting, descRunning, descKVUsage, descSignalAge, descHealthy, descGeneration} {
 		ch <- d
 	}
 }
@@ -184,7 +186,7 @@ func (c *backendCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 	now := c.rt.now()
 	for _, b := range c.rt.backends {
-		lv := b.loadView(now, &c.rt.cfg)
+		lv := b.loadView(now, &c.rt.cfg, c.rt.peers)
 		age := lv.SignalAge.Seconds()
 		if lv.Has == 0 {
 			age = inf
@@ -196,6 +198,7 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 		gen, _ := c.rt.ix.Generation(b.id)
 		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(lv.InFlight), b.name)
 		ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, lv.PendingPrefill, b.name)
+		ch <- prometheus.MustNewConstMetric(descPeerPending, prometheus.GaugeValue, lv.PeerPendingPrefill, b.name)
 		ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, lv.Waiting, b.name)
 		ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, lv.Running, b.name)
 		ch <- prometheus.MustNewConstMetric(descKVUsage, prometheus.GaugeValue, lv.KVUsage, b.name)

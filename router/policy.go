@@ -37,6 +37,10 @@ type Request struct {
 	Seed  tree.Seed
 	// Deepest is the deepest matched depth among cands, in blocks.
 	Deepest int32
+	// MeshShare is this node's share of the requests its mesh routes (1
+	// alone): what it counts itself, divided by this, estimates the mesh's
+	// count.
+	MeshShare float64
 	// Attempt is 0 for the first choice and n for the n-th retry (the
 	// backends already tried are not among cands).
 	Attempt int
@@ -93,14 +97,19 @@ type LoadView struct {
 	// first token is mostly this work queued ahead of it.
 	PendingPrefill  float64
 	PendingRequests int
+	// PeerPendingPrefill, PeerPendingRequests and PeerInFlight are the same
+	// bookings of the other nodes of the mesh (from their load channel,
+	// weighted by freshness; 0 without a mesh).
+	PeerPendingPrefill, PeerPendingRequests, PeerInFlight float64
 	// Waiting, Running and KVUsage come from the freshest load signal (an
 	// ORCA header or a /metrics scrape); Has says which were reported.
 	Waiting, Running, KVUsage float64
 	Has                       LoadFields
-	// OwnAtSignal is how many requests this router had pending at the
-	// backend when Waiting was sampled: at most that many of the waiting
-	// requests were its own, the rest came from other routers.
-	OwnAtSignal int
+	// OwnAtSignal is how many requests the mesh (this router and the peers
+	// it heard from) had pending at the backend when Waiting was sampled:
+	// at most that many of the waiting requests were the mesh's, the rest
+	// came from elsewhere (routers outside the mesh, or not heard yet).
+	OwnAtSignal float64
 	// SignalAge is the age of that signal; SignalWeight is 1 for a fresh
 	// signal and falls linearly to 0 as it ages (see Config.SignalFresh).
 	SignalAge    time.Duration

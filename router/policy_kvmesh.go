@@ -23,17 +23,18 @@ import (
 // priced twice: once for the time it takes now (PrefillWeight) and once
 // for the cached blocks it displaces (CacheWeight), which later requests
 // will have to compute again;
-// pending_i is the prefill this router has already queued there (the
-// uncached units of its requests still waiting for their first token,
-// LoadView.PendingPrefill): an engine prefills in arrival order, so this
-// is the work between the request and its first token. others_waiting_i
-// is the backend's waiting queue (ORCA or /metrics, weighted by the
-// signal's freshness w_i) less the requests this router had pending there
-// when the queue was sampled (LoadView.OwnAtSignal; comparing with the
-// pending count now would take a stale sample's own requests, admitted
-// since, for other routers'): work other routers queued, priced at the
-// average prompt (avg, a moving average).
-// decoding_i (this router's requests past their first token, or the
+// pending_i is the prefill the mesh has already queued there (the
+// uncached units of its requests still waiting for their first token:
+// this router's, LoadView.PendingPrefill, exact, plus its peers', from the
+// mesh's load channel, LoadView.PeerPendingPrefill): an engine prefills in
+// arrival order, so this is the work between the request and its first
+// token. others_waiting_i is the backend's waiting queue (ORCA or
+// /metrics, weighted by the signal's freshness w_i) less the requests the
+// mesh had pending there when the queue was sampled (LoadView.OwnAtSignal;
+// comparing with the pending count now would take a stale sample's own
+// requests, admitted since, for others'): work queued by routers outside
+// the mesh, priced at the average prompt (avg, a moving average).
+// decoding_i (the mesh's requests past their first token, or the
 // backend's running count if larger) barely slows a new prefill and gets a
 // small weight. kv_i keeps requests off a backend about to preempt for lack
 // of KV space. weight_i is the backend's configured capacity.
@@ -107,8 +108,10 @@ type KVMeshConfig struct {
 	// 0). 4: a few prompts' prefill queued is no overload.
 	LoadOverrideFloor float64 `yaml:"load_override_floor"`
 	// HotWindow and HotThreshold define a hot prefix: matched at least
-	// HotThreshold times within HotWindow. 10 s and 20 (2 requests/s): a
-	// prefix that busy alone keeps a backend's prefill busy.
+	// HotThreshold times within HotWindow, mesh-wide (a node counts what it
+	// routes and divides by its share of the mesh's traffic,
+	// Request.MeshShare). 10 s and 20 (2 requests/s): a prefix that busy
+	// alone keeps a backend's prefill busy.
 	HotWindow    time.Duration `yaml:"hot_window"`
 	HotThreshold float64       `yaml:"hot_threshold"`
 	// HotMaxHolders caps how many backends a hot prefix is replicated to
@@ -209,14 +212,15 @@ func newKVMeshPolicy(cfg KVMeshConfig) *kvmeshPolicy {
 func (p *kvmeshPolicy) Name() string { return PolicyKVMesh }
 
 // load is load_i of the cost model: the work queued at the candidate
-// ahead of a new request, in prompt units per unit of weight.
+// ahead of a new request, in prompt units per unit of weight. Bookings are
+// the mesh's: this node's exact ones plus its peers' last reported ones.
 func (cfg *KVMeshConfig) load(c *Candidate, avg float64) float64 {
 	l := &c.Load
-	load := cfg.PendingWeight * l.PendingPrefill
-	if others := l.Waiting - float64(l.OwnAtSignal); others > 0 {
+	load := cfg.PendingWeight * (l.PendingPrefill + l.PeerPendingPrefill)
+	if others := l.Waiting - l.OwnAtSignal; others > 0 {
 		load += avg * cfg.QueueWeight * l.SignalWeight * others
 	}
-	decoding := max(float64(l.InFlight-l.PendingRequests), l.SignalWeight*l.Running)
+	decoding := max(float64(l.InFlight-l.PendingRequests)+max(l.PeerInFlight-l.PeerPendingRequests, 0), l.SignalWeight*l.Running)
 	load += avg * cfg.LoadWeight * decoding
 	return load / c.Weight
 }
@@ -287,6 +291,9 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 		hits = p.hot.count(hotKey, req.Now.UnixNano())
 	} else {
 		hits = p.hot.observe(hotKey, req.Now.UnixNano())
+	}
+	if req.MeshShare > 0 && req.MeshShare < 1 {
+		hits /= req.MeshShare // this node sees its share of the mesh's requests
 	}
 	limit := cfg.LoadOverrideFactor * max(median(append(req.scratch[n:n], loads...)), cfg.LoadOverrideFloor*avg)
 	if loads[best] <= limit {

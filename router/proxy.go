@@ -98,6 +98,9 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, st *reqState, 
 // record counts and logs a decision.
 func (rt *Router) record(st *reqState, b *backend, d Decision, matched int) {
 	rt.metrics.decisionByWhy[d.Reason].Inc()
+	if st.routed && d.Reason != ReasonRetry {
+		rt.routed.Add(1)
+	}
 	total := st.chain.Units
 	if st.routed {
 		ratio := 0.0

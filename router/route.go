@@ -192,7 +192,7 @@ func (rt *Router) gather(st *reqState, model string, now time.Time) bool {
 		if !b.healthy.Load() || st.triedSlot(b.slot) {
 			continue
 		}
-		c := Candidate{Name: b.name, Slot: b.slot, ID: b.id, Hash: b.hash, Weight: b.weight, Load: b.loadView(now, &rt.cfg)}
+		c := Candidate{Name: b.name, Slot: b.slot, ID: b.id, Hash: b.hash, Weight: b.weight, Load: b.loadView(now, &rt.cfg, rt.peers)}
 		if st.routed {
 			c.Matched = st.res.Depth(b.id)
 		}
@@ -225,7 +225,7 @@ func (rt *Router) decide(st *reqState, ep Endpoint, now time.Time, attempt int, 
 		deepest = max(deepest, st.cands[i].Matched)
 	}
 	st.req = Request{Model: st.model, Endpoint: ep, Chain: &st.chain, Seed: st.seed, Deepest: deepest,
-		Attempt: attempt, Explain: explain, Now: now, scratch: st.scratch[:cap(st.scratch)]}
+		MeshShare: rt.meshShare(), Attempt: attempt, Explain: explain, Now: now, scratch: st.scratch[:cap(st.scratch)]}
 	if !st.routed {
 		// No prompt to match: the least-loaded policy chooses, under its
 		// own reason so that forwarded requests stand apart in metrics.

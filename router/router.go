@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,6 +37,10 @@ type Deps struct {
 	// Policy overrides Config.Policy with a policy built elsewhere (the
 	// benchmark's oracle arm).
 	Policy Policy
+	// Peers, if set, reports the bookings of the other nodes of a mesh
+	// (mesh.Node): the kvmesh policy then prices each backend with the
+	// prefill every node queued there, not only this one's.
+	Peers PeerLoad
 	// Tokenizer, if set, switches keys to token mode: prompts are hashed as
 	// token ids (blocks of tree.Config.BlockTokens tokens, aligned with a
 	// backend's KV blocks when the tokenizer is the model's) instead of the
@@ -54,6 +59,8 @@ type Router struct {
 	cfg     Config
 	ix      *tree.Index
 	learner Learner
+	peers   PeerLoad // nil without a mesh
+	routed  atomic.Uint64
 	log     zerolog.Logger
 	policy  Policy
 	// forwardPolicy chooses for forwarded requests, which have no prompt.
@@ -92,6 +99,7 @@ func New(cfg Config, deps Deps) (*Router, error) {
 		cfg:          cfg,
 		ix:           deps.Index,
 		learner:      deps.Learner,
+		peers:        deps.Peers,
 		log:          deps.Logger.With().Str("component", "router").Logger(),
 		now:          deps.Now,
 		transport:    deps.Transport,

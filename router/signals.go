@@ -21,10 +21,11 @@ const (
 type sample struct {
 	Waiting, Running, KVUsage float64
 	Has                       LoadFields // which of the three were reported
-	// Own is how many requests this router had pending (sent, no first
-	// byte yet) at the backend when the report was taken: at most that many
-	// of Waiting were its own.
-	Own int
+	// Own is how many requests the mesh (this router and, as far as it
+	// knows, its peers) had pending (sent, no first byte yet) at the
+	// backend when the report was taken: at most that many of Waiting were
+	// the mesh's own.
+	Own float64
 }
 
 // signal holds the last sample of one source. Its fields are separate
@@ -33,8 +34,8 @@ type sample struct {
 type signal struct {
 	waiting, running, kv atomic.Uint64 // float64 bits
 	has                  atomic.Uint32
-	own                  atomic.Int64
-	at                   atomic.Int64 // Unix ns of the sample; 0 = never
+	own                  atomic.Uint64 // float64 bits
+	at                   atomic.Int64  // Unix ns of the sample; 0 = never
 }
 
 func (s *signal) store(v sample, at time.Time) {
@@ -42,7 +43,7 @@ func (s *signal) store(v sample, at time.Time) {
 	s.running.Store(math.Float64bits(v.Running))
 	s.kv.Store(math.Float64bits(v.KVUsage))
 	s.has.Store(uint32(v.Has & (HasWaiting | HasRunning | HasKVCacheUsage)))
-	s.own.Store(int64(v.Own))
+	s.own.Store(math.Float64bits(v.Own))
 	s.at.Store(at.UnixNano())
 }
 
@@ -52,7 +53,7 @@ func (s *signal) load() (sample, int64) {
 		Running: math.Float64frombits(s.running.Load()),
 		KVUsage: math.Float64frombits(s.kv.Load()),
 		Has:     LoadFields(s.has.Load()),
-		Own:     int(s.own.Load()),
+		Own:     math.Float64frombits(s.own.Load()),
 	}, s.at.Load()
 }
 
@@ -105,7 +106,7 @@ func signalWeight(age, fresh, maxAge time.Duration) float64 {
 //
 // The report is taken as the answer starts, while the requesting attempt
 // still counts as pending: Own includes it, which errs towards counting
-// fewer of the waiting requests as other routers'.
+// fewer of the waiting requests as coming from outside the mesh.
 func (rt *Router) observeORCA(b *backend, h http.Header, at time.Time) bool {
 	vals := h[orcaResponseHeader]
 	bin := false
@@ -142,7 +143,7 @@ func (rt *Router) observeORCA(b *backend, h http.Header, at time.Time) bool {
 	if s.Has&(HasWaiting|HasRunning|HasKVCacheUsage) == 0 {
 		return false
 	}
-	s.Own = int(b.pendingRequests.Load())
+	s.Own = rt.meshPending(b)
 	b.orca.store(s, at)
 	return true
 }

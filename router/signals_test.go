@@ -102,7 +102,7 @@ func TestScrapeUpdatesLoadView(t *testing.T) {
 	p1, p2 := b.addPending(10), b.addPending(10)
 	defer p1.release()
 	defer p2.release()
-	waitFor(t, "a scrape with two pending", func() bool { return b.loadView(time.Now(), &g.rt.cfg).OwnAtSignal == 2 })
+	waitFor(t, "a scrape with two pending", func() bool { return b.loadView(time.Now(), &g.rt.cfg, nil).OwnAtSignal == 2 })
 }
 
 // An ORCA report records how many requests this router had pending at the
@@ -116,7 +116,7 @@ func TestORCARecordsOwnPending(t *testing.T) {
 		t.Fatal("report not taken")
 	}
 	p.release()
-	if lv := b.loadView(time.Now(), &g.rt.cfg); lv.Waiting != 4 || lv.OwnAtSignal != 1 || lv.PendingRequests != 0 {
+	if lv := b.loadView(time.Now(), &g.rt.cfg, nil); lv.Waiting != 4 || lv.OwnAtSignal != 1 || lv.PendingRequests != 0 {
 		t.Fatalf("load view %+v, want 4 waiting of which 1 was ours, none pending now", lv)
 	}
 }

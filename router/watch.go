@@ -74,9 +74,9 @@ func (rt *Router) scrapeLoad(ctx context.Context, b *backend) {
 		return
 	}
 	// The page is taken somewhere between sending and receiving: the most
-	// requests this router had pending at b over that span bounds how many
-	// of its waiting requests were this router's.
-	own := b.pendingRequests.Load()
+	// requests the mesh had pending at b over that span bounds how many of
+	// its waiting requests were the mesh's.
+	own := rt.meshPending(b)
 	resp, err := rt.client.Do(req)
 	if err != nil {
 		if ctx.Err() != context.Canceled {
@@ -100,8 +100,8 @@ func (rt *Router) scrapeLoad(ctx context.Context, b *backend) {
 	}
 	at := rt.now()
 	if sl.Has&(HasWaiting|HasRunning|HasKVCacheUsage) != 0 {
-		own = max(own, b.pendingRequests.Load())
-		b.scrape.store(sample{Waiting: sl.Waiting, Running: sl.Running, KVUsage: sl.KVCacheUsage, Has: sl.Has, Own: int(own)}, at)
+		own = max(own, rt.meshPending(b))
+		b.scrape.store(sample{Waiting: sl.Waiting, Running: sl.Running, KVUsage: sl.KVCacheUsage, Has: sl.Has, Own: own}, at)
 	}
 	if sl.Has&HasPrefixQueries == 0 {
 		return

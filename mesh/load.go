@@ -1,0 +1,299 @@
+package mesh
+
+import (
+	"context"
+	"math"
+	"time"
+
+	"github.com/kvmesh/kvmesh/crdt"
+	"github.com/kvmesh/kvmesh/transport"
+	"github.com/kvmesh/kvmesh/tree"
+)
+
+// The load channel: beside the replicated claims, every node ships its own
+// bookings per backend (the prefill it has queued there, its requests
+// waiting for a first byte, its requests in flight) to every alive member,
+// and routes on its own exact bookings plus the peers' last-known ones. A
+// router alone sees only the prefill it sent; with N routers in front of
+// the same engines each would underestimate every queue by about N times.
+//
+// It is last-value state, never joined into the claims: a message carries
+// absolute figures, a lost one is corrected by the next (a snapshot of
+// everything goes out every LoadRefresh), and a peer's part is dropped
+// when it leaves, fails or falls silent for LoadMaxAge. Nothing is
+// acknowledged or retransmitted.
+//
+// Goroutines: the load loop (loadLoop) reads the source every
+// LoadInterval and sends what changed; received messages are applied by
+// the receive loop. The table (loadtable.go) is pure and guarded by
+// loadMu; the router reads its published sums without a lock.
+
+// LoadSource is this node's own bookings, read by the load loop (the
+// router implements it; see router.Router.LocalLoad).
+type LoadSource interface {
+	// LocalLoad calls fn with this node's bookings at every backend it
+	// routes to, zero ones included: pending prefill units and requests
+	// (sent, no first answer byte yet) and requests in flight.
+	LocalLoad(fn func(id tree.BackendID, units, requests, inFlight int64))
+	// Routed counts the requests this node has routed since it started.
+	Routed() uint64
+}
+
+type loadSourceBox struct{ src LoadSource }
+
+// SetLoadSource starts sharing src's bookings with the peers. Call it once
+// the router exists (before or after Start); until then the node only
+// receives its peers' bookings.
+func (n *Node) SetLoadSource(src LoadSource) {
+	if src == nil {
+		n.loadSrc.Store(nil)
+		return
+	}
+	n.loadSrc.Store(&loadSourceBox{src: src})
+}
+
+// PeerLoad returns the other nodes' bookings at backend id: pending prefill
+// units, pending requests and requests in flight, each peer's weighted by
+// how recently it was heard (1 while fresh, falling to 0 at LoadMaxAge).
+// It implements the router's PeerLoad; it takes no lock.
+func (n *Node) PeerLoad(id tree.BackendID) (units, requests, inFlight float64) {
+	return n.loads.sum(id)
+}
+
+// MeshShare is this node's share of the requests the mesh routes (1 alone),
+// from the routing rates the nodes report. The router scales what it
+// counts itself (hot prefixes) by it to estimate the mesh's totals.
+func (n *Node) MeshShare() float64 { return math.Float64frombits(n.loads.share.Load()) }
+
+// loadPublisher is the sending side's state, guarded by loadMu.
+type loadPublisher struct {
+	inc       uint64
+	seq       uint64
+	last      map[tree.BackendID]booking // what the peers were last told
+	cur       []idBooking                // this tick's reading
+	lazySince int64                      // ms: an unsent in-flight-only change since; 0 none
+	lastSnap  int64
+	snaps     int
+	names     map[tree.BackendID]string
+	out       loadMsg
+	// routed counter at the last snapshot, when, and the moving rate.
+	routed, routedAt int64
+	rate             float64
+}
+
+type idBooking struct {
+	id tree.BackendID
+	b  booking
+}
+
+// loadLoop runs the load channel's sending side until ctx is done.
+func (n *Node) loadLoop(ctx context.Context) {
+	defer n.wg.Done()
+	t := time.NewTicker(n.cfg.LoadInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			n.loadTick(n.nowMs())
+		}
+	}
+}
+
+// loadTick sends this node's changed bookings (and a snapshot when one is
+// due), forgets silent peers and republishes the peers' sums.
+func (n *Node) loadTick(now int64) {
+	n.loadMu.Lock()
+	defer n.loadMu.Unlock()
+	if box := n.loadSrc.Load(); box != nil && n.cfg.ShareLoad {
+		n.publishLoad(box.src, now)
+	}
+	n.loads.expire(now, nil)
+	n.loads.publish(now, n.lp.rate)
+}
+
+// publishLoad compares the source's bookings with what the peers were
+// last told and sends a delta of the difference: at once when pending
+// prefill changed (what routing depends on), after LoadLazyDelay when only
+// in-flight counts did (a request's end rarely travels alone). Every
+// LoadRefresh, or at once when members joined, it sends a snapshot
+// instead.
+func (n *Node) publishLoad(src LoadSource, now int64) {
+	p := &n.lp
+	p.cur = p.cur[:0]
+	src.LocalLoad(func(id tree.BackendID, units, requests, inFlight int64) {
+		p.cur = append(p.cur, idBooking{id: id, b: booking{units: clampU(units), requests: clampU(requests), inFlight: clampU(inFlight)}})
+	})
+	joined := n.loadJoined.Swap(false)
+	if joined || now-p.lastSnap >= n.cfg.LoadRefresh.Milliseconds() {
+		n.sendLoadSnapshot(src, now, joined)
+		return
+	}
+	urgent, lazy := false, false
+	for _, c := range p.cur {
+		old := p.last[c.id]
+		if old == c.b {
+			continue
+		}
+		if old.units != c.b.units || old.requests != c.b.requests {
+			urgent = true
+		} else {
+			lazy = true
+		}
+	}
+	if !urgent {
+		if !lazy {
+			p.lazySince = 0
+			return
+		}
+		if p.lazySince == 0 {
+			p.lazySince = now
+		}
+		if now-p.lazySince < n.cfg.LoadLazyDelay.Milliseconds() {
+			return
+		}
+	}
+	m := &p.out
+	*m = loadMsg{Entries: m.Entries[:0]}
+	for _, c := range p.cur {
+		if p.last[c.id] != c.b {
+			m.Entries = append(m.Entries, loadEntry{Idx: uint32(c.id), Units: c.b.units, Requests: c.b.requests, InFlight: c.b.inFlight})
+			p.last[c.id] = c.b
+		}
+	}
+	p.lazySince = 0
+	n.sendLoad(m)
+}
+
+// loadNamesEvery: every this many snapshots carry the backends' names, so
+// that a peer that missed the first ones resolves indexes within seconds.
+const loadNamesEvery = 10
+
+// sendLoadSnapshot sends every nonzero booking, the incarnation and the
+// routed counter; with names in the first snapshots, every
+// loadNamesEvery-th and when members joined.
+func (n *Node) sendLoadSnapshot(src LoadSource, now int64, joined bool) {
+	p := &n.lp
+	routed := int64(min(src.Routed(), math.MaxInt64))
+	if p.routedAt > 0 && now > p.routedAt && routed >= p.routed {
+		r := float64(routed-p.routed) * 1000 / float64(now-p.routedAt)
+		p.rate += (r - p.rate) * routedEWMA
+	}
+	p.routed, p.routedAt = routed, now
+	names := joined || p.snaps < 3 || p.snaps%loadNamesEvery == 0
+	m := &p.out
+	*m = loadMsg{Entries: m.Entries[:0], Snapshot: true, Names: names, Incarnation: p.inc, Routed: uint64(routed)}
+	clear(p.last)
+	for _, c := range p.cur {
+		p.last[c.id] = c.b
+		if c.b == (booking{}) && !names {
+			continue
+		}
+		e := loadEntry{Idx: uint32(c.id), Units: c.b.units, Requests: c.b.requests, InFlight: c.b.inFlight}
+		if names {
+			e.Name = n.backendName(c.id)
+			if e.Name == "" {
+				continue
+			}
+		}
+		m.Entries = append(m.Entries, e)
+	}
+	p.lastSnap, p.lazySince = now, 0
+	p.snaps++
+	n.sendLoad(m)
+}
+
+// backendName is the registry name of a backend id, cached.
+func (n *Node) backendName(id tree.BackendID) string {
+	if s, ok := n.lp.names[id]; ok {
+		return s
+	}
+	e, ok := n.ix.Backend(id)
+	if !ok || e.Name == "" || len(e.Name) > crdt.MaxNameBytes {
+		return ""
+	}
+	n.lp.names[id] = e.Name
+	return e.Name
+}
+
+// sendLoad encodes m once and queues it for every alive member.
+func (n *Node) sendLoad(m *loadMsg) {
+	n.lp.seq++
+	m.Seq = n.lp.seq
+	data := appendLoad(make([]byte, 0, 16+24*len(m.Entries)), m)
+	for _, s := range *n.loadOut.Load() {
+		if !s.enqueueLoad(data) {
+			n.m.loadDrops.WithLabelValues("queue_full").Inc()
+		}
+	}
+}
+
+// receiveLoad applies a load message from an alive member. It runs on the
+// receive loop, which owns n.loadIn.
+func (n *Node) receiveLoad(msg transport.Message) {
+	if err := decodeLoad(msg.Data, &n.loadIn); err != nil {
+		n.m.loadDrops.WithLabelValues("decode_error").Inc()
+		n.log.Debug().Str("from", msg.From).Err(err).Msg("mesh: dropped an undecodable load message")
+		return
+	}
+	now := n.nowMs()
+	n.loadMu.Lock()
+	res := n.loads.apply(msg.From, &n.loadIn, len(msg.Data), now)
+	if res == loadApplyOK {
+		n.loads.publish(now, n.lp.rate)
+	}
+	n.loadMu.Unlock()
+	switch res {
+	case loadApplyStale:
+		n.m.loadDrops.WithLabelValues("stale").Inc()
+	case loadApplyUnsynced:
+		n.m.loadDrops.WithLabelValues("unsynced").Inc()
+	}
+}
+
+// forgetLoad drops the load state of members that are no longer alive
+// (left, failed, reaped); replication loop, from refresh.
+func (n *Node) forgetLoad(alive map[string]struct{}) {
+	n.loadMu.Lock()
+	gone := n.loads.expire(n.nowMs(), alive)
+	n.loadMu.Unlock()
+	if len(gone) > 0 {
+		n.log.Debug().Strs("peers", gone).Msg("mesh: dropped the bookings of departed members")
+	}
+}
+
+// LoadView is the load channel's state in the admin view.
+type LoadView struct {
+	// Sharing says whether this node sends its own bookings (ShareLoad and
+	// a load source set).
+	Sharing     bool    `json:"sharing"`
+	Incarnation uint64  `json:"incarnation"`
+	Seq         uint64  `json:"seq"`
+	Share       float64 `json:"share"` // this node's share of the mesh's routing
+	// RoutedPerSecond is this node's own routing rate.
+	RoutedPerSecond float64        `json:"routed_per_second"`
+	Peers           []LoadPeerView `json:"peers"`
+}
+
+func (n *Node) loadView() LoadView {
+	now := n.nowMs()
+	n.loadMu.Lock()
+	defer n.loadMu.Unlock()
+	v := LoadView{Sharing: n.cfg.ShareLoad && n.loadSrc.Load() != nil, Incarnation: n.lp.inc, Seq: n.lp.seq,
+		Share: n.MeshShare(), RoutedPerSecond: n.lp.rate}
+	v.Peers = n.loads.view(now, func(id tree.BackendID) string {
+		if e, ok := n.ix.Backend(id); ok {
+			return e.Name
+		}
+		return ""
+	})
+	return v
+}
+
+func clampU(v int64) uint64 {
+	if v <= 0 {
+		return 0
+	}
+	return uint64(v)
+}

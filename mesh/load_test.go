@@ -1,0 +1,146 @@
+package mesh
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvmesh/kvmesh/tree"
+)
+
+// fakeLoad is a LoadSource with settable bookings for backends "b0".."b3".
+type fakeLoad struct {
+	ix       *tree.Index
+	units    [4]atomic.Int64
+	requests [4]atomic.Int64
+	inFlight [4]atomic.Int64
+	routed   atomic.Uint64
+}
+
+func newFakeLoad(t testing.TB, ix *tree.Index) *fakeLoad {
+	for _, b := range []string{"b0", "b1", "b2", "b3"} {
+		if _, err := ix.EnsureBackend(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &fakeLoad{ix: ix}
+}
+
+func (f *fakeLoad) LocalLoad(fn func(id tree.BackendID, units, requests, inFlight int64)) {
+	for i, b := range []string{"b0", "b1", "b2", "b3"} {
+		id, _ := f.ix.BackendByName(b)
+		fn(id, f.units[i].Load(), f.requests[i].Load(), f.inFlight[i].Load())
+	}
+}
+
+func (f *fakeLoad) Routed() uint64 { return f.routed.Load() }
+
+func (f *fakeLoad) book(b int, units, requests, inFlight int64) {
+	f.units[b].Store(units)
+	f.requests[b].Store(requests)
+	f.inFlight[b].Store(inFlight)
+}
+
+func peerUnits(tn *testNode, backend string) (units, requests, inFlight float64) {
+	id, ok := tn.ix.BackendByName(backend)
+	if !ok {
+		return -1, -1, -1
+	}
+	return tn.n.PeerLoad(id)
+}
+
+// startLoadCluster starts k meshed nodes, each sharing a fakeLoad.
+func startLoadCluster(t *testing.T, k int, mod func(*Config)) (*testCluster, []*fakeLoad) {
+	c := newTestCluster(t, mod)
+	var srcs []*fakeLoad
+	for i := 0; i < k; i++ {
+		tn := c.start(nodeName(i))
+		f := newFakeLoad(t, tn.ix)
+		tn.n.SetLoadSource(f)
+		srcs = append(srcs, f)
+	}
+	c.waitMesh(30 * time.Second)
+	return c, srcs
+}
+
+// One node's bookings reach every other node and are taken back when they
+// are released; the node's own bookings never count as a peer's.
+func TestLoadChannelSharesBookings(t *testing.T) {
+	c, srcs := startLoadCluster(t, 3, nil)
+	srcs[0].book(1, 48_000, 2, 3)
+	srcs[2].book(1, 2_000, 1, 1)
+	for _, name := range []string{"n01", "n02"} {
+		tn := c.node(name)
+		want := 50_000.0
+		if name == "n02" {
+			want = 48_000
+		}
+		waitFor(t, 10*time.Second, name+" to see the peers' bookings at b1", func() bool {
+			u, _, _ := peerUnits(tn, "b1")
+			return u == want
+		})
+	}
+	u, r, f := peerUnits(c.node("n01"), "b1")
+	if r != 3 || f != 4 {
+		t.Fatalf("n01 sees %v units, %v pending requests, %v in flight at b1; want 50000, 3, 4", u, r, f)
+	}
+	if u, _, _ := peerUnits(c.node("n00"), "b1"); u != 2_000 {
+		t.Fatalf("n00 sees %v peer units at b1, want only n02's 2000", u)
+	}
+	srcs[0].book(1, 0, 0, 0)
+	waitFor(t, 10*time.Second, "n01 to see n00's release", func() bool {
+		u, _, _ := peerUnits(c.node("n01"), "b1")
+		return u == 2_000
+	})
+	// The admin view shows the channel per peer.
+	v := c.node("n01").n.Admin().Load
+	if !v.Sharing || len(v.Peers) != 2 || v.Peers[0].Peer != "n00" || v.Peers[0].Messages == 0 {
+		t.Fatalf("admin load view: %+v", v)
+	}
+}
+
+// A node that dies without leaving stops counting once it has been silent
+// for LoadMaxAge, long before serf declares it failed.
+func TestLoadChannelForgetsSilentPeer(t *testing.T) {
+	c, srcs := startLoadCluster(t, 2, func(cfg *Config) {
+		cfg.LoadRefresh = 50 * time.Millisecond
+		cfg.LoadFresh = 200 * time.Millisecond
+		cfg.LoadMaxAge = 400 * time.Millisecond
+		lanProbes(cfg) // keep serf from noticing first: this tests the load channel's own timeout
+		cfg.Membership.SuspicionMult = 20
+	})
+	srcs[0].book(2, 9_000, 1, 1)
+	tn := c.node("n01")
+	waitFor(t, 10*time.Second, "n01 to see n00's bookings", func() bool { u, _, _ := peerUnits(tn, "b2"); return u == 9_000 })
+	// Cut n00 off without a leave: its messages stop.
+	c.net.Partition([]string{"n00"}, []string{"n01"})
+	waitFor(t, 10*time.Second, "n00's bookings to be dropped", func() bool { u, _, _ := peerUnits(tn, "b2"); return u == 0 })
+	if len(tn.n.Admin().Load.Peers) != 0 {
+		t.Fatalf("a silent peer is still listed: %+v", tn.n.Admin().Load.Peers)
+	}
+}
+
+// A node without a load source (or with ShareLoad off) sends nothing but
+// still hears its peers.
+func TestLoadChannelReceiveOnly(t *testing.T) {
+	c := newTestCluster(t, func(cfg *Config) {
+		if cfg.Name == "n01" {
+			cfg.ShareLoad = false
+		}
+	})
+	a, b := c.start("n00"), c.start("n01")
+	fa, fb := newFakeLoad(t, a.ix), newFakeLoad(t, b.ix)
+	a.n.SetLoadSource(fa)
+	b.n.SetLoadSource(fb)
+	c.waitMesh(30 * time.Second)
+	fa.book(0, 100, 1, 1)
+	fb.book(0, 777, 1, 1)
+	waitFor(t, 10*time.Second, "n01 to hear n00", func() bool { u, _, _ := peerUnits(b, "b0"); return u == 100 })
+	time.Sleep(100 * time.Millisecond) // many load ticks
+	if u, _, _ := peerUnits(a, "b0"); u != 0 {
+		t.Fatalf("n00 heard %v units from n01, which does not share", u)
+	}
+	if b.n.Admin().Load.Sharing {
+		t.Fatal("n01 reports sharing with ShareLoad off")
+	}
+}

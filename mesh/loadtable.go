@@ -1,0 +1,267 @@
+package mesh
+
+import (
+	"math"
+	"sort"
+	"sync/atomic"
+
+	"github.com/kvmesh/kvmesh/tree"
+)
+
+// loadTable is what this node knows of its peers' bookings: per peer, the
+// last value per backend, from the load channel. It is last-value state,
+// lossy and regenerable (every peer re-sends everything in each snapshot),
+// never joined into the claim state, and a peer's part is gone when the
+// peer leaves or stays silent for maxAge.
+//
+// It is pure: time is an argument, the caller holds its lock. The sums
+// the router reads per request are published into lock-free atomics by
+// publish.
+type loadTable struct {
+	fresh, maxAge int64 // ms: a peer's weight is 1 up to fresh, 0 at maxAge
+	// resolve maps a backend name to this node's id; false for a backend
+	// this node does not know (it is not routed to from here).
+	resolve func(name string) (tree.BackendID, bool)
+
+	peers map[string]*peerLoad
+	// sums[id] is the age-weighted sum of the peers' bookings at backend
+	// id, as last published; read without a lock.
+	sums []peerSum
+	// hi bounds the ids ever resolved: publish touches sums[:hi] only.
+	hi int
+	// share is this node's part of the requests the mesh routes (float64
+	// bits), as last published.
+	share atomic.Uint64
+
+	scratch []float64
+}
+
+// peerSum is the published sum of peers' bookings at one backend.
+type peerSum struct {
+	units, requests, inFlight atomic.Uint64 // float64 bits
+}
+
+// peerLoad is one peer's last-known bookings.
+type peerLoad struct {
+	name  string
+	inc   uint64 // the incarnation of its last snapshot; 0 before one
+	seq   uint64 // the last applied message
+	heard int64  // ms: the last message from it, applied or not
+	// ids maps the peer's backend indexes to this node's ids, learnt from
+	// snapshots with names, valid for inc.
+	ids  map[uint32]tree.BackendID
+	book map[tree.BackendID]booking
+
+	routed, routedAt int64   // its routed counter at its last snapshot, and when
+	rate             float64 // requests per second it routes (moving average)
+
+	msgs, bytes   uint64 // received
+	stale, unsync uint64 // dropped: older than applied, or before a snapshot
+	unknown       uint64 // entries naming a backend index or name not known here
+}
+
+// booking is one peer's bookings at one backend.
+type booking struct{ units, requests, inFlight uint64 }
+
+func newLoadTable(fresh, maxAge int64, maxBackends int, resolve func(string) (tree.BackendID, bool)) *loadTable {
+	t := &loadTable{fresh: fresh, maxAge: max(maxAge, fresh+1), resolve: resolve,
+		peers: make(map[string]*peerLoad), sums: make([]peerSum, maxBackends)}
+	t.share.Store(math.Float64bits(1))
+	return t
+}
+
+// loadApplied says what apply did with a message.
+type loadApplied uint8
+
+const (
+	loadApplyOK       loadApplied = iota
+	loadApplyStale                // not newer than what was applied
+	loadApplyUnsynced             // a delta before any snapshot of its incarnation
+)
+
+// apply records message m of size bytes from peer at now.
+func (t *loadTable) apply(peer string, m *loadMsg, size int, now int64) loadApplied {
+	p := t.peers[peer]
+	if p == nil {
+		p = &peerLoad{name: peer, book: make(map[tree.BackendID]booking)}
+		t.peers[peer] = p
+	}
+	p.heard = now
+	p.msgs++
+	p.bytes += uint64(size)
+	if m.Snapshot && m.Incarnation != p.inc {
+		// A new load session (the peer restarted): its indexes and sequence
+		// numbers start over.
+		p.inc, p.seq, p.ids = m.Incarnation, 0, nil
+		p.routedAt = 0
+		clear(p.book)
+	}
+	switch {
+	case p.inc == 0 || (!m.Snapshot && p.ids == nil && len(m.Entries) > 0):
+		p.unsync++
+		return loadApplyUnsynced
+	case m.Seq <= p.seq:
+		p.stale++
+		return loadApplyStale
+	}
+	p.seq = m.Seq
+	if m.Names {
+		if p.ids == nil {
+			p.ids = make(map[uint32]tree.BackendID, len(m.Entries))
+		}
+		for i := range m.Entries {
+			if id, ok := t.resolve(m.Entries[i].Name); ok && int(id) < len(t.sums) {
+				p.ids[m.Entries[i].Idx] = id
+				t.hi = max(t.hi, int(id)+1)
+			}
+		}
+	}
+	if m.Snapshot {
+		clear(p.book)
+		t.observeRouted(p, int64(min(m.Routed, math.MaxInt64)), now)
+	}
+	for i := range m.Entries {
+		e := &m.Entries[i]
+		id, ok := p.ids[e.Idx]
+		if !ok {
+			p.unknown++
+			continue
+		}
+		if e.Units == 0 && e.Requests == 0 && e.InFlight == 0 {
+			delete(p.book, id)
+			continue
+		}
+		p.book[id] = booking{units: e.Units, requests: e.Requests, inFlight: e.InFlight}
+	}
+	return loadApplyOK
+}
+
+// routedEWMA weighs a new rate sample against the moving average.
+const routedEWMA = 0.5
+
+// observeRouted updates a peer's routing rate from its routed counter.
+func (t *loadTable) observeRouted(p *peerLoad, routed, now int64) {
+	if p.routedAt > 0 && now > p.routedAt && routed >= p.routed {
+		r := float64(routed-p.routed) * 1000 / float64(now-p.routedAt)
+		p.rate += (r - p.rate) * routedEWMA
+	}
+	p.routed, p.routedAt = routed, now
+}
+
+// weight is how much a peer last heard at heard counts at now.
+func (t *loadTable) weight(heard, now int64) float64 {
+	age := now - heard
+	switch {
+	case age <= t.fresh:
+		return 1
+	case age >= t.maxAge:
+		return 0
+	}
+	return float64(t.maxAge-age) / float64(t.maxAge-t.fresh)
+}
+
+// expire forgets peers silent for maxAge and peers not in keep (nil keeps
+// all); it returns the names forgotten.
+func (t *loadTable) expire(now int64, keep map[string]struct{}) []string {
+	var gone []string
+	for name, p := range t.peers {
+		_, kept := keep[name]
+		if now-p.heard >= t.maxAge || (keep != nil && !kept) {
+			delete(t.peers, name)
+			gone = append(gone, name)
+		}
+	}
+	return gone
+}
+
+// publish recomputes the weighted sums of every backend and this node's
+// share of the mesh's routing, given its own rate, for the lock-free
+// readers.
+func (t *loadTable) publish(now int64, localRate float64) {
+	n := t.hi
+	if cap(t.scratch) < 3*n {
+		t.scratch = make([]float64, 3*n)
+	}
+	acc := t.scratch[:3*n]
+	clear(acc)
+	others := 0.0
+	for _, p := range t.peers {
+		w := t.weight(p.heard, now)
+		if w == 0 {
+			continue
+		}
+		others += w * p.rate
+		for id, b := range p.book {
+			acc[3*int(id)] += w * float64(b.units)
+			acc[3*int(id)+1] += w * float64(b.requests)
+			acc[3*int(id)+2] += w * float64(b.inFlight)
+		}
+	}
+	for i := range n {
+		s := &t.sums[i]
+		s.units.Store(math.Float64bits(acc[3*i]))
+		s.requests.Store(math.Float64bits(acc[3*i+1]))
+		s.inFlight.Store(math.Float64bits(acc[3*i+2]))
+	}
+	share := 1.0
+	if total := localRate + others; total > 0 {
+		share = localRate / total
+	}
+	t.share.Store(math.Float64bits(share))
+}
+
+// sum reads the published sums for backend id (safe without the lock).
+func (t *loadTable) sum(id tree.BackendID) (units, requests, inFlight float64) {
+	if int(id) >= len(t.sums) {
+		return 0, 0, 0
+	}
+	s := &t.sums[id]
+	return math.Float64frombits(s.units.Load()), math.Float64frombits(s.requests.Load()),
+		math.Float64frombits(s.inFlight.Load())
+}
+
+// LoadPeerView is one peer's load-channel state in the admin view.
+type LoadPeerView struct {
+	Peer string `json:"peer"`
+	// AgeMs is how long ago the peer was last heard on the load channel;
+	// Weight is how much its bookings count now (1 fresh, 0 silent).
+	AgeMs  int64   `json:"age_ms"`
+	Weight float64 `json:"weight"`
+	Seq    uint64  `json:"seq"`
+	// RoutedPerSecond is the peer's routing rate (from its snapshots).
+	RoutedPerSecond float64 `json:"routed_per_second"`
+	Messages        uint64  `json:"messages_received"`
+	Bytes           uint64  `json:"bytes_received"`
+	Stale           uint64  `json:"stale_dropped"`
+	Unsynced        uint64  `json:"unsynced_dropped"`
+	UnknownBackends uint64  `json:"unknown_backend_entries"`
+	// Bookings are the peer's bookings by backend name.
+	Bookings []BookingView `json:"bookings"`
+}
+
+// BookingView is one node's bookings at one backend.
+type BookingView struct {
+	Backend         string `json:"backend"`
+	PendingUnits    uint64 `json:"pending_units"`
+	PendingRequests uint64 `json:"pending_requests"`
+	InFlight        uint64 `json:"in_flight"`
+}
+
+// view is the table as the admin endpoint shows it; name maps this node's
+// backend ids to names.
+func (t *loadTable) view(now int64, name func(tree.BackendID) string) []LoadPeerView {
+	out := make([]LoadPeerView, 0, len(t.peers))
+	for _, p := range t.peers {
+		v := LoadPeerView{Peer: p.name, AgeMs: now - p.heard, Weight: t.weight(p.heard, now), Seq: p.seq,
+			RoutedPerSecond: p.rate, Messages: p.msgs, Bytes: p.bytes, Stale: p.stale, Unsynced: p.unsync,
+			UnknownBackends: p.unknown, Bookings: make([]BookingView, 0, len(p.book))}
+		for id, b := range p.book {
+			v.Bookings = append(v.Bookings, BookingView{Backend: name(id), PendingUnits: b.units,
+				PendingRequests: b.requests, InFlight: b.inFlight})
+		}
+		sort.Slice(v.Bookings, func(i, j int) bool { return v.Bookings[i].Backend < v.Bookings[j].Backend })
+		out = append(out, v)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Peer < out[j].Peer })
+	return out
+}

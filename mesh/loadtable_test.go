@@ -1,0 +1,164 @@
+package mesh
+
+import (
+	"math"
+	"testing"
+
+	"github.com/kvmesh/kvmesh/tree"
+)
+
+// testLoadTable resolves "b0".."b3" to ids 0..3 and knows nothing else.
+func testLoadTable() *loadTable {
+	return newLoadTable(1000, 3000, 16, func(name string) (tree.BackendID, bool) {
+		if len(name) == 2 && name[0] == 'b' && name[1] >= '0' && name[1] <= '3' {
+			return tree.BackendID(name[1] - '0'), true
+		}
+		return 0, false
+	})
+}
+
+// snapshot is a snapshot from a peer of incarnation inc, its backend
+// indexes 10+i standing for "b<i>".
+func snapshot(seq, inc uint64, names bool, units ...uint64) *loadMsg {
+	m := &loadMsg{Seq: seq, Snapshot: true, Names: names, Incarnation: inc}
+	for i, u := range units {
+		m.Entries = append(m.Entries, loadEntry{Idx: uint32(10 + i), Name: "b" + string(rune('0'+i)), Units: u, Requests: u / 100, InFlight: u / 100})
+	}
+	if !names {
+		for i := range m.Entries {
+			m.Entries[i].Name = ""
+		}
+	}
+	return m
+}
+
+func delta(seq uint64, idx uint32, units uint64) *loadMsg {
+	return &loadMsg{Seq: seq, Entries: []loadEntry{{Idx: idx, Units: units, Requests: units / 100, InFlight: units / 100}}}
+}
+
+func units(t *loadTable, id tree.BackendID) float64 { u, _, _ := t.sum(id); return u }
+
+func TestLoadTableSnapshotThenDeltas(t *testing.T) {
+	lt := testLoadTable()
+	if got := lt.apply("p", delta(1, 10, 500), 10, 0); got != loadApplyUnsynced {
+		t.Fatalf("a delta before any snapshot: %v, want unsynced", got)
+	}
+	if got := lt.apply("p", snapshot(2, 7, true, 100, 200), 40, 0); got != loadApplyOK {
+		t.Fatalf("snapshot: %v", got)
+	}
+	lt.publish(0, 0)
+	if units(lt, 0) != 100 || units(lt, 1) != 200 {
+		t.Fatalf("after the snapshot: b0 %v b1 %v, want 100 200", units(lt, 0), units(lt, 1))
+	}
+	lt.apply("p", delta(3, 11, 900), 10, 10)
+	lt.apply("p", delta(4, 10, 0), 10, 10) // b0 released everything
+	lt.publish(10, 0)
+	if units(lt, 0) != 0 || units(lt, 1) != 900 {
+		t.Fatalf("after deltas: b0 %v b1 %v, want 0 900", units(lt, 0), units(lt, 1))
+	}
+	if got := lt.apply("p", delta(3, 11, 5), 10, 20); got != loadApplyStale {
+		t.Fatalf("a replayed delta: %v, want stale", got)
+	}
+	lt.publish(20, 0)
+	if units(lt, 1) != 900 {
+		t.Fatalf("a stale delta changed b1 to %v", units(lt, 1))
+	}
+	// A later snapshot replaces everything: what it leaves out is zero.
+	lt.apply("p", &loadMsg{Seq: 5, Snapshot: true, Incarnation: 7, Entries: []loadEntry{{Idx: 10, Units: 3}}}, 20, 30)
+	lt.publish(30, 0)
+	if units(lt, 0) != 3 || units(lt, 1) != 0 {
+		t.Fatalf("after a second snapshot: b0 %v b1 %v, want 3 0", units(lt, 0), units(lt, 1))
+	}
+}
+
+// Two peers' bookings at one backend add up; a backend this node does not
+// know is counted and ignored.
+func TestLoadTableSumsPeers(t *testing.T) {
+	lt := testLoadTable()
+	lt.apply("p", snapshot(1, 1, true, 100, 0, 0, 0), 40, 0)
+	lt.apply("q", snapshot(1, 2, true, 50), 40, 0)
+	m := &loadMsg{Seq: 2, Snapshot: true, Names: true, Incarnation: 2, Entries: []loadEntry{{Idx: 10, Name: "b0", Units: 50}, {Idx: 99, Name: "elsewhere", Units: 1e6}}}
+	lt.apply("q", m, 40, 0)
+	lt.publish(0, 0)
+	if got := units(lt, 0); got != 150 {
+		t.Fatalf("b0 = %v, want 150 (100 from p, 50 from q)", got)
+	}
+	if v := lt.view(0, func(id tree.BackendID) string { return "b" }); v[1].UnknownBackends != 1 {
+		t.Fatalf("unknown backend entries: %+v", v[1])
+	}
+}
+
+// A restarted peer (new incarnation) starts over: its old bookings go,
+// and its sequence numbers may start again from 1.
+func TestLoadTableNewIncarnation(t *testing.T) {
+	lt := testLoadTable()
+	lt.apply("p", snapshot(50, 1, true, 100, 100), 40, 0)
+	if got := lt.apply("p", snapshot(1, 2, true, 7), 40, 10); got != loadApplyOK {
+		t.Fatalf("the new incarnation's first snapshot: %v", got)
+	}
+	lt.publish(10, 0)
+	if units(lt, 0) != 7 || units(lt, 1) != 0 {
+		t.Fatalf("after restart: b0 %v b1 %v, want 7 0", units(lt, 0), units(lt, 1))
+	}
+	// A snapshot without names after a restart cannot be resolved yet.
+	lt.apply("p", snapshot(1, 3, false, 9), 20, 20)
+	lt.publish(20, 0)
+	if units(lt, 0) != 0 {
+		t.Fatalf("entries of an unnamed incarnation were applied: b0 %v", units(lt, 0))
+	}
+}
+
+// A silent peer's bookings weigh less after fresh and are gone at maxAge.
+func TestLoadTableAges(t *testing.T) {
+	lt := testLoadTable() // fresh 1 s, max age 3 s
+	lt.apply("p", snapshot(1, 1, true, 1000), 40, 0)
+	for _, c := range []struct {
+		at   int64
+		want float64
+	}{{500, 1000}, {1000, 1000}, {2000, 500}, {2999, 0.5}} {
+		lt.publish(c.at, 0)
+		if got := units(lt, 0); math.Abs(got-c.want) > 1e-9 {
+			t.Fatalf("at %d ms: %v, want %v", c.at, got, c.want)
+		}
+	}
+	if gone := lt.expire(3000, nil); len(gone) != 1 || gone[0] != "p" {
+		t.Fatalf("expired %v at max age, want [p]", gone)
+	}
+	lt.publish(3000, 0)
+	if units(lt, 0) != 0 {
+		t.Fatal("an expired peer's bookings remain")
+	}
+}
+
+// Departed members are forgotten at once.
+func TestLoadTableExpireKeeps(t *testing.T) {
+	lt := testLoadTable()
+	lt.apply("p", snapshot(1, 1, true, 10), 40, 0)
+	lt.apply("q", snapshot(1, 1, true, 20), 40, 0)
+	if gone := lt.expire(1, map[string]struct{}{"q": {}}); len(gone) != 1 || gone[0] != "p" {
+		t.Fatalf("gone %v, want [p]", gone)
+	}
+	lt.publish(1, 0)
+	if units(lt, 0) != 20 {
+		t.Fatalf("b0 = %v, want q's 20", units(lt, 0))
+	}
+}
+
+// The mesh share follows the routing rates peers report in snapshots.
+func TestLoadTableShare(t *testing.T) {
+	lt := testLoadTable()
+	lt.publish(0, 10)
+	if s := math.Float64frombits(lt.share.Load()); s != 1 {
+		t.Fatalf("share alone = %v, want 1", s)
+	}
+	// Peer p routes 30 requests per second: 0, then 30 after 1 s, 60 after 2 s.
+	for i, routed := range []uint64{0, 30, 60, 90, 120, 150, 180, 210} {
+		m := snapshot(uint64(i+1), 1, true, 1)
+		m.Routed = routed
+		lt.apply("p", m, 40, int64(i)*1000)
+	}
+	lt.publish(7000, 10)
+	if s := math.Float64frombits(lt.share.Load()); math.Abs(s-0.25) > 0.01 {
+		t.Fatalf("share = %v, want 0.25 (10 of 40 requests/s)", s)
+	}
+}

@@ -1,0 +1,207 @@
+package mesh
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/kvmesh/kvmesh/crdt"
+)
+
+// Load channel wire format, version 1. Load messages share the transport
+// with the claim protocol (whose messages are CBOR arrays and never start
+// with loadMagic). A message is
+//
+//	loadMagic, version<<4 | flags, uvarint seq,
+//	[snapshot: uvarint incarnation, uvarint routed],
+//	uvarint n, n entries
+//
+// and an entry is
+//
+//	uvarint backend index, [names: uvarint length, name bytes],
+//	uvarint pending units, uvarint pending requests, uvarint in-flight.
+//
+// The backend index is the sender's own tree.BackendID; a snapshot with
+// names (sent at a new incarnation, to new peers and now and then) tells
+// the receiver which name each index stands for. The sender's name is not
+// in the message: the transport authenticates it. A delta with one changed
+// backend is about a dozen bytes.
+const (
+	loadMagic   = 'L'
+	loadVersion = 1
+
+	loadFlagSnapshot = 1 << 0 // the entries are every backend with bookings; carries incarnation and routed
+	loadFlagNames    = 1 << 1 // entries carry backend names (snapshots only)
+	loadFlagsKnown   = loadFlagSnapshot | loadFlagNames
+)
+
+// Decoder limits: a peer cannot make a node allocate much or loop long.
+const (
+	// maxLoadEntries is tree's largest registry (MaxBackends is a uint16).
+	maxLoadEntries = 1 << 16
+	// maxLoadValue bounds every booking figure: far above any real queue
+	// (2^48 prompt units), far below float64's exact integers.
+	maxLoadValue = 1 << 48
+)
+
+// loadMsg is one decoded load message.
+type loadMsg struct {
+	Seq      uint64
+	Snapshot bool
+	Names    bool
+	// Incarnation and Routed are set in snapshots: the sender's load
+	// session (new at every start) and how many requests it has routed.
+	Incarnation uint64
+	Routed      uint64
+	Entries     []loadEntry
+}
+
+// loadEntry is one backend's bookings at the sender.
+type loadEntry struct {
+	Idx  uint32
+	Name string // with loadFlagNames only
+	// Units and Requests are the sender's pending prefill (uncached prompt
+	// units, and how many requests) at the backend; InFlight its requests
+	// outstanding there.
+	Units, Requests, InFlight uint64
+}
+
+// isLoadMessage tells a load message from a claim-protocol message.
+func isLoadMessage(data []byte) bool { return len(data) > 0 && data[0] == loadMagic }
+
+// appendLoad encodes m after dst.
+func appendLoad(dst []byte, m *loadMsg) []byte {
+	flags := byte(0)
+	if m.Snapshot {
+		flags |= loadFlagSnapshot
+		if m.Names {
+			flags |= loadFlagNames
+		}
+	}
+	dst = append(dst, loadMagic, loadVersion<<4|flags)
+	dst = binary.AppendUvarint(dst, m.Seq)
+	if m.Snapshot {
+		dst = binary.AppendUvarint(dst, m.Incarnation)
+		dst = binary.AppendUvarint(dst, m.Routed)
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(m.Entries)))
+	for i := range m.Entries {
+		e := &m.Entries[i]
+		dst = binary.AppendUvarint(dst, uint64(e.Idx))
+		if flags&loadFlagNames != 0 {
+			dst = binary.AppendUvarint(dst, uint64(len(e.Name)))
+			dst = append(dst, e.Name...)
+		}
+		dst = binary.AppendUvarint(dst, min(e.Units, maxLoadValue))
+		dst = binary.AppendUvarint(dst, min(e.Requests, maxLoadValue))
+		dst = binary.AppendUvarint(dst, min(e.InFlight, maxLoadValue))
+	}
+	return dst
+}
+
+var errLoadTruncated = errors.New("mesh: load message truncated")
+
+// decodeLoad decodes data into m, reusing m.Entries. Anything malformed is
+// an error and leaves m unusable; nothing in data can make it allocate
+// more than a few times len(data).
+func decodeLoad(data []byte, m *loadMsg) error {
+	if len(data) < 2 || data[0] != loadMagic {
+		return errors.New("mesh: not a load message")
+	}
+	if v := data[1] >> 4; v != loadVersion {
+		return fmt.Errorf("mesh: load message version %d, want %d", v, loadVersion)
+	}
+	flags := data[1] & 0x0f
+	if flags&^loadFlagsKnown != 0 {
+		return fmt.Errorf("mesh: load message has unknown flags %#x", flags)
+	}
+	if flags&loadFlagNames != 0 && flags&loadFlagSnapshot == 0 {
+		return errors.New("mesh: load message carries names outside a snapshot")
+	}
+	r := loadReader{b: data[2:]}
+	*m = loadMsg{Entries: m.Entries[:0], Snapshot: flags&loadFlagSnapshot != 0, Names: flags&loadFlagNames != 0}
+	m.Seq = r.uvarint()
+	if m.Snapshot {
+		m.Incarnation = r.uvarint()
+		m.Routed = r.uvarint()
+	}
+	n := r.uvarint()
+	if r.err != nil {
+		return r.err
+	}
+	// Every entry takes at least 4 bytes: a count beyond that is a lie,
+	// caught before anything is allocated for it.
+	if n > maxLoadEntries || n > uint64(len(r.b))/4 {
+		return fmt.Errorf("mesh: load message claims %d entries in %d bytes", n, len(r.b))
+	}
+	for i := uint64(0); i < n; i++ {
+		var e loadEntry
+		idx := r.uvarint()
+		if idx >= maxLoadEntries {
+			return fmt.Errorf("mesh: load entry backend index %d out of range", idx)
+		}
+		e.Idx = uint32(idx)
+		if m.Names {
+			e.Name = r.name()
+		}
+		e.Units, e.Requests, e.InFlight = r.value(), r.value(), r.value()
+		if r.err != nil {
+			return r.err
+		}
+		m.Entries = append(m.Entries, e)
+	}
+	if len(r.b) != 0 {
+		return fmt.Errorf("mesh: %d bytes after the load message", len(r.b))
+	}
+	return nil
+}
+
+// loadReader reads uvarints, keeping the first error.
+type loadReader struct {
+	b   []byte
+	err error
+}
+
+func (r *loadReader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, k := binary.Uvarint(r.b)
+	if k <= 0 {
+		if k == 0 {
+			r.err = errLoadTruncated
+		} else {
+			r.err = errors.New("mesh: load message has an overlong varint")
+		}
+		return 0
+	}
+	r.b = r.b[k:]
+	return v
+}
+
+func (r *loadReader) value() uint64 {
+	v := r.uvarint()
+	if r.err == nil && v > maxLoadValue {
+		r.err = fmt.Errorf("mesh: load figure %d out of range", v)
+	}
+	return v
+}
+
+func (r *loadReader) name() string {
+	n := r.uvarint()
+	if r.err != nil {
+		return ""
+	}
+	if n == 0 || n > crdt.MaxNameBytes || n > uint64(len(r.b)) {
+		r.err = fmt.Errorf("mesh: load entry name of %d bytes (have %d, limit %d)", n, len(r.b), crdt.MaxNameBytes)
+		return ""
+	}
+	s := r.b[:n]
+	if !utf8.Valid(s) {
+		r.err = errors.New("mesh: load entry name is not UTF-8")
+		return ""
+	}
+	r.b = r.b[n:]
+	return string(s)
+}
