@@ -64,7 +64,13 @@ func (r *reader) take(n int) []byte {
 	return p
 }
 
-func (r *reader) u16() int { p := r.take(2); if p == nil { return 0 }; return int(binary.BigEndian.Uint16(p)) }
+func (r *reader) u16() int {
+	p := r.take(2)
+	if p == nil {
+		return 0
+	}
+	return int(binary.BigEndian.Uint16(p))
+}
 func (r *reader) u32() uint32 {
 	p := r.take(4)
 	if p == nil {
