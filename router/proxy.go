@@ -218,7 +218,9 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, st *reqState, 
 	}
 	rt.setRoute(w, st, b, d, matched)
 	w.WriteHeader(resp.StatusCode)
-	stream := st.prompt.Stream || resp.ContentLength < 0 || strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	stream := st.prompt.Stream || resp.ContentLength < 0 || sse
+	st.usage.start(sse)
 	rerr, werr := rt.copyBody(w, resp.Body, st, stream, start, ep, &pending)
 	switch {
 	case werr != nil || (rerr != nil && r.Context().Err() != nil):
@@ -232,7 +234,7 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, st *reqState, 
 	}
 	ok := resp.StatusCode/100 == 2
 	if ok && resp.Header.Get("Content-Encoding") == "" {
-		rt.countUsage(b, st.tail)
+		rt.countUsage(b, &st.usage)
 	}
 	return attemptResult{out: outDone, status: resp.StatusCode, ok: ok}
 }
@@ -248,7 +250,7 @@ func (rt *Router) setRoute(w http.ResponseWriter, st *reqState, b *backend, d De
 }
 
 // copyBody copies the backend's answer to the client, flushing after each
-// read when it streams, and keeps its last bytes in st.tail. The first byte
+// read when it streams, and feeds it to st.usage. The first byte
 // read releases the attempt's pending prefill: the backend has produced a
 // token, so its prefill is done. rerr is a failure reading the backend,
 // werr one writing the client.
@@ -263,7 +265,7 @@ func (rt *Router) copyBody(w http.ResponseWriter, body io.Reader, st *reqState, 
 				pending.release()
 				rt.metrics.ttfb[labelOf(ep)].Observe(rt.now().Sub(start).Seconds())
 			}
-			st.keepTail(st.buf[:n])
+			st.usage.write(st.buf[:n])
 			if _, werr = w.Write(st.buf[:n]); werr != nil {
 				return nil, werr
 			}

@@ -26,12 +26,12 @@ type reqState struct {
 	scratch []float64
 	tried   []int // slots already tried for this request
 	body    []byte
-	key     []byte   // seed-cache key
-	route   []byte   // x-kvmesh-route value
-	tail    []byte   // last bytes of the answer, for usage counts
-	buf     []byte   // body copy buffer
-	tokens  []uint32 // token mode: the prompt's ids
-	tokEnds []int    // token mode: message ends in tokens
+	key     []byte       // seed-cache key
+	route   []byte       // x-kvmesh-route value
+	usage   usageScanner // finds the backend's usage report in the answer
+	buf     []byte       // body copy buffer
+	tokens  []uint32     // token mode: the prompt's ids
+	tokEnds []int        // token mode: message ends in tokens
 	seed    tree.Seed
 	routed  bool // the request has a prompt (chain and lookup are valid)
 	model   string
@@ -57,7 +57,7 @@ const maxPooledBodyCap = 1 << 20
 const maxPrealloc = 256 << 10
 
 func newReqState() any {
-	return &reqState{buf: make([]byte, copyBufSize), tail: make([]byte, 0, 2*usageTail)}
+	return &reqState{buf: make([]byte, copyBufSize)}
 }
 
 func (rt *Router) getState() *reqState { return rt.states.Get().(*reqState) }
@@ -75,7 +75,7 @@ func (rt *Router) putState(st *reqState) {
 	if cap(st.tokens) > maxPooledBodyCap/4 {
 		st.tokens, st.tokEnds = nil, nil
 	}
-	st.body, st.tried, st.tail = st.body[:0], st.tried[:0], st.tail[:0]
+	st.body, st.tried = st.body[:0], st.tried[:0]
 	st.routed, st.model = false, ""
 	st.req = Request{}
 	clear(st.outHeader) // do not pin the last client's header values

@@ -1,71 +1,256 @@
 package router
 
 import (
-	"bytes"
+	"math"
+
+	"github.com/valyala/fastjson"
 )
 
-// usageTail is how many of an answer's last bytes are kept to read the
-// backend's usage report: the "usage" object closes a non-streaming
-// completion and is the last event of a stream (with include_usage).
-const usageTail = 4096
+// maxUsageBytes bounds the "usage" object kept from an answer. A real one
+// (prompt, completion and total counts with their details) is under 400
+// bytes; a larger one is not a usage report and is ignored.
+const maxUsageBytes = 4096
 
-// keepTail keeps the last usageTail bytes of everything passed to it, in a
-// buffer of twice that capacity, without allocating.
-func (st *reqState) keepTail(p []byte) {
-	if len(p) >= usageTail {
-		st.tail = append(st.tail[:0], p[len(p)-usageTail:]...)
-		return
-	}
-	if len(st.tail)+len(p) > 2*usageTail {
-		keep := usageTail - len(p)
-		copy(st.tail, st.tail[len(st.tail)-keep:])
-		st.tail = st.tail[:keep]
-	}
-	st.tail = append(st.tail, p...)
+// usageScanner finds the backend's usage report in an answer while the
+// answer is copied to the client, in one pass and constant memory: the
+// top-level "usage" object of a JSON answer, or of the last SSE "data:"
+// event that has one (the final usage event of a stream with
+// include_usage). Only a member of the answer's top-level object counts, so
+// text in the model's output (a JSON string, where quotes are escaped) or a
+// "usage" key nested deeper can never be taken for the report.
+type usageScanner struct {
+	sse  bool
+	doc  usageDoc
+	last []byte // the usage object of the last complete document that had one
+
+	// SSE framing: how much of "data:" the current line has matched (0..5,
+	// then 6 once the optional space after it is handled), or -1 while the
+	// rest of a line is skipped.
+	prefix int
 }
 
-// countUsage adds the backend-reported prompt and cached tokens found in
-// the answer's tail (usage.prompt_tokens and
-// usage.prompt_tokens_details.cached_tokens) to b's counters. The
-// backend's own count is the operator's truth about cache hits; the router
-// does not rely on it.
-func (rt *Router) countUsage(b *backend, tail []byte) {
-	cached, ok := lastIntField(tail, `"cached_tokens"`)
+// usageDoc scans one JSON document for its top-level "usage" member.
+type usageDoc struct {
+	depth     int  // open objects and arrays
+	inStr     bool // inside a string
+	esc       bool // the previous byte was a backslash in a string
+	inKey     bool // the string is a key of the top-level object
+	expectKey bool // at depth 1, the next string is a key
+	keyLen    int  // bytes of the current key matched against "usage"; -1 when it cannot match
+	isUsage   bool // the value that follows is the usage member's
+	capturing bool // copying the usage object into cap
+	found     bool // cap holds a complete usage object
+	done      bool // the top-level object closed
+	broken    bool // not a JSON object as far as the scanner can tell; ignore the rest
+	cap       []byte
+}
+
+const usageKey = "usage"
+
+func (d *usageDoc) reset() {
+	*d = usageDoc{cap: d.cap[:0]}
+}
+
+// write feeds bytes of one document.
+func (d *usageDoc) write(p []byte) {
+	for i := 0; i < len(p) && !d.broken; i++ {
+		c := p[i]
+		if d.capturing {
+			if len(d.cap) >= maxUsageBytes {
+				d.capturing, d.isUsage = false, false
+				d.cap = d.cap[:0]
+			} else {
+				d.cap = append(d.cap, c)
+			}
+		}
+		if d.inStr {
+			switch {
+			case d.esc:
+				d.esc = false
+				d.keyLen = -1 // an escaped key is not the plain "usage" backends write
+			case c == '\\':
+				d.esc = true
+			case c == '"':
+				d.inStr = false
+				if d.inKey {
+					d.inKey = false
+					d.isUsage = d.keyLen == len(usageKey)
+				}
+			case d.inKey && d.keyLen >= 0:
+				if d.keyLen < len(usageKey) && c == usageKey[d.keyLen] {
+					d.keyLen++
+				} else {
+					d.keyLen = -1
+				}
+			}
+			continue
+		}
+		switch c {
+		case ' ', '\t', '\r', '\n':
+		case '"':
+			d.inStr = true
+			if d.depth == 1 && d.expectKey {
+				d.inKey, d.keyLen, d.expectKey = true, 0, false
+			}
+		case ':':
+		case ',':
+			if d.depth == 1 {
+				d.expectKey, d.isUsage = true, false
+			}
+		case '{', '[':
+			if d.done || (d.depth == 0 && c == '[') {
+				d.broken = true
+				continue
+			}
+			if d.depth == 1 && d.isUsage && c == '{' {
+				d.capturing, d.found = true, false
+				d.cap = append(d.cap[:0], c)
+			}
+			d.depth++
+			if d.depth == 1 {
+				d.expectKey = true
+			}
+		case '}', ']':
+			if d.depth == 0 {
+				d.broken = true
+				continue
+			}
+			d.depth--
+			if d.depth == 1 && d.capturing {
+				d.capturing, d.found, d.isUsage = false, true, false
+			}
+			if d.depth == 0 {
+				d.done = true
+			}
+		default:
+			if d.depth == 0 { // a scalar or garbage outside the object
+				d.broken = true
+			}
+		}
+	}
+}
+
+// start prepares the scanner for an answer; sse is true for an event
+// stream.
+func (s *usageScanner) start(sse bool) {
+	s.sse, s.prefix = sse, 0
+	s.doc.reset()
+	s.last = s.last[:0]
+}
+
+// write feeds the next bytes of the answer.
+func (s *usageScanner) write(p []byte) {
+	if !s.sse {
+		s.doc.write(p)
+		if s.doc.done && s.doc.found && len(s.last) == 0 {
+			s.last = append(s.last, s.doc.cap...)
+		}
+		return
+	}
+	for len(p) > 0 {
+		switch {
+		case s.prefix < 0: // skipping the rest of a line
+			i := indexLineEnd(p)
+			if i < 0 {
+				return
+			}
+			p, s.prefix = p[i+1:], 0
+		case s.prefix < len("data:"):
+			if p[0] == '\n' || p[0] == '\r' || p[0] != "data:"[s.prefix] {
+				s.prefix = -1
+				if p[0] == '\n' || p[0] == '\r' {
+					s.prefix = 0
+					p = p[1:]
+				}
+				continue
+			}
+			s.prefix++
+			p = p[1:]
+			if s.prefix == len("data:") {
+				s.doc.reset()
+			}
+		case s.prefix == len("data:"): // the optional space after the colon
+			if p[0] == ' ' {
+				p = p[1:]
+			}
+			s.prefix++
+		default: // the event's JSON, up to the end of the line
+			i := indexLineEnd(p)
+			if i < 0 {
+				s.doc.write(p)
+				return
+			}
+			s.doc.write(p[:i])
+			if s.doc.done && s.doc.found {
+				s.last = append(s.last[:0], s.doc.cap...)
+			}
+			p, s.prefix = p[i+1:], 0
+		}
+	}
+}
+
+func indexLineEnd(p []byte) int {
+	for i, c := range p {
+		if c == '\n' || c == '\r' {
+			return i
+		}
+	}
+	return -1
+}
+
+// usageCounts reads the usage object the scanner found: the prompt tokens
+// and how many of them the backend served from its prefix cache
+// (chat/completions: prompt_tokens and prompt_tokens_details.cached_tokens;
+// responses: input_tokens and input_tokens_details.cached_tokens). ok is
+// false when there is no report or it has no cached count.
+func (s *usageScanner) usageCounts() (prompt, cached int64, ok bool) {
+	if len(s.last) == 0 {
+		return 0, 0, false
+	}
+	p := jsonParsers.Get()
+	defer jsonParsers.Put(p)
+	v, err := p.ParseBytes(s.last)
+	if err != nil || v.Type() != fastjson.TypeObject {
+		return 0, 0, false
+	}
+	for _, names := range [2][2]string{{"prompt_tokens", "prompt_tokens_details"}, {"input_tokens", "input_tokens_details"}} {
+		c, okc := count(v.Get(names[1], "cached_tokens"))
+		if !okc {
+			continue
+		}
+		pr, okp := count(v.Get(names[0]))
+		if !okp {
+			pr = 0
+		}
+		return pr, c, true
+	}
+	return 0, 0, false
+}
+
+// count reads a non-negative integer token count.
+func count(v *fastjson.Value) (int64, bool) {
+	if v == nil || v.Type() != fastjson.TypeNumber {
+		return 0, false
+	}
+	f, err := v.Float64()
+	if err != nil || f < 0 || f > 1<<53 || f != math.Trunc(f) {
+		return 0, false
+	}
+	return int64(f), true
+}
+
+// countUsage adds the backend-reported prompt and cached tokens of an
+// answer to b's counters. The backend's own count is the operator's truth
+// about cache hits; the router does not rely on it.
+func (rt *Router) countUsage(b *backend, s *usageScanner) {
+	prompt, cached, ok := s.usageCounts()
 	if !ok {
 		return
 	}
 	b.cachedTokens.Add(float64(cached))
-	if prompt, ok := lastIntField(tail, `"prompt_tokens"`); ok {
+	if prompt > 0 {
 		b.promptTokens.Add(float64(prompt))
 	}
-}
-
-// lastIntField finds the last occurrence of the quoted key followed by ':'
-// and a non-negative integer, and returns the integer.
-func lastIntField(s []byte, key string) (int64, bool) {
-	for end := len(s); end > 0; {
-		i := bytes.LastIndex(s[:end], []byte(key))
-		if i < 0 {
-			return 0, false
-		}
-		end = i
-		rest := skipSpace(s[i+len(key):])
-		if len(rest) == 0 || rest[0] != ':' {
-			continue
-		}
-		rest = skipSpace(rest[1:])
-		var n int64
-		digits := 0
-		for digits < len(rest) && digits < 12 && rest[digits] >= '0' && rest[digits] <= '9' {
-			n = n*10 + int64(rest[digits]-'0')
-			digits++
-		}
-		if digits == 0 {
-			continue
-		}
-		return n, true
-	}
-	return 0, false
 }
 
 func skipSpace(s []byte) []byte {
