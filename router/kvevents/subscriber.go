@@ -1,0 +1,351 @@
+package kvevents
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"sync"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/kvmesh/kvmesh/tree"
+)
+
+// Deps are what a Manager is built on.
+type Deps struct {
+	// Index resolves backend names to ids (required).
+	Index *tree.Index
+	// Sink receives the claim changes (required).
+	Sink Sink
+	// Logger; the zero Logger discards.
+	Logger zerolog.Logger
+	// Registerer receives the kvmesh_kvevents_* metrics; nil skips them.
+	Registerer prometheus.Registerer
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Manager consumes the KV-event streams of the engines this node owns.
+// SetOwned says which (the mesh decides, see Owner); a node alone owns
+// every stream. Streams read from the Listen socket are consumed whenever
+// their engine connects here.
+type Manager struct {
+	cfg     Config
+	streams map[string]StreamConfig
+	deps    Deps
+	log     zerolog.Logger
+	zlog    *log.Logger // the ZMQ library's logger, discarded
+
+	mu        sync.Mutex
+	consumers map[string]*consumer // by backend; kept for metrics after a stream stops
+	running   map[string]context.CancelFunc
+	byTopic   map[string]*consumer // streams read from the Listen socket
+	listen    zmq4.Socket          // the Listen socket, nil without
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+}
+
+// NewManager validates the configuration and registers the metrics.
+func NewManager(cfg Config, streams []StreamConfig, deps Deps) (*Manager, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.ValidateStreams(streams); err != nil {
+		return nil, err
+	}
+	if deps.Index == nil || deps.Sink == nil {
+		return nil, errors.New("kvevents: Deps.Index and Deps.Sink are required")
+	}
+	if deps.Now == nil {
+		deps.Now = time.Now
+	}
+	m := &Manager{
+		cfg: cfg, deps: deps, streams: map[string]StreamConfig{},
+		log:       deps.Logger.With().Str("component", "kvevents").Logger(),
+		zlog:      log.New(io.Discard, "", 0),
+		consumers: map[string]*consumer{}, running: map[string]context.CancelFunc{}, byTopic: map[string]*consumer{},
+	}
+	for _, s := range streams {
+		m.streams[s.Backend] = s
+		id, err := deps.Index.EnsureBackend(s.Backend)
+		if err != nil {
+			return nil, fmt.Errorf("kvevents: backend %q: %w", s.Backend, err)
+		}
+		var rp Replayer
+		if s.ReplayEndpoint != "" {
+			rp = &zmqReplayer{endpoint: s.ReplayEndpoint, zlog: m.zlog}
+		}
+		c := newConsumer(s.Backend, id, s, &m.cfg, deps.Sink, rp, deps.Now, m.log)
+		m.consumers[s.Backend] = c
+		if s.Endpoint == "" {
+			m.byTopic[s.Topic] = c
+		}
+	}
+	if deps.Registerer != nil {
+		if err := deps.Registerer.Register(&collector{m: m}); err != nil {
+			return nil, fmt.Errorf("kvevents: registering metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// Backends lists the backends that have a stream, sorted by nothing in
+// particular.
+func (m *Manager) Backends() []string {
+	out := make([]string, 0, len(m.streams))
+	for b := range m.streams {
+		out = append(out, b)
+	}
+	return out
+}
+
+// Start launches the renewal loop and, with Config.Listen, the listening
+// socket. Streams in connect mode start with SetOwned.
+func (m *Manager) Start(ctx context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ctx != nil {
+		return errors.New("kvevents: already started")
+	}
+	m.ctx, m.cancel = context.WithCancel(ctx)
+	if m.cfg.Listen != "" {
+		sub := zmq4.NewSub(m.ctx, zmq4.WithLogger(m.zlog))
+		if err := sub.Listen(m.cfg.Listen); err != nil {
+			sub.Close()
+			m.cancel()
+			return fmt.Errorf("kvevents: listen %s: %w", m.cfg.Listen, err)
+		}
+		if err := sub.SetOption(zmq4.OptionSubscribe, ""); err != nil {
+			sub.Close()
+			m.cancel()
+			return fmt.Errorf("kvevents: subscribe: %w", err)
+		}
+		m.listen = sub
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			defer sub.Close()
+			m.read(m.ctx, sub, func(topic []byte) *consumer { return m.byTopic[string(topic)] })
+		}()
+	}
+	m.wg.Add(1)
+	go m.renewLoop(m.ctx)
+	return nil
+}
+
+// ListenAddr is the Listen socket's bound endpoint ("" without one); with
+// port 0 this is where the engines must connect.
+func (m *Manager) ListenAddr() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.listen == nil || m.listen.Addr() == nil {
+		return ""
+	}
+	return "tcp://" + m.listen.Addr().String()
+}
+
+// SetOwned starts the connect-mode streams of the backends in owned and
+// stops the others. Unknown names are ignored.
+func (m *Manager) SetOwned(owned []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ctx == nil || m.ctx.Err() != nil {
+		return
+	}
+	want := map[string]bool{}
+	for _, b := range owned {
+		if s, ok := m.streams[b]; ok && s.Endpoint != "" {
+			want[b] = true
+		}
+	}
+	for b, cancel := range m.running {
+		if !want[b] {
+			cancel()
+			delete(m.running, b)
+			m.log.Info().Str("backend", b).Msg("kvevents: stream handed over")
+		}
+	}
+	for b := range want {
+		if m.running[b] != nil {
+			continue
+		}
+		ctx, cancel := context.WithCancel(m.ctx)
+		m.running[b] = cancel
+		s, c := m.streams[b], m.consumers[b]
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			m.dialLoop(ctx, s, c)
+		}()
+		m.log.Info().Str("backend", b).Str("endpoint", s.Endpoint).Msg("kvevents: stream owned")
+	}
+}
+
+// Owned lists the connect-mode streams running here.
+func (m *Manager) Owned() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]string, 0, len(m.running))
+	for b := range m.running {
+		out = append(out, b)
+	}
+	return out
+}
+
+// Close stops every stream and waits for them.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	if m.cancel != nil {
+		m.cancel()
+	}
+	m.running = map[string]context.CancelFunc{}
+	m.mu.Unlock()
+	m.wg.Wait()
+	return nil
+}
+
+// dialLoop connects to one engine's publisher and reads it until ctx ends,
+// reconnecting when the connection drops. A new connection is a new stream:
+// the consumer resyncs on its first message.
+func (m *Manager) dialLoop(ctx context.Context, s StreamConfig, c *consumer) {
+	for ctx.Err() == nil {
+		sctx, cancel := context.WithCancel(ctx)
+		sub := zmq4.NewSub(sctx, zmq4.WithLogger(m.zlog), zmq4.WithDialerRetry(m.cfg.DialRetry),
+			zmq4.WithDialerMaxRetries(-1), zmq4.WithAutomaticReconnect(true))
+		err := sub.SetOption(zmq4.OptionSubscribe, s.Topic)
+		if err == nil {
+			err = sub.Dial(s.Endpoint)
+		}
+		if err == nil {
+			c.restartStream()
+			m.read(sctx, sub, func([]byte) *consumer { return c })
+		} else if ctx.Err() == nil {
+			m.log.Debug().Err(err).Str("backend", s.Backend).Msg("kvevents: cannot reach the publisher")
+		}
+		sub.Close()
+		cancel()
+		select {
+		case <-ctx.Done():
+		case <-time.After(m.cfg.DialRetry):
+		}
+	}
+}
+
+// read receives messages until the socket fails or ctx ends.
+func (m *Manager) read(ctx context.Context, sub zmq4.Socket, route func(topic []byte) *consumer) {
+	for ctx.Err() == nil {
+		msg, err := sub.Recv()
+		if err != nil {
+			if ctx.Err() == nil {
+				m.log.Debug().Err(err).Msg("kvevents: receive failed; reconnecting")
+			}
+			return
+		}
+		if len(msg.Frames) == 0 {
+			continue
+		}
+		c := route(msg.Frames[0])
+		if c == nil {
+			continue // an engine we have no stream for
+		}
+		c.handle(ctx, msg.Frames)
+	}
+}
+
+func (m *Manager) renewLoop(ctx context.Context) {
+	defer m.wg.Done()
+	t := time.NewTicker(m.cfg.RenewEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		m.mu.Lock()
+		var cs []*consumer
+		for b, c := range m.consumers {
+			if m.running[b] != nil || m.streams[b].Endpoint == "" {
+				cs = append(cs, c)
+			}
+		}
+		m.mu.Unlock()
+		for _, c := range cs {
+			c.renew()
+		}
+	}
+}
+
+// restartStream marks the next message as the first of a new stream.
+func (c *consumer) restartStream() {
+	c.mu.Lock()
+	c.seq.Reset()
+	c.mu.Unlock()
+}
+
+// zmqReplayer asks an engine's ROUTER socket for missed messages: it sends
+// [empty, start seq] from a DEALER and reads [empty, seq, payload] frames
+// until seq -1 (vLLM's protocol; a frame without the empty delimiter is
+// accepted too).
+type zmqReplayer struct {
+	endpoint string
+	zlog     *log.Logger
+}
+
+func (r *zmqReplayer) Replay(ctx context.Context, from int64, fn func(int64, []byte) bool) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	d := zmq4.NewDealer(ctx, zmq4.WithLogger(r.zlog), zmq4.WithDialerMaxRetries(0))
+	defer d.Close()
+	if err := d.Dial(r.endpoint); err != nil {
+		return fmt.Errorf("kvevents: replay dial %s: %w", r.endpoint, err)
+	}
+	if err := d.SendMulti(zmq4.NewMsgFrom([]byte{}, AppendSeq(nil, from))); err != nil {
+		return fmt.Errorf("kvevents: replay request: %w", err)
+	}
+	type result struct {
+		msg zmq4.Msg
+		err error
+	}
+	for {
+		ch := make(chan result, 1)
+		go func() {
+			msg, err := d.Recv()
+			ch <- result{msg, err}
+		}()
+		var res result
+		select {
+		case res = <-ch:
+		case <-ctx.Done():
+			d.Close() // unblocks Recv
+			<-ch
+			return ctx.Err()
+		}
+		if res.err != nil {
+			return fmt.Errorf("kvevents: replay receive: %w", res.err)
+		}
+		f := res.msg.Frames
+		if len(f) > 0 && len(f[0]) == 0 {
+			f = f[1:]
+		}
+		if len(f) != 2 {
+			return fmt.Errorf("kvevents: replay frame of %d parts", len(f))
+		}
+		seq, ok := ParseSeq(f[0])
+		if !ok {
+			return errors.New("kvevents: replay frame without a sequence number")
+		}
+		if seq < 0 {
+			return nil // end marker
+		}
+		if !fn(seq, f[1]) {
+			return nil
+		}
+	}
+}
