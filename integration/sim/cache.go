@@ -20,6 +20,9 @@ type blockPool struct {
 	inUse  int              // blocks with ref > 0
 
 	evictions uint64 // cached blocks evicted to make room (cumulative)
+	// evicted collects evicted keys for KV events while trackEvicted is set.
+	evicted      []uint64
+	trackEvicted bool
 }
 
 type block struct {
@@ -119,6 +122,9 @@ func (p *blockPool) allocate() (int32, bool) {
 		delete(p.index, b.key)
 		b.cached = false
 		p.evictions++
+		if p.trackEvicted {
+			p.evicted = append(p.evicted, b.key)
+		}
 	}
 	p.blocks[id].ref = 1
 	p.inUse++

@@ -87,6 +87,10 @@ type Config struct {
 	// vLLM only reports on non-streaming replies.
 	ORCAOnStreaming bool
 
+	// KVEvents publishes the engine's KV-cache events over ZMQ (vLLM's
+	// format, kvevents.go). The zero value publishes none.
+	KVEvents KVEventsConfig
+
 	// Faults are injected failures; the zero value injects none. They can be
 	// changed at run time with SetFaults, Restart or POST /sim/fault.
 	Faults Faults

@@ -33,6 +33,7 @@ type engine struct {
 	// goroutine writes.
 	mu   sync.RWMutex
 	pool *blockPool
+	kv   *kvRecorder // KV-event publisher; nil when off (kvevents.go)
 
 	// The inbox: what handlers hand to the engine between steps.
 	inMu     sync.Mutex
@@ -432,6 +433,9 @@ func (e *engine) failAll(pending []*seq, err error) {
 	clear(e.running)
 	e.running = e.running[:0]
 	e.pool.reset()
+	e.mu.Unlock()
+	e.clearedKV()
+	e.mu.Lock()
 }
 
 // publish stores the load gauges for readers on other goroutines.

@@ -41,6 +41,7 @@ type request struct {
 	includeUsage bool   // stream_options.include_usage
 	maxTokens    int    // requested output tokens; 0 when absent
 	seed         uint64 // root block key: model and cache_salt
+	salt         string // cache_salt, for KV events
 	tokens       []uint32
 }
 
@@ -99,6 +100,9 @@ func (d *decoder) decode(p *fastjson.Parser, body []byte, ep endpoint, toks []ui
 		return req, badRequest("cache_salt", "cache_salt must be a non-empty string if provided")
 	}
 	req.seed = finishSeed(d.seeds[req.model], salt, hasSalt)
+	if hasSalt {
+		req.salt = string(salt)
+	}
 
 	switch ep {
 	case chatEndpoint:

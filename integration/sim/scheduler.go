@@ -144,7 +144,7 @@ func (e *engine) apply() {
 				}
 				s.keys = append(s.keys, chainKey(parent, s.tokens[b*B:(b+1)*B]))
 			}
-			e.pool.register(s.blocks[b], s.keys[b])
+			e.register(s, b)
 		}
 		s.registered = s.computed / B
 		if s.computed < len(s.tokens) {
@@ -176,6 +176,7 @@ func (e *engine) apply() {
 	clear(e.running[j:])
 	e.running = e.running[:j]
 	e.mu.Unlock()
+	e.flushKV()
 	// Publish before anyone learns a sequence ended, so a reply's load
 	// report no longer counts it.
 	e.publish()

@@ -32,6 +32,8 @@ type seq struct {
 	promptLen   int
 	maxOut      int
 	seed        uint64    // root block key (model, cache_salt)
+	model       int       // index into Config.Models (KV events)
+	salt        string    // cache_salt (KV events)
 	arrivalReal time.Time // when the handler submitted it
 	extraV      float64   // injected spike delay (simulated seconds), counted into latency
 
@@ -60,6 +62,8 @@ func newSeq(id uint64, req *request, maxOut int, blockSize int) *seq {
 		promptLen:   len(req.tokens),
 		maxOut:      maxOut,
 		seed:        req.seed,
+		model:       req.model,
+		salt:        req.salt,
 		arrivalReal: time.Now(),
 		tokens:      req.tokens,
 		notify:      make(chan struct{}, 1),

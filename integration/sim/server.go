@@ -61,6 +61,11 @@ func New(cfg Config) (*Instance, error) {
 
 	ttft, e2e := newHistograms(cfg.Models[0])
 	in.eng = newEngine(&in.cfg, in.log, engineHooks{ttft: ttft.Observe, e2e: e2e.Observe})
+	kv, err := newKVRecorder(cfg.KVEvents, cfg.Models)
+	if err != nil {
+		return nil, err
+	}
+	in.eng.kv, in.eng.pool.trackEvicted = kv, kv != nil
 	if err := in.reg.Register(newCollector(in, cfg.Models[0])); err != nil {
 		return nil, fmt.Errorf("sim: registering metrics: %w", err)
 	}
@@ -80,6 +85,7 @@ func New(cfg Config) (*Instance, error) {
 	in.mux.HandleFunc("GET /sim/fault", in.handleFault)
 	in.mux.HandleFunc("POST /sim/fault", in.handleFault)
 	in.mux.HandleFunc("POST /sim/match", in.handleMatch)
+	in.mux.HandleFunc("POST /tokenize", in.handleTokenize)
 	in.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{status: http.StatusNotFound, typ: "NotFoundError", msg: "no route for " + r.Method + " " + r.URL.Path})
 	})
@@ -96,6 +102,7 @@ func (in *Instance) ServeHTTP(w http.ResponseWriter, r *http.Request) { in.mux.S
 func (in *Instance) Close() error {
 	in.closeOnce.Do(func() {
 		in.eng.close()
+		in.eng.kv.close()
 		in.log.Info().Msg("sim instance closed")
 	})
 	return nil
