@@ -153,3 +153,39 @@ func TestSeqTracker(t *testing.T) {
 		t.Fatal("reset")
 	}
 }
+
+func TestOwnerRendezvous(t *testing.T) {
+	members := []string{"r1", "r2", "r3"}
+	backends := make([]string, 60)
+	for i := range backends {
+		backends[i] = "engine-" + string(rune('a'+i%26)) + string(rune('0'+i/26))
+	}
+	count := map[string]int{}
+	for _, b := range backends {
+		o := Owner(b, members)
+		count[o]++
+		// Losing a member that does not own b keeps b where it is; losing
+		// the owner moves it to one of the others.
+		for i, m := range members {
+			rest := append(append([]string(nil), members[:i]...), members[i+1:]...)
+			o2 := Owner(b, rest)
+			if m != o && o2 != o {
+				t.Fatalf("%s moved from %s to %s when %s left", b, o, o2, m)
+			}
+			if m == o && o2 == o {
+				t.Fatalf("%s stayed on departed %s", b, o)
+			}
+		}
+	}
+	for _, m := range members {
+		if count[m] < 10 {
+			t.Fatalf("uneven ownership: %v", count)
+		}
+	}
+	if Owner("x", nil) != "" {
+		t.Fatal("owner of no members")
+	}
+	if got := Owned("r1", members, backends); len(got) != count["r1"] {
+		t.Fatalf("Owned = %d, want %d", len(got), count["r1"])
+	}
+}

@@ -1,0 +1,34 @@
+package mesh
+
+import (
+	"github.com/kvmesh/kvmesh/tree"
+)
+
+// End ends the claims of keys on backend (an engine's KV events reported the
+// blocks evicted) and queues the tombstones for the peers. Together with
+// Learn and Invalidate it is what router/kvevents writes through; it never
+// waits for the network.
+func (n *Node) End(keys []tree.Key, backend tree.BackendID) {
+	if len(keys) == 0 {
+		return
+	}
+	now := n.nowMs()
+	n.mu.Lock()
+	d := n.drainLearnsLocked(now)
+	d += int64(n.rep.End(keys, backend, now))
+	n.mu.Unlock()
+	n.noteChanges(d)
+}
+
+// AliveMembers returns the names of the members that are alive and speak
+// this node's replication protocol (this node included), sorted: the set
+// over which each engine's KV-event stream gets one owner.
+func (n *Node) AliveMembers() []string {
+	var out []string
+	for _, m := range n.Members() {
+		if m.Status == "alive" && (m.Self || m.Protocol == ProtocolVersion) {
+			out = append(out, m.Name)
+		}
+	}
+	return out
+}
