@@ -66,7 +66,7 @@ func TestDeployDashboardsUseRealMetrics(t *testing.T) {
 	defer node.Close()
 
 	used := regexp.MustCompile(`kvmesh_[a-z_]+`)
-	for _, f := range []string{"../../deploy/grafana/kvmesh-dashboard.json", "../../deploy/prometheus/alerts.yaml", "../../README.md"} {
+	for _, f := range []string{"../../deploy/grafana/kvmesh-dashboard.json", "../../deploy/prometheus/alerts.yaml", "../../deploy/prometheus/runbook.md", "../../README.md"} {
 		data, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
