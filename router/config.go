@@ -52,6 +52,56 @@ type Config struct {
 	// while bounding what one request can make the router buffer.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 
+	// MaxModelBytes and MaxCacheSaltBytes bound the body's "model" and
+	// "cache_salt" strings; longer ones get 400 before any other work. 256
+	// bytes is above the longest Hugging Face repository id (96 + 1 + 96)
+	// and any served-model or LoRA adapter name; a salt is a secret of tens
+	// of bytes, and 1 KiB holds any encoding of one.
+	MaxModelBytes     int `yaml:"max_model_bytes"`
+	MaxCacheSaltBytes int `yaml:"max_cache_salt_bytes"`
+	// MaxMessages bounds a prompt's messages (a chat request's messages, a
+	// completions prompt's segments, a responses input's items, an
+	// embeddings batch's inputs); more get 400 before the body is parsed.
+	// 8,192: a 128K-token context holds that many only at 16 tokens (one KV
+	// block) per message.
+	MaxMessages int `yaml:"max_messages"`
+	// MaxJSONValues bounds the JSON values (strings, numbers, objects,
+	// arrays...) of a routed body; more get 413 before the body is parsed.
+	// Parsing costs per value: 32 MiB of tiny values would take the router
+	// seconds. 262,144 is twice a 128K-token prompt given as token ids.
+	MaxJSONValues int `yaml:"max_json_values"`
+	// MaxLearnPositions bounds the depths at which one request learns
+	// claims; a longer list is thinned evenly, keeping the deepest. 512
+	// holds a 128K-token prompt's checkpoints (one per 512 tokens) and 256
+	// message ends besides, while one request can no longer claim a block
+	// per message.
+	MaxLearnPositions int `yaml:"max_learn_positions"`
+	// TenantIndexShare is the share of the claim index one tenant (one
+	// value of TenantHeader; no header is one tenant too) may fill with new
+	// claims per ConfirmedTTL, as this node learns them. A tenant past its
+	// share is still routed and served, and still refreshes the claims it
+	// has, but learns no new ones until its earlier ones age out: it cannot
+	// evict everyone else's. 0.5 leaves any other tenant at least half of
+	// the index and lets a lone tenant replace half the index every
+	// ConfirmedTTL; 1 turns the bound off.
+	TenantIndexShare float64 `yaml:"tenant_index_share"`
+	// BodyReadTimeout and BodyMinRate bound how slowly a client may send a
+	// request body: it must arrive within BodyReadTimeout plus one second
+	// per BodyMinRate bytes, or the request gets 408 and the connection is
+	// closed (a slowloris client no longer holds a connection and a
+	// goroutine for minutes). 10 s as for the headers; 32 KiB/s is far
+	// below any data-center client yet makes 2,000 held connections cost
+	// their sender 64 MiB/s. A 32 MiB body may take 17 min.
+	BodyReadTimeout time.Duration `yaml:"body_read_timeout"`
+	BodyMinRate     int64         `yaml:"body_min_bytes_per_second"`
+	// MaxConnections bounds the API listener's open connections (0: no
+	// bound); past it new connections wait in the kernel's accept queue. A
+	// node proxies a few thousand concurrent streams at most (vLLM runs 256
+	// per replica); 16,384 leaves room for idle keep-alive connections and
+	// keeps them and as many backend connections within the usual 65,536
+	// file descriptors.
+	MaxConnections int `yaml:"max_connections"`
+
 	// ReadHeaderTimeout and IdleTimeout are for the serve command's
 	// http.Server. 10 s of header reading defeats slowloris without hurting
 	// any real client; 2 min keeps idle client keep-alive connections long
@@ -160,6 +210,15 @@ func DefaultConfig() Config {
 		Policy:                 PolicyKVMesh,
 		TenantHeader:           "X-Tenant-ID",
 		MaxBodyBytes:           32 << 20,
+		MaxModelBytes:          256,
+		MaxCacheSaltBytes:      1024,
+		MaxMessages:            8192,
+		MaxJSONValues:          1 << 18,
+		MaxLearnPositions:      512,
+		TenantIndexShare:       0.5,
+		BodyReadTimeout:        10 * time.Second,
+		BodyMinRate:            32 << 10,
+		MaxConnections:         16384,
 		ReadHeaderTimeout:      10 * time.Second,
 		IdleTimeout:            2 * time.Minute,
 		BackendHeaderTimeout:   10 * time.Minute,
@@ -233,11 +292,31 @@ func (c *Config) Validate() error {
 	if c.MaxBodyBytes < 1024 {
 		bad("max_body_bytes must be at least 1024, got %d", c.MaxBodyBytes)
 	}
+	for _, l := range []struct {
+		name string
+		v    int
+	}{
+		{"max_model_bytes", c.MaxModelBytes}, {"max_cache_salt_bytes", c.MaxCacheSaltBytes},
+		{"max_messages", c.MaxMessages}, {"max_json_values", c.MaxJSONValues}, {"max_learn_positions", c.MaxLearnPositions},
+	} {
+		if l.v < 1 {
+			bad("%s must be at least 1, got %d", l.name, l.v)
+		}
+	}
+	if !(c.TenantIndexShare > 0 && c.TenantIndexShare <= 1) {
+		bad("tenant_index_share must be in (0, 1] (1 turns it off), got %v", c.TenantIndexShare)
+	}
+	if c.BodyMinRate < 1 {
+		bad("body_min_bytes_per_second must be at least 1, got %d", c.BodyMinRate)
+	}
+	if c.MaxConnections < 0 {
+		bad("max_connections must not be negative (0: no bound), got %d", c.MaxConnections)
+	}
 	positive := []struct {
 		name string
 		d    time.Duration
 	}{
-		{"read_header_timeout", c.ReadHeaderTimeout}, {"idle_timeout", c.IdleTimeout},
+		{"read_header_timeout", c.ReadHeaderTimeout}, {"idle_timeout", c.IdleTimeout}, {"body_read_timeout", c.BodyReadTimeout},
 		{"backend_response_header_timeout", c.BackendHeaderTimeout}, {"backend_dial_timeout", c.BackendDialTimeout},
 		{"provisional_claim_ttl", c.ProvisionalTTL}, {"confirmed_claim_ttl", c.ConfirmedTTL},
 		{"probe_timeout", c.ProbeTimeout}, {"ejection_time", c.EjectionTime}, {"cold_after", c.ColdAfter},

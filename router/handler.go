@@ -102,7 +102,7 @@ func (rt *Router) serveRouted(w http.ResponseWriter, r *http.Request, ep Endpoin
 	}
 	t0 := rt.now()
 	if aerr = rt.prepare(st, ep, body, rt.tenant(r)); aerr != nil {
-		return rt.fail(w, errBadRequest, aerr)
+		return rt.fail(w, kindOf(aerr), aerr)
 	}
 	now := rt.now()
 	rt.lookup(st, now)
@@ -129,6 +129,9 @@ func (rt *Router) serveForward(w http.ResponseWriter, r *http.Request, start tim
 		return rt.fail(w, kindOf(aerr), aerr)
 	}
 	st.model = modelOf(body)
+	if len(st.model) > rt.cfg.MaxModelBytes {
+		return rt.fail(w, errLimit, errStringTooLong("model", len(st.model), rt.cfg.MaxModelBytes))
+	}
 	now := rt.now()
 	if !rt.gather(st, st.model, now) {
 		return rt.fail(w, errModelNotFound, ErrModelNotFound(st.model))
@@ -149,7 +152,14 @@ func (rt *Router) tenant(r *http.Request) string {
 }
 
 func kindOf(e *APIError) errKind {
-	if e.Status == http.StatusRequestEntityTooLarge {
+	switch {
+	case e.Code == "model_not_found":
+		return errModelNotFound
+	case e.Code == "string_above_max_length" || e.Code == "array_above_max_length" || e.Code == "too_many_json_values":
+		return errLimit
+	case e.Status == http.StatusRequestTimeout:
+		return errSlowBody
+	case e.Status == http.StatusRequestEntityTooLarge:
 		return errTooLarge
 	}
 	return errBadRequest
@@ -157,17 +167,14 @@ func kindOf(e *APIError) errKind {
 
 var jsonParsers fastjson.ParserPool
 
-// modelOf returns the "model" member of a JSON object body, or "".
+// modelOf returns the "model" member of a JSON object body, or "". It
+// skims the body instead of parsing it: a forwarded body is otherwise
+// never parsed, and must cost no more than its bytes.
 func modelOf(body []byte) string {
-	if len(skipSpace(body)) == 0 || skipSpace(body)[0] != '{' {
+	s := skimBody(body, "", "")
+	if !s.ok || s.model == nil {
 		return ""
 	}
-	p := jsonParsers.Get()
-	defer jsonParsers.Put(p)
-	v, err := p.ParseBytes(body)
-	if err != nil {
-		return ""
-	}
-	m := v.GetStringBytes("model")
-	return string(m)
+	m, _ := unescape(s.model, s.modelEsc)
+	return m
 }

@@ -54,12 +54,14 @@ const (
 	errDiscovery                     // GET /v1/models on a backend failed
 	errScrape                        // GET /metrics on a backend failed
 	errTokenize                      // the tokenizer rejected a prompt (keyed by bytes instead)
+	errLimit                         // a configured limit refused the request (model or salt length, messages, JSON values)
+	errSlowBody                      // the body arrived slower than the minimum rate (408)
 	numErrKinds
 )
 
 var errKindNames = [numErrKinds]string{"bad_request", "too_large", "model_not_found", "path_not_found",
 	"no_backend", "backend_connect", "backend_timeout", "backend_5xx", "client_canceled", "stream_broken",
-	"signal_parse", "probe", "discovery", "scrape", "tokenize"}
+	"signal_parse", "probe", "discovery", "scrape", "tokenize", "limit", "slow_body"}
 
 // metrics holds the router's Prometheus metrics with their label children
 // resolved up front, so the request path never looks a label up.
@@ -79,6 +81,9 @@ type metrics struct {
 	invalidations  *prometheus.CounterVec
 	errors         [numErrKinds]prometheus.Counter
 	backendsGauges *backendCollector
+	// tenantShareExceeded counts requests that learned no new claims
+	// because their tenant had used its share of the index.
+	tenantShareExceeded prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, policy string, rt *Router) (*metrics, error) {
@@ -130,12 +135,15 @@ func newMetrics(reg prometheus.Registerer, policy string, rt *Router) (*metrics,
 	for k := errKind(0); k < numErrKinds; k++ {
 		m.errors[k] = errs.WithLabelValues(errKindNames[k])
 	}
+	m.tenantShareExceeded = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+		Name: "tenant_share_exceeded_total", Help: "Requests routed without learning new claims because their tenant had filled its share of the index (tenant_index_share)."})
 	m.backendsGauges = &backendCollector{rt: rt}
 	if reg == nil {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.decisions, m.matchedRatio, requests, duration, ttfb, m.decisionTime,
-		learned, m.cachedTokens, m.promptTokens, m.retries, m.ejections, m.invalidations, errs, m.backendsGauges} {
+		learned, m.cachedTokens, m.promptTokens, m.retries, m.ejections, m.invalidations, errs, m.backendsGauges,
+		m.tenantShareExceeded} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -48,6 +48,12 @@ func (s *modelSet) lookup(model string) []*backend {
 	return s.cur.Load().byModel[model]
 }
 
+// lookupBytes is lookup for a model name still in the request body; it
+// does not allocate.
+func (s *modelSet) lookupBytes(model []byte) []*backend {
+	return s.cur.Load().byModel[string(model)]
+}
+
 // serveModels answers GET /v1/models with the union of the models of the
 // backends in rotation, in OpenAI's list format. A discovered model keeps
 // the object its first healthy backend returned (max_model_len, root,

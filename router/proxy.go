@@ -62,7 +62,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, st *reqState, 
 		b := st.backs[d.Index]
 		matched := st.cands[d.Index].MatchedUnits(st.req.Chain)
 		rt.record(st, b, d, matched)
-		learn := d.Learn && st.routed && len(st.chain.Learn) > 0
+		learn := d.Learn && st.routed && len(st.chain.Learn) > 0 && rt.admitLearn(st, st.cands[d.Index].Matched)
 		if learn {
 			rt.learner.Learn(&st.chain, b.id, rt.cfg.ProvisionalTTL)
 			rt.metrics.learned[0].Inc()

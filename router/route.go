@@ -33,7 +33,8 @@ type reqState struct {
 	tokens  []uint32     // token mode: the prompt's ids
 	tokEnds []int        // token mode: message ends in tokens
 	seed    tree.Seed
-	routed  bool // the request has a prompt (chain and lookup are valid)
+	tenant  uint64 // the tenant's hash, for its share of the index
+	routed  bool   // the request has a prompt (chain and lookup are valid)
 	model   string
 
 	// The outgoing request's reusable parts (see outgoingRequest).
@@ -74,6 +75,9 @@ func (rt *Router) putState(st *reqState) {
 	}
 	if cap(st.tokens) > maxPooledBodyCap/4 {
 		st.tokens, st.tokEnds = nil, nil
+	}
+	if cap(st.key) > maxSeedKey {
+		st.key = nil // a long tenant header's key is not pinned by the pool
 	}
 	st.body, st.tried = st.body[:0], st.tried[:0]
 	st.routed, st.model = false, ""
@@ -127,8 +131,13 @@ func (rt *Router) readBody(st *reqState, r *http.Request) ([]byte, *APIError) {
 	return buf, nil
 }
 
-// prepare renders a routed request's body and derives its block keys.
+// prepare checks a routed request's body against the limits (see admit),
+// renders it and derives its block keys.
 func (rt *Router) prepare(st *reqState, ep Endpoint, body []byte, tenant string) *APIError {
+	if aerr := rt.admit(ep, body); aerr != nil {
+		return aerr
+	}
+	st.tenant = rt.share.tenantOf(tenant)
 	if err := Render(ep, body, &st.prompt); err != nil {
 		var ae *APIError
 		if errors.As(err, &ae) {
@@ -142,10 +151,11 @@ func (rt *Router) prepare(st *reqState, ep Endpoint, body []byte, tenant string)
 	if rt.tokenizer != nil && rt.tokenize(st) {
 		st.seed = rt.seedFor(st, p.Model, tenant, p.CacheSalt, p.Format, true)
 		rt.ix.Keyer().Tokens(&st.chain, st.seed, st.tokens, st.tokEnds)
-		return nil
+	} else {
+		st.seed = rt.seedFor(st, p.Model, tenant, p.CacheSalt, p.Format, false)
+		rt.ix.Keyer().Bytes(&st.chain, st.seed, p.Units, p.Ends)
 	}
-	st.seed = rt.seedFor(st, p.Model, tenant, p.CacheSalt, p.Format, false)
-	rt.ix.Keyer().Bytes(&st.chain, st.seed, p.Units, p.Ends)
+	thinLearn(&st.chain, rt.cfg.MaxLearnPositions)
 	return nil
 }
 
@@ -253,8 +263,14 @@ type seedCache struct {
 	m  map[string]tree.Seed
 }
 
-// maxSeeds bounds the cache; past it the cache starts over.
-const maxSeeds = 8192
+// maxSeeds bounds the cache; past it the cache starts over. Keys longer
+// than maxSeedKey (a long tenant header, say) are not cached: the cache
+// holds at most maxSeeds*maxSeedKey bytes of keys (4 MiB), whatever
+// clients send.
+const (
+	maxSeeds   = 8192
+	maxSeedKey = 512
+)
 
 // tenantKey frames the tenant header value, the body's cache_salt, the
 // rendering format and the key mode (bytes or tokens) into the "tenant" part
@@ -285,6 +301,9 @@ func (rt *Router) seedFor(st *reqState, model, tenant, salt string, f UnitFormat
 		return s
 	}
 	s = tree.NewSeed(model, string(k[mark:]), "")
+	if len(k) > maxSeedKey {
+		return s
+	}
 	c.mu.Lock()
 	if c.m == nil || len(c.m) >= maxSeeds {
 		c.m = make(map[string]tree.Seed)

@@ -78,7 +78,8 @@ type Router struct {
 	tenantHeader string   // canonical
 	orcaFormat   []string // the endpoint-load-metrics-format value sent (shared, never modified); nil = none
 	seeds        seedCache
-	states       sync.Pool // *reqState
+	share        tenantShare // each tenant's new claims, bounded by TenantIndexShare
+	states       sync.Pool   // *reqState
 
 	mu      sync.Mutex
 	cancel  context.CancelFunc

@@ -252,10 +252,3 @@ func (rt *Router) countUsage(b *backend, s *usageScanner) {
 		b.promptTokens.Add(float64(prompt))
 	}
 }
-
-func skipSpace(s []byte) []byte {
-	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t' || s[0] == '\n' || s[0] == '\r') {
-		s = s[1:]
-	}
-	return s
-}

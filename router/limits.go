@@ -1,0 +1,93 @@
+package router
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/kvmesh/kvmesh/tree"
+)
+
+// admit applies the limits on a routed body that cost nothing to check:
+// from one skim of the bytes, before the body is parsed, rendered or
+// hashed. In order: the model's length, whether any backend serves the
+// model (404: the most common mistake answers fastest), the cache_salt's
+// length, the number of messages, the number of JSON values. A body the
+// skim cannot follow is left to Render, which names its error, as long as
+// what was counted so far is within the limits.
+func (rt *Router) admit(ep Endpoint, body []byte) *APIError {
+	k1, k2 := listKeys(ep)
+	s := skimBody(body, k1, k2)
+	c := &rt.cfg
+	if s.ok && s.model != nil {
+		if len(s.model) > c.MaxModelBytes && (!s.modelEsc || len(s.model) > 6*c.MaxModelBytes) {
+			return errStringTooLong("model", len(s.model), c.MaxModelBytes)
+		}
+		switch {
+		case !s.modelEsc:
+			if len(s.model) > 0 && len(rt.models.lookupBytes(s.model)) == 0 {
+				return ErrModelNotFound(string(s.model))
+			}
+		default:
+			if model, ok := unescape(s.model, true); ok {
+				if len(model) > c.MaxModelBytes {
+					return errStringTooLong("model", len(model), c.MaxModelBytes)
+				}
+				if len(model) > 0 && len(rt.models.lookup(model)) == 0 {
+					return ErrModelNotFound(model)
+				}
+			}
+		}
+	}
+	if s.ok && s.salt != nil {
+		n := len(s.salt)
+		if s.saltEsc && n <= 6*c.MaxCacheSaltBytes {
+			if v, ok := unescape(s.salt, true); ok {
+				n = len(v)
+			}
+		}
+		if n > c.MaxCacheSaltBytes {
+			return errStringTooLong("cache_salt", n, c.MaxCacheSaltBytes)
+		}
+	}
+	items := s.items
+	if ep == EndpointCompletions || ep == EndpointEmbeddings {
+		items -= s.numbers // token ids are one prompt, not a list of them
+	}
+	if items > c.MaxMessages {
+		return &APIError{Status: http.StatusBadRequest, Type: TypeInvalidRequest, Param: k1, Code: "array_above_max_length",
+			Message: fmt.Sprintf("Invalid '%s': array too long. Expected an array with maximum length %d, but got an array with length %d instead.", k1, c.MaxMessages, items)}
+	}
+	if s.values > c.MaxJSONValues {
+		return &APIError{Status: http.StatusRequestEntityTooLarge, Type: TypeTooLarge, Code: "too_many_json_values",
+			Message: fmt.Sprintf("The request body holds more than %d JSON values (the limit is max_json_values).", c.MaxJSONValues)}
+	}
+	return nil
+}
+
+// errStringTooLong is OpenAI's answer to an over-long string parameter.
+func errStringTooLong(param string, n, limit int) *APIError {
+	return &APIError{Status: http.StatusBadRequest, Type: TypeInvalidRequest, Param: param, Code: "string_above_max_length",
+		Message: fmt.Sprintf("Invalid '%s': string too long. Expected a string with maximum length %d, but got a string with length %d instead.", param, limit, n)}
+}
+
+// thinLearn keeps at most max of ch's learn depths: evenly spaced over the
+// list, always with the deepest (the whole prompt, what the next turn of a
+// conversation extends).
+func thinLearn(ch *tree.Chain, max int) {
+	n := len(ch.Learn)
+	if n <= max {
+		return
+	}
+	if max == 1 {
+		ch.Learn[0] = ch.Learn[n-1]
+		ch.Learn = ch.Learn[:1]
+		return
+	}
+	// Keep index i*(n-1)/(max-1) for i in [0, max): strictly increasing
+	// (n > max), first and last included; writing in place never
+	// overwrites an index still to be read.
+	for i := 0; i < max; i++ {
+		ch.Learn[i] = ch.Learn[i*(n-1)/(max-1)]
+	}
+	ch.Learn = ch.Learn[:max]
+}
