@@ -2,6 +2,8 @@ package router
 
 import (
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,6 +37,11 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var status int
 	label := epOther
 	switch ep, routed := EndpointForPath(path); {
+	case hasDotSegment(path):
+		// Checked before the forwarding allowlist: /v1/../sim/fault starts
+		// with /v1/ but names a path the allowlist hides.
+		status = rt.fail(w, errBadRequest, &APIError{Status: http.StatusBadRequest, Type: TypeInvalidRequest, Code: "invalid_path",
+			Message: "The request path " + strconv.Quote(clip(path)) + " has a '.' or '..' segment; send the path without them."})
 	case routed:
 		label = labelOf(ep)
 		if r.Method != http.MethodPost {
@@ -68,6 +75,37 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt.metrics.request(label, status, rt.now().Sub(start))
 }
 
+// hasDotSegment reports whether a request path (as decoded by net/http)
+// has a "." or ".." segment, with '/' or '\\' as separators, also after
+// one more round of percent-decoding (for a backend that decodes twice).
+// Such paths are refused, never cleaned: a client of an OpenAI API has no
+// reason to send one.
+func hasDotSegment(path string) bool {
+	for round := 0; round < 2; round++ {
+		for rest := path; rest != ""; {
+			i := strings.IndexAny(rest, "/\\")
+			seg := rest
+			if i >= 0 {
+				seg, rest = rest[:i], rest[i+1:]
+			} else {
+				rest = ""
+			}
+			if seg == "." || seg == ".." {
+				return true
+			}
+		}
+		if !strings.Contains(path, "%") {
+			return false
+		}
+		p, err := url.PathUnescape(path)
+		if err != nil {
+			return false
+		}
+		path = p
+	}
+	return false
+}
+
 func methodNotAllowed(w http.ResponseWriter, allow string) int {
 	w.Header().Set("Allow", allow)
 	e := NewAPIError(http.StatusMethodNotAllowed, "", "Method not allowed; use %s.", allow)
@@ -96,7 +134,7 @@ func (rt *Router) fail(w http.ResponseWriter, kind errKind, e *APIError) int {
 func (rt *Router) serveRouted(w http.ResponseWriter, r *http.Request, ep Endpoint, start time.Time) int {
 	st := rt.getState()
 	defer rt.putState(st)
-	body, aerr := rt.readBody(st, r)
+	body, aerr := rt.readClientBody(w, st, r)
 	if aerr != nil {
 		return rt.fail(w, kindOf(aerr), aerr)
 	}
@@ -124,7 +162,7 @@ func (rt *Router) serveRouted(w http.ResponseWriter, r *http.Request, ep Endpoin
 func (rt *Router) serveForward(w http.ResponseWriter, r *http.Request, start time.Time) int {
 	st := rt.getState()
 	defer rt.putState(st)
-	body, aerr := rt.readBody(st, r)
+	body, aerr := rt.readClientBody(w, st, r)
 	if aerr != nil {
 		return rt.fail(w, kindOf(aerr), aerr)
 	}
@@ -158,7 +196,7 @@ func kindOf(e *APIError) errKind {
 	case e.Code == "string_above_max_length" || e.Code == "array_above_max_length" || e.Code == "too_many_json_values":
 		return errLimit
 	case e.Status == http.StatusRequestTimeout:
-		return errSlowBody
+		return errKindSlowBody
 	case e.Status == http.StatusRequestEntityTooLarge:
 		return errTooLarge
 	}

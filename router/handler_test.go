@@ -232,3 +232,27 @@ func TestAllBackendsDown503(t *testing.T) {
 		t.Error("Ready with every backend ejected")
 	}
 }
+
+// Paths with dot segments, plain or percent-encoded, are refused before
+// the forwarding allowlist: /v1/../sim/fault starts with the allowed /v1/
+// but names an engine endpoint the allowlist hides.
+func TestDotSegmentsRefused(t *testing.T) {
+	a := newFakeBackend(t, "a")
+	g := newRig(t, nil, a)
+	for _, p := range []string{"/v1/../sim/fault", "/v1/%2e%2e/sim/fault", "/v1/%2E./sim/fault", "/v1/./models",
+		"/v1/..%2fsim/fault", "/v1/..%5Csim/fault", "/v1/%252e%252e/sim/fault", "/v1/models/..", "/v1/chat/completions/.."} {
+		for _, method := range []string{"GET", "POST"} {
+			status, _, body := g.call(method, p, `{"model":"m1"}`)
+			if status != 400 || !strings.Contains(body, "invalid_path") {
+				t.Errorf("%s %s: %d %s", method, p, status, body)
+			}
+		}
+	}
+	if n := len(a.requests()); n != 0 {
+		t.Errorf("%d dot-segment requests reached the backend: %+v", n, a.requests())
+	}
+	// Dots inside a segment are fine.
+	if status, _, body := g.call("GET", "/v1/files/batch..v2.jsonl", ""); status != 200 {
+		t.Errorf("a file name with dots: %d %s", status, body)
+	}
+}

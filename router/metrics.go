@@ -55,7 +55,7 @@ const (
 	errScrape                        // GET /metrics on a backend failed
 	errTokenize                      // the tokenizer rejected a prompt (keyed by bytes instead)
 	errLimit                         // a configured limit refused the request (model or salt length, messages, JSON values)
-	errSlowBody                      // the body arrived slower than the minimum rate (408)
+	errKindSlowBody                  // the body arrived slower than the minimum rate (408)
 	numErrKinds
 )
 

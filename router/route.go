@@ -33,8 +33,9 @@ type reqState struct {
 	tokens  []uint32     // token mode: the prompt's ids
 	tokEnds []int        // token mode: message ends in tokens
 	seed    tree.Seed
-	tenant  uint64 // the tenant's hash, for its share of the index
-	routed  bool   // the request has a prompt (chain and lookup are valid)
+	tenant  uint64    // the tenant's hash, for its share of the index
+	pace    pacedBody // the body reader's pacing (see readClientBody)
+	routed  bool      // the request has a prompt (chain and lookup are valid)
 	model   string
 
 	// The outgoing request's reusable parts (see outgoingRequest).
@@ -123,6 +124,9 @@ func (rt *Router) readBody(st *reqState, r *http.Request) ([]byte, *APIError) {
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
 				return nil, ErrBodyTooLarge(limit)
+			}
+			if errors.Is(err, errSlowBody) {
+				return nil, errBodyTooSlow
 			}
 			return nil, NewAPIError(http.StatusBadRequest, "", "could not read the request body: %v", err)
 		}
