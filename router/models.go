@@ -139,10 +139,14 @@ func (rt *Router) discover(ctx context.Context, b *backend) {
 		rt.log.Debug().Str("backend", b.name).Err(err).Msg("model discovery failed")
 		return
 	}
-	if old := b.discovered.Load(); old != nil && sameModels(*old, models) {
+	old := b.discovered.Load()
+	if old != nil && sameModels(*old, models) {
 		return
 	}
 	b.discovered.Store(&models)
+	if old != nil && slices.EqualFunc(*old, models, func(x, y modelEntry) bool { return x.ID == y.ID }) {
+		return // the same models, new objects (vLLM stamps "created" on every answer): nothing to rebuild or tell
+	}
 	rt.models.rebuild(rt.backends)
 	ids := make([]string, len(models))
 	for i, m := range models {

@@ -2,9 +2,17 @@ package router
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/kvmesh/kvmesh/tree"
 )
 
 func TestParseModelsSkipsBadAndDuplicateEntries(t *testing.T) {
@@ -83,4 +91,35 @@ func FuzzParseModels(f *testing.F) {
 			seen[m.ID] = true
 		}
 	})
+}
+
+// A backend whose model objects change on every answer (vLLM stamps
+// "created" with the time of the request) is logged once, when its models
+// are first seen, not at every discovery; /v1/models still shows its
+// latest objects.
+func TestDiscoveryLogsChangesOnly(t *testing.T) {
+	var created atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `{"object":"list","data":[{"id":"m1","object":"model","created":%d}]}`, created.Add(1))
+	}))
+	defer srv.Close()
+	var logs bytes.Buffer
+	cfg := DefaultConfig()
+	cfg.Backends = []BackendConfig{{Name: "a", URL: srv.URL}}
+	ix, _ := tree.New(tree.Config{BlockTokens: 16, Capacity: 1024, MaxBackends: 16, EvictFraction: 0.25, SweepPerWrite: 1})
+	rt, err := New(cfg, Deps{Index: ix, Logger: zerolog.New(&logs).Level(zerolog.InfoLevel)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		rt.discover(context.Background(), rt.backends[0])
+	}
+	if n := strings.Count(logs.String(), "backend models discovered"); n != 1 {
+		t.Errorf("discovered logged %d times at info, want 1:\n%s", n, logs.String())
+	}
+	w := httptest.NewRecorder()
+	rt.ServeHTTP(w, httptest.NewRequest("GET", "/v1/models", nil))
+	if !strings.Contains(w.Body.String(), `"created":3`) {
+		t.Errorf("/v1/models does not show the latest object: %s", w.Body)
+	}
 }
