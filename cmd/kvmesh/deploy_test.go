@@ -7,12 +7,6 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
-
-	"github.com/kvmesh/kvmesh/mesh"
-	"github.com/kvmesh/kvmesh/router"
-	"github.com/kvmesh/kvmesh/transport"
-	"github.com/kvmesh/kvmesh/tree"
 )
 
 // recorder is a Registerer that remembers every metric name registered.
@@ -40,31 +34,7 @@ func (r *recorder) Unregister(prometheus.Collector) bool { return true }
 // Every kvmesh_* metric that the Grafana dashboard and the alert rules in
 // deploy/ query exists: renaming a metric without updating them fails here.
 func TestDeployDashboardsUseRealMetrics(t *testing.T) {
-	rec := &recorder{names: map[string]bool{}}
-	ix, err := tree.New(tree.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc := router.DefaultConfig()
-	rc.Backends = []router.BackendConfig{{Name: "b", URL: "http://127.0.0.1:1", Models: []string{"m"}}}
-	rt, err := router.New(rc, router.Deps{Index: ix, Registerer: rec, Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close()
-	net := transport.NewMemNetwork(1)
-	ep, err := net.Endpoint("n1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mc := mesh.DefaultConfig()
-	mc.Name, mc.DevMode = "n1", true
-	node, err := mesh.New(mc, mesh.Deps{Index: ix, Transport: ep, Registerer: rec, MemberTransport: nil})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer node.Close()
-
+	registered := registeredMetrics(t)
 	used := regexp.MustCompile(`kvmesh_[a-z_]+`)
 	for _, f := range []string{"../../deploy/grafana/kvmesh-dashboard.json", "../../deploy/prometheus/alerts.yaml", "../../deploy/prometheus/runbook.md", "../../README.md"} {
 		data, err := os.ReadFile(f)
@@ -76,7 +46,7 @@ func TestDeployDashboardsUseRealMetrics(t *testing.T) {
 			if strings.HasSuffix(base, "_") || strings.HasPrefix(base, "kvmesh_sim_") || strings.HasPrefix(base, "kvmesh_transport_") {
 				continue // a prefix in prose, or another process's metrics
 			}
-			if !rec.names[base] {
+			if !registered[base] {
 				t.Errorf("%s refers to %s, which no kvmesh component registers", f, name)
 			}
 		}
