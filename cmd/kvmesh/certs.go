@@ -27,8 +27,8 @@ func certsCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(flags.Output(), "Usage: kvmesh certs --nodes a,b,c [--dir certs]\n\nCreates a CA in --dir (or reuses the one there) and issues a certificate per node.\nFor dev and test clusters: production clusters should use their own PKI.")
 		flags.PrintDefaults()
 	}
-	if err := flags.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(flags, args, stdout, stderr); !ok {
+		return code
 	}
 	names := list(*nodes)
 	if len(names) == 0 {

@@ -29,8 +29,15 @@ type ServeConfig struct {
 	// ShutdownTimeout bounds the graceful shutdown: in-flight requests get
 	// this long to finish after SIGTERM. 60 s lets most streamed
 	// completions end; a Kubernetes pod's terminationGracePeriodSeconds
-	// should be longer.
+	// should be longer than DrainDelay plus this.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// DrainDelay: after SIGTERM, /readyz fails at once but the API
+	// listener keeps accepting for this long, so that load balancers and
+	// Kubernetes' endpoints see the node leave before it stops taking
+	// connections. 5 s covers an endpoints update and a balancer health
+	// check every few seconds; set it above your balancer's check interval
+	// times its failure count. A second signal ends it early.
+	DrainDelay time.Duration `yaml:"drain_delay"`
 }
 
 // NodeConfig names this router node.
@@ -80,15 +87,16 @@ type MeshConfig struct {
 	// QUICAdvertise is the QUIC address other nodes use, when QUIC binds a
 	// wildcard address.
 	QUICAdvertise string `yaml:"quic_advertise"`
-	// GossipKey encrypts serf gossip: 32 bytes, base64 (e.g. `openssl rand
-	// -base64 32`). Required unless Dev is set.
+	// GossipKey encrypts serf gossip: 32 bytes, base64 (`kvmesh
+	// gossip-key` makes one). Required unless Dev is set.
 	GossipKey string `yaml:"gossip_key"`
 	// TLS: the cluster CA and this node's certificate (its CommonName is the
 	// node name). `kvmesh certs` creates them for a dev or test cluster.
 	TLSCA   string `yaml:"tls_ca"`
 	TLSCert string `yaml:"tls_cert"`
 	TLSKey  string `yaml:"tls_key"`
-	// Dev allows a mesh without a gossip key, for a local cluster. Never in
+	// Dev allows a mesh without a gossip key, for a local cluster, and
+	// moves the listeners left at their defaults to loopback. Never in
 	// production: anyone who reaches the serf port can join.
 	Dev bool `yaml:"dev"`
 }
@@ -107,8 +115,9 @@ func DefaultServeConfig() ServeConfig {
 		Index:  IndexConfig{Capacity: tc.Capacity, BlockTokens: tc.BlockTokens, CheckpointTokens: tc.CheckpointTokens},
 		Router: router.DefaultConfig(),
 		// 7946 is serf's and memberlist's conventional port; QUIC on 7947.
-		Mesh:            MeshConfig{Bind: ":7946", QUIC: ":7947"},
+		Mesh:            MeshConfig{Bind: defaultBind, QUIC: defaultQUIC},
 		ShutdownTimeout: 60 * time.Second,
+		DrainDelay:      5 * time.Second,
 	}
 }
 
@@ -123,7 +132,7 @@ func loadConfigFile(path string, cfg *ServeConfig) error {
 	dec.KnownFields(true)
 	// An empty file (io.EOF) means "all defaults".
 	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("config %s: %w", path, err)
+		return fmt.Errorf("config %s: %w", path, humanizeYAMLError(err, data))
 	}
 	return nil
 }
@@ -166,13 +175,16 @@ func (c *ServeConfig) Validate() error {
 		add("log.format %q: want json or console", c.Log.Format)
 	}
 	if err := c.treeConfig().Validate(); err != nil {
-		add("index: %v", err)
+		add("index: %v", treeKeys.Replace(err.Error()))
 	}
 	if err := c.Router.Validate(); err != nil {
 		add("%v", err)
 	}
 	if c.ShutdownTimeout <= 0 {
 		add("shutdown_timeout must be positive")
+	}
+	if c.DrainDelay < 0 {
+		add("drain_delay must not be negative")
 	}
 	if c.Mesh.Enabled {
 		if err := c.Mesh.validate(); err != nil {
@@ -191,10 +203,68 @@ func (m *MeshConfig) validate() error {
 		errs = append(errs, fmt.Errorf("quic %q: %v", m.QUIC, err))
 	}
 	if m.GossipKey == "" && !m.Dev {
-		errs = append(errs, errors.New("gossip_key is required (32 bytes, base64: `openssl rand -base64 32`) unless dev mode is on"))
+		errs = append(errs, errors.New("gossip_key is required (32 bytes, base64: `kvmesh gossip-key` makes one) unless dev mode is on"))
 	}
 	if m.TLSCA == "" || m.TLSCert == "" || m.TLSKey == "" {
 		errs = append(errs, errors.New("tls_ca, tls_cert and tls_key are required (create a dev set with `kvmesh certs`)"))
 	}
 	return errors.Join(errs...)
+}
+
+// treeKeys names package tree's Config fields by their YAML keys in errors.
+var treeKeys = strings.NewReplacer("tree: ", "", "BlockTokens", "block_tokens", "CheckpointTokens", "checkpoint_tokens",
+	"Capacity", "capacity")
+
+// The mesh listeners' defaults: every interface, as a cluster needs. In
+// dev mode they become loopback (see devDefaults).
+const (
+	defaultBind = ":7946" // serf's and memberlist's conventional port
+	defaultQUIC = ":7947"
+)
+
+// devDefaults keeps a dev-mode mesh off the network: the listeners not set
+// by a flag or variable (bindSet, quicSet) and still at their wildcard
+// defaults move to loopback. A dev mesh has no gossip key: on every
+// interface, anyone who reaches the serf port could join it.
+func (m *MeshConfig) devDefaults(bindSet, quicSet bool) {
+	if !m.Dev {
+		return
+	}
+	if !bindSet && m.Bind == defaultBind {
+		m.Bind = "127.0.0.1" + defaultBind
+	}
+	if !quicSet && m.QUIC == defaultQUIC {
+		m.QUIC = "127.0.0.1" + defaultQUIC
+	}
+}
+
+// warnings are the risky settings serve logs loudly at start: a dev-mode
+// mesh without a gossip key listening beyond loopback.
+func (c *ServeConfig) warnings() []string {
+	m := &c.Mesh
+	if !c.Mesh.Enabled || !m.Dev || m.GossipKey != "" {
+		return nil
+	}
+	var out []string
+	for _, l := range []struct{ what, addr string }{{"serf gossip (--bind)", m.Bind}, {"QUIC replication (--quic-listen)", m.QUIC}} {
+		if !loopback(l.addr) {
+			out = append(out, fmt.Sprintf("DEV MODE ON A NETWORK: %s listens on %s, beyond loopback, and the mesh has no gossip key: "+
+				"anyone who reaches it can join the mesh and feed it claims. Bind to 127.0.0.1 or set --gossip-key (kvmesh gossip-key makes one).", l.what, l.addr))
+		}
+	}
+	return out
+}
+
+// loopback reports whether a listen address binds only a loopback
+// interface (a name such as localhost counts only if it is "localhost").
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -70,7 +70,7 @@ func TestConfigErrorsAreClear(t *testing.T) {
 		{args: []string{"--backends", "ftp://x"}, want: []string{"--backends", "http://"}},
 		{args: []string{"--backends", "http://a", "--log-level", "loud"}, want: []string{"log.level", "loud"}},
 		{args: []string{"--backends", "http://a", "--policy", "best"}, want: []string{"best"}},
-		{args: nil, env: map[string]string{"KVMESH_BACKENDS": "http://a", "KVMESH_INDEX_CAPACITY": "lots"}, want: []string{"KVMESH_INDEX_CAPACITY", "integer"}},
+		{args: nil, env: map[string]string{"KVMESH_BACKENDS": "http://a", "KVMESH_INDEX_CAPACITY": "lots"}, want: []string{"KVMESH_INDEX_CAPACITY", "whole number"}},
 		{args: []string{"--backends", "http://a", "--mesh"}, want: []string{"gossip_key is required", "tls_ca"}},
 		{args: []string{"--backends", "http://a", "--mesh", "--dev"}, want: []string{"tls_ca"}},
 		{args: []string{"stray"}, want: []string{"unexpected argument"}},
@@ -149,18 +149,29 @@ func TestUnknownCommand(t *testing.T) {
 	}
 }
 
-// The example configuration in deploy/ stays loadable: a doc that drifts
-// from the code fails here.
+// The example configuration in deploy/ runs as shipped: it loads, and a
+// node serves with it; a doc that drifts from the code fails here.
 func TestDeployExampleConfigLoads(t *testing.T) {
-	cfg, err := loadServeConfig([]string{"--config", "../../deploy/config/kvmesh.example.yaml", "--mesh=false"}, env(nil), io.Discard)
+	const example = "../../deploy/config/kvmesh.example.yaml"
+	cfg, err := loadServeConfig([]string{"--config", example}, env(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Node.Name != "router-1" || len(cfg.Router.Backends) != 2 || cfg.Router.ConfirmedTTL != 10*time.Minute || cfg.Index.Capacity != 1_000_000 {
-		t.Fatalf("%+v", cfg)
+	def := DefaultServeConfig()
+	if cfg.Node.Name != "router-1" || len(cfg.Router.Backends) != 2 || cfg.Router.ConfirmedTTL != 10*time.Minute || cfg.Index.Capacity != 1_000_000 ||
+		cfg.Router.MaxMessages != def.Router.MaxMessages || cfg.Router.KVMesh != def.Router.KVMesh || cfg.DrainDelay != def.DrainDelay {
+		t.Fatalf("the example's values are not the defaults it claims: %+v", cfg)
+	}
+	s, cancel, done := startServe(t, "--config", example)
+	if status("http://"+s.Admin+"/healthz") != 200 {
+		t.Error("a node with the example configuration does not serve")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 	// With the mesh on, the example's empty gossip key is refused.
-	if _, err := loadServeConfig([]string{"--config", "../../deploy/config/kvmesh.example.yaml"}, env(nil), io.Discard); err == nil || !strings.Contains(err.Error(), "gossip_key") {
+	if _, err := loadServeConfig([]string{"--config", example, "--mesh"}, env(nil), io.Discard); err == nil || !strings.Contains(err.Error(), "gossip_key") {
 		t.Fatalf("mesh without a gossip key: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,11 +13,14 @@ import (
 )
 
 // setting is one flag of `kvmesh serve`, also settable by the environment
-// variable KVMESH_<NAME> (upper case, dashes as underscores). Precedence:
-// flag > environment > config file > default.
+// variable KVMESH_<NAME> (upper case, dashes as underscores) and by its key
+// in the config file. Precedence: flag > environment > config file >
+// default.
 type setting struct {
 	name   string
+	key    string // the YAML key, e.g. "router.policy"
 	usage  string
+	get    func(cfg *ServeConfig) string // the value, for the help's defaults
 	apply  func(cfg *ServeConfig, v string) error
 	isBool bool // a switch: --dev means --dev=true
 }
@@ -35,19 +39,78 @@ func envName(flagName string) string {
 	return "KVMESH_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-func str(dst func(*ServeConfig) *string) func(*ServeConfig, string) error {
-	return func(c *ServeConfig, v string) error { *dst(c) = v; return nil }
+func strSetting(name, key, usage string, p func(*ServeConfig) *string) setting {
+	return setting{name: name, key: key, usage: usage,
+		get:   func(c *ServeConfig) string { return *p(c) },
+		apply: func(c *ServeConfig, v string) error { *p(c) = v; return nil }}
 }
 
-func boolean(dst func(*ServeConfig) *bool) func(*ServeConfig, string) error {
-	return func(c *ServeConfig, v string) error {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return fmt.Errorf("want true or false, got %q", v)
-		}
-		*dst(c) = b
-		return nil
-	}
+func boolSetting(name, key, usage string, p func(*ServeConfig) *bool) setting {
+	return setting{name: name, key: key, usage: usage, isBool: true,
+		get: func(c *ServeConfig) string { return strconv.FormatBool(*p(c)) },
+		apply: func(c *ServeConfig, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("want true or false, got %q", v)
+			}
+			*p(c) = b
+			return nil
+		}}
+}
+
+func intSetting(name, key, usage string, p func(*ServeConfig) *int) setting {
+	return setting{name: name, key: key, usage: usage,
+		get: func(c *ServeConfig) string { return strconv.Itoa(*p(c)) },
+		apply: func(c *ServeConfig, v string) error {
+			n, err := strconv.Atoi(strings.ReplaceAll(v, "_", ""))
+			if err != nil {
+				return fmt.Errorf("want a whole number, got %q", v)
+			}
+			*p(c) = n
+			return nil
+		}}
+}
+
+func int64Setting(name, key, usage string, p func(*ServeConfig) *int64) setting {
+	return setting{name: name, key: key, usage: usage,
+		get: func(c *ServeConfig) string { return strconv.FormatInt(*p(c), 10) },
+		apply: func(c *ServeConfig, v string) error {
+			n, err := strconv.ParseInt(strings.ReplaceAll(v, "_", ""), 10, 64)
+			if err != nil {
+				return fmt.Errorf("want a whole number, got %q", v)
+			}
+			*p(c) = n
+			return nil
+		}}
+}
+
+func floatSetting(name, key, usage string, p func(*ServeConfig) *float64) setting {
+	return setting{name: name, key: key, usage: usage,
+		get: func(c *ServeConfig) string { return strconv.FormatFloat(*p(c), 'g', -1, 64) },
+		apply: func(c *ServeConfig, v string) error {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return fmt.Errorf("want a number, got %q", v)
+			}
+			*p(c) = f
+			return nil
+		}}
+}
+
+func durationSetting(name, key, usage string, p func(*ServeConfig) *time.Duration) setting {
+	return setting{name: name, key: key, usage: usage,
+		get: func(c *ServeConfig) string { return p(c).String() },
+		apply: func(c *ServeConfig, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				if _, nerr := strconv.ParseFloat(v, 64); nerr == nil {
+					return fmt.Errorf("%s has no unit; write %ss (a duration takes a unit: ms, s, m or h)", v, v)
+				}
+				return fmt.Errorf("want a duration like 30s or 10m, got %q", v)
+			}
+			*p(c) = d
+			return nil
+		}}
 }
 
 func list(v string) []string {
@@ -77,95 +140,257 @@ func parseBackends(v string) ([]router.BackendConfig, error) {
 }
 
 var serveSettings = []setting{
-	{name: "node-name", usage: "this node's name, unique in the mesh (default: hostname)", apply: str(func(c *ServeConfig) *string { return &c.Node.Name })},
-	{name: "listen", usage: "API listener address (client traffic)", apply: str(func(c *ServeConfig) *string { return &c.Listen.API })},
-	{name: "admin-listen", usage: "admin listener address (/metrics, /healthz, /readyz, /debug/route, /admin/*)", apply: str(func(c *ServeConfig) *string { return &c.Listen.Admin })},
-	{name: "backends", usage: "comma-separated backends, each URL or name=URL (replaces the config file's list)", apply: func(c *ServeConfig, v string) error {
-		b, err := parseBackends(v)
-		if err == nil {
-			c.Router.Backends = b
-		}
-		return err
-	}},
-	{name: "policy", usage: "routing policy: " + strings.Join(router.PolicyNames(), ", "), apply: str(func(c *ServeConfig) *string { return &c.Router.Policy })},
-	{name: "tenant-header", usage: "request header naming the tenant", apply: str(func(c *ServeConfig) *string { return &c.Router.TenantHeader })},
-	{name: "index-capacity", usage: "claim index capacity in claims", apply: func(c *ServeConfig, v string) error {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return fmt.Errorf("want an integer, got %q", v)
-		}
-		c.Index.Capacity = n
-		return nil
-	}},
-	{name: "log-level", usage: "trace, debug, info, warn or error", apply: str(func(c *ServeConfig) *string { return &c.Log.Level })},
-	{name: "log-format", usage: "json or console", apply: str(func(c *ServeConfig) *string { return &c.Log.Format })},
-	{name: "shutdown-timeout", usage: "how long in-flight requests may take to finish after SIGTERM", apply: func(c *ServeConfig, v string) error {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			return fmt.Errorf("want a duration like 30s, got %q", v)
-		}
-		c.ShutdownTimeout = d
-		return nil
-	}},
-	{name: "mesh", usage: "join a mesh of router nodes", apply: boolean(func(c *ServeConfig) *bool { return &c.Mesh.Enabled }), isBool: true},
-	{name: "join", usage: "comma-separated seeds: host:port or DNS names (A or SRV records)", apply: func(c *ServeConfig, v string) error {
-		c.Mesh.Join = list(v)
-		return nil
-	}},
-	{name: "bind", usage: "serf membership listener (TCP+UDP)", apply: str(func(c *ServeConfig) *string { return &c.Mesh.Bind })},
-	{name: "advertise", usage: "serf address other nodes use (when --bind is a wildcard)", apply: str(func(c *ServeConfig) *string { return &c.Mesh.Advertise })},
-	{name: "quic-listen", usage: "QUIC listener for claim replication (UDP)", apply: str(func(c *ServeConfig) *string { return &c.Mesh.QUIC })},
-	{name: "quic-advertise", usage: "QUIC address other nodes use (when --quic-listen is a wildcard)", apply: str(func(c *ServeConfig) *string { return &c.Mesh.QUICAdvertise })},
-	{name: "gossip-key", usage: "serf gossip encryption key, 32 bytes base64 (required unless --dev)", apply: str(func(c *ServeConfig) *string { return &c.Mesh.GossipKey })},
-	{name: "tls-ca", usage: "cluster CA certificate (PEM)", apply: str(func(c *ServeConfig) *string { return &c.Mesh.TLSCA })},
-	{name: "tls-cert", usage: "this node's certificate (PEM; CommonName = node name)", apply: str(func(c *ServeConfig) *string { return &c.Mesh.TLSCert })},
-	{name: "tls-key", usage: "this node's private key (PEM)", apply: str(func(c *ServeConfig) *string { return &c.Mesh.TLSKey })},
-	{name: "dev", usage: "dev mode: allow a mesh without a gossip key (never in production)", apply: boolean(func(c *ServeConfig) *bool { return &c.Mesh.Dev }), isBool: true},
+	strSetting("node-name", "node.name", "this node's name, unique in the mesh (default: the hostname)", func(c *ServeConfig) *string { return &c.Node.Name }),
+	strSetting("listen", "listen.api", "API listener address (client traffic)", func(c *ServeConfig) *string { return &c.Listen.API }),
+	strSetting("admin-listen", "listen.admin", "admin listener address (/metrics, /healthz, /readyz, /debug/route, /admin/*)", func(c *ServeConfig) *string { return &c.Listen.Admin }),
+	{name: "backends", key: "router.backends", usage: "comma-separated backends, each URL or name=URL (replaces the config file's list)",
+		get: func(c *ServeConfig) string {
+			var parts []string
+			for _, b := range c.Router.Backends {
+				parts = append(parts, b.Name+"="+b.URL)
+			}
+			return strings.Join(parts, ",")
+		},
+		apply: func(c *ServeConfig, v string) error {
+			b, err := parseBackends(v)
+			if err == nil {
+				c.Router.Backends = b
+			}
+			return err
+		}},
+	strSetting("policy", "router.policy", "routing policy: "+strings.Join(router.PolicyNames(), ", "), func(c *ServeConfig) *string { return &c.Router.Policy }),
+	strSetting("tenant-header", "router.tenant_header", "request header naming the tenant", func(c *ServeConfig) *string { return &c.Router.TenantHeader }),
+	intSetting("index-capacity", "index.capacity", "claim index capacity in claims (~67 bytes each)", func(c *ServeConfig) *int { return &c.Index.Capacity }),
+	strSetting("log-level", "log.level", "trace, debug, info, warn or error", func(c *ServeConfig) *string { return &c.Log.Level }),
+	strSetting("log-format", "log.format", "json or console", func(c *ServeConfig) *string { return &c.Log.Format }),
+	durationSetting("shutdown-timeout", "shutdown_timeout", "how long in-flight requests may take to finish after SIGTERM", func(c *ServeConfig) *time.Duration { return &c.ShutdownTimeout }),
+	durationSetting("drain-delay", "drain_delay", "after SIGTERM, how long /readyz fails before the API listener closes (a second signal skips it)", func(c *ServeConfig) *time.Duration { return &c.DrainDelay }),
+
+	// Limits on what clients send.
+	int64Setting("max-body-bytes", "router.max_body_bytes", "largest request body (413 beyond)", func(c *ServeConfig) *int64 { return &c.Router.MaxBodyBytes }),
+	intSetting("max-model-bytes", "router.max_model_bytes", "longest \"model\" string (400 beyond)", func(c *ServeConfig) *int { return &c.Router.MaxModelBytes }),
+	intSetting("max-cache-salt-bytes", "router.max_cache_salt_bytes", "longest \"cache_salt\" string (400 beyond)", func(c *ServeConfig) *int { return &c.Router.MaxCacheSaltBytes }),
+	intSetting("max-messages", "router.max_messages", "most messages (prompt segments, input items) in a request (400 beyond)", func(c *ServeConfig) *int { return &c.Router.MaxMessages }),
+	intSetting("max-json-values", "router.max_json_values", "most JSON values in a routed request body (413 beyond)", func(c *ServeConfig) *int { return &c.Router.MaxJSONValues }),
+	intSetting("max-learn-positions", "router.max_learn_positions", "most claims one request learns (more are thinned)", func(c *ServeConfig) *int { return &c.Router.MaxLearnPositions }),
+	floatSetting("tenant-index-share", "router.tenant_index_share", "share of the index one tenant may fill with new claims per confirmed claim TTL (1: no bound)", func(c *ServeConfig) *float64 { return &c.Router.TenantIndexShare }),
+	durationSetting("body-read-timeout", "router.body_read_timeout", "time a request body may take, plus one second per --body-min-rate bytes (408 beyond)", func(c *ServeConfig) *time.Duration { return &c.Router.BodyReadTimeout }),
+	int64Setting("body-min-rate", "router.body_min_bytes_per_second", "slowest rate, in bytes per second, a request body may arrive at after --body-read-timeout", func(c *ServeConfig) *int64 { return &c.Router.BodyMinRate }),
+	intSetting("max-connections", "router.max_connections", "most open client connections on the API listener (0: no bound)", func(c *ServeConfig) *int { return &c.Router.MaxConnections }),
+
+	// Tuning of the policies.
+	floatSetting("cache-weight", "router.kvmesh.cache_weight", "kvmesh policy: price of a prompt unit the chosen backend must write to its cache", func(c *ServeConfig) *float64 { return &c.Router.KVMesh.CacheWeight }),
+	floatSetting("load-override-factor", "router.kvmesh.load_override_factor", "kvmesh policy: how much busier than the median a prefix holder may be before it loses the prefix", func(c *ServeConfig) *float64 { return &c.Router.KVMesh.LoadOverrideFactor }),
+	floatSetting("sglang-cache-threshold", "router.sglang_cache_aware.cache_threshold", "sglang_cache_aware: least matched share of the prompt that routes to the holder", func(c *ServeConfig) *float64 { return &c.Router.SGLang.CacheThreshold }),
+	floatSetting("sglang-balance-abs-threshold", "router.sglang_cache_aware.balance_abs_threshold", "sglang_cache_aware: in-flight difference that counts as imbalance", func(c *ServeConfig) *float64 { return &c.Router.SGLang.BalanceAbsThreshold }),
+	floatSetting("sglang-balance-rel-threshold", "router.sglang_cache_aware.balance_rel_threshold", "sglang_cache_aware: in-flight ratio that counts as imbalance", func(c *ServeConfig) *float64 { return &c.Router.SGLang.BalanceRelThreshold }),
+
+	// The mesh.
+	boolSetting("mesh", "mesh.enabled", "join a mesh of router nodes", func(c *ServeConfig) *bool { return &c.Mesh.Enabled }),
+	{name: "join", key: "mesh.join", usage: "comma-separated seeds: host:port or DNS names (A or SRV records)",
+		get:   func(c *ServeConfig) string { return strings.Join(c.Mesh.Join, ",") },
+		apply: func(c *ServeConfig, v string) error { c.Mesh.Join = list(v); return nil }},
+	strSetting("bind", "mesh.bind", "serf membership listener (TCP+UDP; 127.0.0.1:7946 with --dev)", func(c *ServeConfig) *string { return &c.Mesh.Bind }),
+	strSetting("advertise", "mesh.advertise", "serf address other nodes use (when --bind is a wildcard)", func(c *ServeConfig) *string { return &c.Mesh.Advertise }),
+	strSetting("quic-listen", "mesh.quic", "QUIC listener for claim replication (UDP; 127.0.0.1:7947 with --dev)", func(c *ServeConfig) *string { return &c.Mesh.QUIC }),
+	strSetting("quic-advertise", "mesh.quic_advertise", "QUIC address other nodes use (when --quic-listen is a wildcard)", func(c *ServeConfig) *string { return &c.Mesh.QUICAdvertise }),
+	strSetting("gossip-key", "mesh.gossip_key", "serf gossip encryption key, 32 bytes base64 (`kvmesh gossip-key` makes one; required unless --dev)", func(c *ServeConfig) *string { return &c.Mesh.GossipKey }),
+	strSetting("tls-ca", "mesh.tls_ca", "cluster CA certificate (PEM)", func(c *ServeConfig) *string { return &c.Mesh.TLSCA }),
+	strSetting("tls-cert", "mesh.tls_cert", "this node's certificate (PEM; CommonName = node name)", func(c *ServeConfig) *string { return &c.Mesh.TLSCert }),
+	strSetting("tls-key", "mesh.tls_key", "this node's private key (PEM)", func(c *ServeConfig) *string { return &c.Mesh.TLSKey }),
+	boolSetting("dev", "mesh.dev", "dev mode: a mesh without a gossip key, listening on loopback unless told otherwise (never in production)", func(c *ServeConfig) *bool { return &c.Mesh.Dev }),
 }
+
+// errHelp is returned (wrapping flag.ErrHelp) after the help was printed.
+var errHelp = fmt.Errorf("%w", flag.ErrHelp)
 
 // loadServeConfig builds the configuration from defaults, the config file
 // (--config or KVMESH_CONFIG), the environment and the flags, and validates
-// it.
+// it. Every problem is reported at once, each naming the flag, variable or
+// key it comes from. -h prints the flags with their defaults to out and
+// returns an error wrapping flag.ErrHelp.
 func loadServeConfig(args []string, getenv func(string) string, out io.Writer) (*ServeConfig, error) {
 	fs := flag.NewFlagSet("kvmesh serve", flag.ContinueOnError)
-	fs.SetOutput(out)
-	configPath := fs.String("config", getenv("KVMESH_CONFIG"), "YAML configuration file (env KVMESH_CONFIG)")
+	fs.SetOutput(io.Discard) // errors are returned, the help printed by serveUsage
+	configPath := fs.String("config", getenv("KVMESH_CONFIG"), "YAML configuration file")
 	values := make(map[string]*flagValue, len(serveSettings))
 	for _, s := range serveSettings {
 		values[s.name] = &flagValue{isBool: s.isBool}
-		fs.Var(values[s.name], s.name, s.usage+" (env "+envName(s.name)+")")
+		fs.Var(values[s.name], s.name, s.usage)
 	}
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: kvmesh serve [flags]\n\nFlags override environment variables, which override the config file.")
-		fs.PrintDefaults()
+	help, argErrs := checkArgs(fs, args)
+	if help {
+		serveUsage(out)
+		return nil, errHelp
 	}
-	if err := fs.Parse(args); err != nil {
+	if len(argErrs) > 0 {
+		return nil, errors.Join(argErrs...)
+	}
+	if err := fs.Parse(args); err != nil { // checkArgs has seen to it that it parses
 		return nil, err
 	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
 	cfg := DefaultServeConfig()
+	var errs []error
 	if *configPath != "" {
 		if err := loadConfigFile(*configPath, &cfg); err != nil {
-			return nil, err
+			errs = append(errs, err)
 		}
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	from := map[string]string{} // flag name -> where its value came from
 	for _, s := range serveSettings {
-		v, from := getenv(envName(s.name)), envName(s.name)
+		v, src := getenv(envName(s.name)), envName(s.name)
 		if set[s.name] {
-			v, from = values[s.name].v, "--"+s.name
+			v, src = values[s.name].v, "--"+s.name
 		} else if v == "" {
 			continue
 		}
+		from[s.name] = src
 		if err := s.apply(&cfg, v); err != nil {
-			return nil, fmt.Errorf("%s: %w", from, err)
+			errs = append(errs, fmt.Errorf("%s: %w", src, err))
 		}
 	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	cfg.Mesh.devDefaults(from["bind"] != "", from["quic-listen"] != "")
 	if err := cfg.Validate(); err != nil {
-		return nil, err
+		return nil, annotate(err, from)
 	}
 	return &cfg, nil
+}
+
+// checkArgs finds every problem with the command line before it is parsed
+// (the flag package stops at the first): unknown flags (with the nearest
+// known one), flags missing their value, stray arguments. help is true
+// when -h or --help is among them.
+func checkArgs(fs *flag.FlagSet, args []string) (help bool, errs []error) {
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			for _, rest := range args[i+1:] {
+				errs = append(errs, fmt.Errorf("unexpected argument %q", rest))
+			}
+			break
+		}
+		if len(a) < 2 || a[0] != '-' {
+			errs = append(errs, fmt.Errorf("unexpected argument %q (flags start with --)", a))
+			continue
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if name == "h" || name == "help" {
+			return true, nil
+		}
+		f := fs.Lookup(name)
+		if f == nil {
+			msg := fmt.Sprintf("unknown flag --%s", name)
+			if s := suggest(name, names); s != "" {
+				msg += fmt.Sprintf(" (did you mean --%s?)", s)
+			}
+			errs = append(errs, errors.New(msg))
+			if !hasValue && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
+				i++ // most likely its value
+			}
+			continue
+		}
+		if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && bf.IsBoolFlag() {
+			continue
+		}
+		if !hasValue {
+			if i+1 >= len(args) {
+				errs = append(errs, fmt.Errorf("--%s needs a value", name))
+			}
+			i++
+		}
+	}
+	return false, errs
+}
+
+// serveUsage prints the flags of serve with their defaults, environment
+// variables and config file keys.
+func serveUsage(w io.Writer) {
+	def := DefaultServeConfig()
+	fmt.Fprint(w, `Usage: kvmesh serve [flags]
+
+Runs a router node. Flags override environment variables (KVMESH_<FLAG>),
+which override the YAML config file, which overrides the defaults.
+
+  --config FILE
+        YAML configuration file (env KVMESH_CONFIG); deploy/config/kvmesh.example.yaml has every key
+`)
+	for _, s := range serveSettings {
+		arg := " VALUE"
+		if s.isBool {
+			arg = ""
+		}
+		fmt.Fprintf(w, "  --%s%s\n        %s\n        ", s.name, arg, s.usage)
+		if d := s.get(&def); d != "" && !(s.isBool && d == "false") {
+			fmt.Fprintf(w, "default %s; ", d)
+		}
+		fmt.Fprintf(w, "env %s; config %s\n", envName(s.name), s.key)
+	}
+}
+
+// annotate adds to each line of a validation error the flags of the
+// settings it names: where the value came from when a flag or variable set
+// it, which flags can set it otherwise.
+func annotate(err error, from map[string]string) error {
+	lines := strings.Split(err.Error(), "\n")
+	for i, line := range lines {
+		var srcs, flags []string
+		for _, s := range settingsNamedIn(line) {
+			if src := from[s.name]; src != "" {
+				srcs = append(srcs, src)
+			} else {
+				flags = append(flags, "--"+s.name)
+			}
+		}
+		switch {
+		case len(srcs) > 0:
+			lines[i] += " [from " + strings.Join(srcs, ", ") + "]"
+		case len(flags) > 0:
+			lines[i] += " [set with " + strings.Join(flags, ", ") + " or in the config file]"
+		}
+	}
+	return errors.New(strings.Join(lines, "\n"))
+}
+
+// settingsNamedIn returns the settings a message names: by their YAML key
+// ("listen.api"), the key as the validators write it ("router: policy",
+// "mesh: bind") or, for keys specific enough to stand alone
+// ("max_body_bytes", "gossip_key"), the key's last part; always as a whole
+// word.
+func settingsNamedIn(msg string) []setting {
+	var out []setting
+	for _, s := range serveSettings {
+		leaf := s.key[strings.LastIndexByte(s.key, '.')+1:]
+		if containsWord(msg, s.key) || containsWord(msg, strings.ReplaceAll(s.key, ".", ": ")) ||
+			(strings.Contains(leaf, "_") && containsWord(msg, leaf)) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// containsWord reports whether w occurs in s not as part of a longer
+// identifier.
+func containsWord(s, w string) bool {
+	ident := func(c byte) bool {
+		return c == '_' || c == '-' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+	}
+	for i := 0; ; {
+		j := strings.Index(s[i:], w)
+		if j < 0 {
+			return false
+		}
+		j += i
+		before, after := j == 0 || !ident(s[j-1]), j+len(w) == len(s) || !ident(s[j+len(w)])
+		if before && after {
+			return true
+		}
+		i = j + 1
+	}
 }

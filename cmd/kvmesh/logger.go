@@ -8,8 +8,11 @@ import (
 )
 
 // newLogger builds the process logger. Info level is quiet (lifecycle and
-// problems); debug logs one line per routing decision.
-func newLogger(cfg LogConfig, w io.Writer, node string) zerolog.Logger {
+// problems); debug logs one line per routing decision. It does not name
+// the node: serve adds "node" for its own and the router's lines, and the
+// mesh and the transport add it to theirs (once each: JSON with a key
+// twice is ambiguous).
+func newLogger(cfg LogConfig, w io.Writer) zerolog.Logger {
 	if cfg.Format == "console" {
 		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
 	}
@@ -17,5 +20,5 @@ func newLogger(cfg LogConfig, w io.Writer, node string) zerolog.Logger {
 	if err != nil {
 		level = zerolog.InfoLevel
 	}
-	return zerolog.New(w).Level(level).With().Timestamp().Str("node", node).Logger()
+	return zerolog.New(w).Level(level).With().Timestamp().Logger()
 }

@@ -3,6 +3,7 @@
 //	kvmesh serve   [flags]   run a router node (API + admin listeners, optional mesh)
 //	kvmesh certs   [flags]   create a CA and node certificates for a dev or test cluster
 //	kvmesh members [flags]   print a running node's mesh membership
+//	kvmesh gossip-key        print a new gossip encryption key
 //	kvmesh version
 //
 // Run `kvmesh <command> -h` for a command's flags.
@@ -36,6 +37,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return certsCommand(args[1:], stdout, stderr)
 	case "members":
 		return membersCommand(args[1:], stdout, stderr)
+	case "gossip-key":
+		return gossipKeyCommand(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "kvmesh", version)
 		return 0
@@ -55,6 +58,7 @@ Usage:
   kvmesh serve   [flags]   run a router node
   kvmesh certs   [flags]   create a CA and node certificates for a dev or test cluster
   kvmesh members [flags]   print a running node's mesh membership
+  kvmesh gossip-key        print a new gossip encryption key (for --gossip-key)
   kvmesh version           print the version
 
 Run 'kvmesh <command> -h' for the flags of a command.

@@ -16,12 +16,15 @@ import (
 // members`, from its admin listener's /admin/mesh.
 func membersCommand(args []string, stdout, stderr io.Writer) int {
 	flags := flag.NewFlagSet("kvmesh members", flag.ContinueOnError)
-	flags.SetOutput(stderr)
 	admin := flags.String("admin", envOr("KVMESH_ADMIN", "http://127.0.0.1:9090"), "the node's admin listener (env KVMESH_ADMIN)")
 	asJSON := flags.Bool("json", false, "print the whole /admin/mesh document as JSON")
 	timeout := flags.Duration("timeout", 5*time.Second, "request timeout")
-	if err := flags.Parse(args); err != nil {
-		return 2
+	flags.Usage = func() {
+		fmt.Fprintln(flags.Output(), "Usage: kvmesh members [--admin URL] [--json]\n\nPrints a running node's view of the mesh, like `serf members`.")
+		flags.PrintDefaults()
+	}
+	if code, ok := parseFlags(flags, args, stdout, stderr); !ok {
+		return code
 	}
 	base := strings.TrimSuffix(*admin, "/")
 	if !strings.Contains(base, "://") {

@@ -103,3 +103,32 @@ func TestReadmeMetricsMatchTheCode(t *testing.T) {
 		t.Errorf("%s is registered but not in the README's metrics list", n)
 	}
 }
+
+// Every flag of serve is in the README's flags table, and every flag the
+// table names exists.
+func TestReadmeFlagsMatchTheCode(t *testing.T) {
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := map[string]bool{"config": true}
+	for _, s := range serveSettings {
+		known[s.name] = true
+	}
+	inTable := map[string]bool{}
+	row := regexp.MustCompile("(?m)^\\| (`--[a-z-]+`.*?) \\|")
+	flagName := regexp.MustCompile("`--([a-z-]+)`")
+	for _, r := range row.FindAllStringSubmatch(string(data), -1) {
+		for _, f := range flagName.FindAllStringSubmatch(r[1], -1) {
+			inTable[f[1]] = true
+			if !known[f[1]] {
+				t.Errorf("README's flags table has --%s, which serve does not know", f[1])
+			}
+		}
+	}
+	for name := range known {
+		if !inTable[name] {
+			t.Errorf("--%s is missing from README's flags table", name)
+		}
+	}
+}

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
+	"golang.org/x/net/netutil"
 
 	"github.com/kvmesh/kvmesh/mesh"
 	"github.com/kvmesh/kvmesh/router"
@@ -25,36 +28,80 @@ import (
 )
 
 func serveCommand(args []string, stdout, stderr io.Writer) int {
-	cfg, err := loadServeConfig(args, os.Getenv, stderr)
+	cfg, err := loadServeConfig(args, os.Getenv, stdout)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
-		fmt.Fprintf(stderr, "kvmesh serve: %v\n", err)
+		printConfigError(stderr, "kvmesh serve", err, "kvmesh serve -h")
 		return 2
 	}
-	log := newLogger(cfg.Log, stderr, cfg.Node.Name)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	log := newLogger(cfg.Log, stderr)
+	// The first SIGTERM or interrupt starts the graceful shutdown; a second
+	// one skips what is left of the drain delay.
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(signals)
+	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	if err := serve(ctx, cfg, log, nil); err != nil {
-		log.Error().Err(err).Msg("kvmesh serve failed")
+	ready := make(chan serving, 1)
+	go func() {
+		<-signals
+		stop()
+		s := <-ready
+		<-signals
+		s.hurry()
+	}()
+	if err := serve(ctx, cfg, log, ready); err != nil {
+		log.Error().Str("node", cfg.Node.Name).Err(err).Msg("kvmesh serve failed")
 		return 1
 	}
 	return 0
 }
 
-// serving reports the addresses a running node listens on (tests use it to
-// find ports chosen by the kernel).
-type serving struct {
-	API, Admin string
+// printConfigError reports a configuration error, one problem per line.
+func printConfigError(w io.Writer, cmd string, err error, help string) {
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) == 1 {
+		fmt.Fprintf(w, "%s: %s\n", cmd, lines[0])
+	} else {
+		fmt.Fprintf(w, "%s: %d problems:\n", cmd, len(lines))
+		for _, l := range lines {
+			fmt.Fprintf(w, "  %s\n", l)
+		}
+	}
+	fmt.Fprintf(w, "Run '%s' for the flags.\n", help)
 }
 
+// serving reports the addresses a running node listens on (tests use it to
+// find ports chosen by the kernel) and ends the drain delay early.
+type serving struct {
+	API, Admin string
+	hurry      func() // ends the drain delay at once (a second signal)
+}
+
+// Limits of the admin listener, which serves operators and Prometheus,
+// not clients: 30 s reads a /debug/route body of max_body_bytes over any
+// network; idle connections (a scraper's keep-alive) close after 2 min; 256
+// connections is far more than its few users open.
+const (
+	adminReadTimeout    = 30 * time.Second
+	adminIdleTimeout    = 2 * time.Minute
+	adminMaxConnections = 256
+)
+
 // serve runs a node until ctx is done, then shuts down gracefully: the
-// node stops being ready, the API listener stops accepting and in-flight
+// node stops being ready, the API listener keeps accepting for DrainDelay
+// (so balancers see it leave first), then stops accepting and in-flight
 // requests get ShutdownTimeout to finish, the node leaves the mesh, and
 // everything closes. ready, if not nil, receives the listen addresses once
 // the node serves.
 func serve(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, ready chan<- serving) error {
+	meshLog := log // the mesh and its transport name the node themselves
+	log = log.With().Str("node", cfg.Node.Name).Logger()
+	for _, w := range cfg.warnings() {
+		log.Warn().Msg(w)
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
@@ -65,7 +112,7 @@ func serve(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, ready chan
 	var learner router.Learner
 	var node meshNode
 	if cfg.Mesh.Enabled {
-		node, err = newMeshNode(cfg, ix, log, reg)
+		node, err = newMeshNode(cfg, ix, meshLog, reg)
 		if err != nil {
 			return fmt.Errorf("mesh: %w", err)
 		}
@@ -89,6 +136,11 @@ func serve(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, ready chan
 		apiLn.Close()
 		return fmt.Errorf("admin listener: %w", err)
 	}
+	apiAddr, adminAddr := apiLn.Addr().String(), adminLn.Addr().String()
+	if n := cfg.Router.MaxConnections; n > 0 {
+		apiLn = netutil.LimitListener(apiLn, n) // past n, connections wait in the accept queue
+	}
+	adminLn = netutil.LimitListener(adminLn, adminMaxConnections)
 
 	var draining atomic.Bool
 	admin := http.NewServeMux()
@@ -103,12 +155,19 @@ func serve(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, ready chan
 	})
 	if node != nil {
 		admin.Handle("/admin/mesh", node.AdminHandler())
+	} else {
+		admin.HandleFunc("/admin/mesh", func(w http.ResponseWriter, r *http.Request) {
+			e := router.NewAPIError(http.StatusNotFound, "", "this node runs alone, without a mesh (start it with --mesh to join one)")
+			e.Code = "no_mesh"
+			e.WriteTo(w)
+		})
 	}
 	admin.Handle("/", routerAdmin)
 
 	apiSrv := &http.Server{Handler: rt, ReadHeaderTimeout: cfg.Router.ReadHeaderTimeout, IdleTimeout: cfg.Router.IdleTimeout,
 		ErrorLog: httpErrorLog(log, "api")}
-	adminSrv := &http.Server{Handler: admin, ReadHeaderTimeout: 10 * time.Second, ErrorLog: httpErrorLog(log, "admin")}
+	adminSrv := &http.Server{Handler: admin, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: adminReadTimeout,
+		IdleTimeout: adminIdleTimeout, ErrorLog: httpErrorLog(log, "admin")}
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -123,11 +182,13 @@ func serve(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, ready chan
 	errc := make(chan error, 2)
 	go func() { errc <- apiSrv.Serve(apiLn) }()
 	go func() { errc <- adminSrv.Serve(adminLn) }()
-	log.Info().Str("api", apiLn.Addr().String()).Str("admin", adminLn.Addr().String()).
+	log.Info().Str("api", apiAddr).Str("admin", adminAddr).
 		Int("backends", len(cfg.Router.Backends)).Str("policy", cfg.Router.Policy).Bool("mesh", node != nil).
 		Str("version", version).Msg("kvmesh serving")
+	hurry := make(chan struct{})
+	var hurryOnce sync.Once
 	if ready != nil {
-		ready <- serving{API: apiLn.Addr().String(), Admin: adminLn.Addr().String()}
+		ready <- serving{API: apiAddr, Admin: adminAddr, hurry: func() { hurryOnce.Do(func() { close(hurry) }) }}
 	}
 
 	var serveErr error
@@ -135,8 +196,19 @@ func serve(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, ready chan
 	case <-ctx.Done():
 	case serveErr = <-errc:
 	}
-	log.Info().Dur("timeout", cfg.ShutdownTimeout).Msg("shutting down: draining in-flight requests")
 	draining.Store(true)
+	if serveErr == nil && cfg.DrainDelay > 0 {
+		log.Info().Dur("drain_delay", cfg.DrainDelay).Msg("shutting down: /readyz fails; the API listener closes after the drain delay (a second signal skips it)")
+		delay := time.NewTimer(cfg.DrainDelay)
+		select {
+		case <-delay.C:
+		case <-hurry:
+			delay.Stop()
+		case serveErr = <-errc:
+			delay.Stop()
+		}
+	}
+	log.Info().Dur("timeout", cfg.ShutdownTimeout).Msg("shutting down: the API listener is closed; draining in-flight requests")
 	shutCtx, shutCancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer shutCancel()
 	if err := apiSrv.Shutdown(shutCtx); err != nil {

@@ -37,7 +37,7 @@ func fakeBackend(t *testing.T, delay time.Duration) *httptest.Server {
 
 func startServe(t *testing.T, args ...string) (serving, context.CancelFunc, <-chan error) {
 	t.Helper()
-	cfg, err := loadServeConfig(append([]string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--node-name", "t1"}, args...), env(nil), io.Discard)
+	cfg, err := loadServeConfig(append([]string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--node-name", "t1", "--drain-delay", "0s"}, args...), env(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
