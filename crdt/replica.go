@@ -38,27 +38,27 @@ type Replica struct {
 
 // Stats are a Replica's cumulative counters.
 type Stats struct {
-	LocalChanges      uint64 // claims and registry changes made here
-	MessagesSent      uint64 // messages returned by Outgoing
-	ClaimsSent        uint64 // claims in delta, full and repair messages
-	DeltasReceived    uint64
-	ClaimsReceived    uint64 // claims in received batches
-	ClaimsApplied     uint64 // the novel ones
-	ClaimsRejected    uint64 // expired, evicted, stale or invalid on arrival
-	Retransmits       uint64
-	FullSyncsStarted  uint64
-	FullSyncsDone     uint64 // transfers to peers completed (all chunks acked)
-	FullSyncsReceived uint64 // transfers from peers completed
-	DigestsSent       uint64
-	DigestMismatches  uint64 // digests that found differing buckets
-	BucketsRepaired   uint64 // buckets sent in repair messages
-	ClockClamps       uint64
-	ExpiryCaps        uint64 // received claims whose expiry was capped at their time + MaxTTL
-	FloorsIgnored     uint64 // eviction floors beyond what any honest node can produce
-	BackendsRejected  uint64 // registry entries this node could not register (claims on them skipped)
-	RepairsIgnored    uint64 // repair requests ignored while repairs for that peer were queued
-	UnknownSender     uint64 // messages from nodes that are not peers
-	Restarts          uint64 // peers seen with a new incarnation
+	LocalChanges      uint64 `json:"local_changes"` // claims and registry changes made here
+	MessagesSent      uint64 `json:"messages_sent"` // messages returned by Outgoing
+	ClaimsSent        uint64 `json:"claims_sent"`   // claims in delta, full and repair messages
+	DeltasReceived    uint64 `json:"deltas_received"`
+	ClaimsReceived    uint64 `json:"claims_received"` // claims in received batches
+	ClaimsApplied     uint64 `json:"claims_applied"`  // the novel ones
+	ClaimsRejected    uint64 `json:"claims_rejected"` // expired, evicted, stale or invalid on arrival
+	Retransmits       uint64 `json:"retransmits"`
+	FullSyncsStarted  uint64 `json:"full_syncs_started"`
+	FullSyncsDone     uint64 `json:"full_syncs_done"`     // transfers to peers completed (all chunks acked)
+	FullSyncsReceived uint64 `json:"full_syncs_received"` // transfers from peers completed
+	DigestsSent       uint64 `json:"digests_sent"`
+	DigestMismatches  uint64 `json:"digest_mismatches"` // digests that found differing buckets
+	BucketsRepaired   uint64 `json:"buckets_repaired"`  // buckets sent in repair messages
+	ClockClamps       uint64 `json:"clock_clamps"`
+	ExpiryCaps        uint64 `json:"expiry_caps"`       // received claims whose expiry was capped at their time + MaxTTL
+	FloorsIgnored     uint64 `json:"floors_ignored"`    // eviction floors beyond what any honest node can produce
+	BackendsRejected  uint64 `json:"backends_rejected"` // registry entries this node could not register (claims on them skipped)
+	RepairsIgnored    uint64 `json:"repairs_ignored"`   // repair requests ignored while repairs for that peer were queued
+	UnknownSender     uint64 `json:"unknown_sender"`    // messages from nodes that are not peers
+	Restarts          uint64 `json:"restarts"`          // peers seen with a new incarnation
 }
 
 // PeerStatus is the protocol state of one peer, for metrics and admin views.

@@ -9,17 +9,17 @@ type indexStats struct {
 
 // Stats are cumulative counters of an Index, for metrics.
 type Stats struct {
-	Claims      int    // occupied slots now
-	Capacity    int    // configured capacity
-	Backends    int    // registered backends
-	Inserted    uint64 // claims inserted
-	Replaced    uint64 // claims replaced by a dominating value
-	Coalesced   uint64 // refreshes skipped because they changed too little
-	Rejected    uint64 // claims rejected (expired, evicted, stale, invalid)
-	Swept       uint64 // dead claims reclaimed
-	Evicted     uint64 // claims reclaimed because the floor rose on a full index
-	FloorRaises uint64 // times the eviction floor rose
-	Floor       int64  // the eviction floor (expiry milliseconds)
+	Claims      int    `json:"claims"`       // occupied slots now
+	Capacity    int    `json:"capacity"`     // configured capacity
+	Backends    int    `json:"backends"`     // registered backends
+	Inserted    uint64 `json:"inserted"`     // claims inserted
+	Replaced    uint64 `json:"replaced"`     // claims replaced by a dominating value
+	Coalesced   uint64 `json:"coalesced"`    // refreshes skipped because they changed too little
+	Rejected    uint64 `json:"rejected"`     // claims rejected (expired, evicted, stale, invalid)
+	Swept       uint64 `json:"swept"`        // dead claims reclaimed
+	Evicted     uint64 `json:"evicted"`      // claims reclaimed because the floor rose on a full index
+	FloorRaises uint64 `json:"floor_raises"` // times the eviction floor rose
+	Floor       int64  `json:"floor"`        // the eviction floor (expiry milliseconds)
 }
 
 // Stats returns a snapshot of the counters.

@@ -157,7 +157,8 @@ func (s *syncBuffer) String() string {
 
 // A mesh node's JSON log lines name every key once ("node" was written
 // by serve, the mesh and the transport alike), and every line names the
-// node.
+// node; its admin documents have snake_case keys (the replica and index
+// stats were CamelCase).
 func TestJSONLogKeysOnce(t *testing.T) {
 	dir := t.TempDir()
 	if code := run([]string{"certs", "--dir", dir, "--nodes", "t1"}, io.Discard, io.Discard); code != 0 {
@@ -182,6 +183,14 @@ func TestJSONLogKeysOnce(t *testing.T) {
 		if err == nil {
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
+		}
+		// The admin documents spell their keys as the rest of the API does.
+		for _, path := range []string{"/admin/mesh", "/admin/backends"} {
+			var doc any
+			if err := json.Unmarshal([]byte(get(t, "http://"+s.Admin+path)), &doc); err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+			checkSnakeKeys(t, path, doc)
 		}
 	case err := <-done:
 		t.Fatalf("serve: %v", err)
@@ -231,4 +240,22 @@ func topLevelKeys(line string) ([]string, error) {
 		}
 	}
 	return keys, nil
+}
+
+// checkSnakeKeys fails on any object key with an upper-case letter.
+func checkSnakeKeys(t *testing.T, where string, v any) {
+	t.Helper()
+	switch v := v.(type) {
+	case map[string]any:
+		for k, e := range v {
+			if strings.ToLower(k) != k {
+				t.Errorf("%s: key %q is not snake_case", where, k)
+			}
+			checkSnakeKeys(t, where+"."+k, e)
+		}
+	case []any:
+		for _, e := range v {
+			checkSnakeKeys(t, where, e)
+		}
+	}
 }
