@@ -156,7 +156,8 @@ func (m *procMesh) start(t *testing.T, n *procNode) {
 	args := []string{"serve", "--node-name", n.name, "--listen", n.api, "--admin-listen", n.admin,
 		"--mesh", "--dev", "--bind", n.bind, "--quic-listen", n.quic, "--join", m.nodes[0].bind,
 		"--tls-ca", filepath.Join(m.dir, "ca.pem"), "--tls-cert", filepath.Join(m.dir, n.name+".pem"),
-		"--tls-key", filepath.Join(m.dir, n.name+"-key.pem"), "--backends", m.backends, "--log-level", "warn"}
+		"--tls-key", filepath.Join(m.dir, n.name+"-key.pem"), "--backends", m.backends, "--log-level", "warn",
+		"--drain-delay", "0s"} // no balancer to wait for: stop at once
 	n.start(t, m.bin, append(args, m.extra...)...)
 }
 
