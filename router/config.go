@@ -68,7 +68,8 @@ type Config struct {
 	// MaxJSONValues bounds the JSON values (strings, numbers, objects,
 	// arrays...) of a routed body; more get 413 before the body is parsed.
 	// Parsing costs per value: 32 MiB of tiny values would take the router
-	// seconds. 262,144 is twice a 128K-token prompt given as token ids.
+	// seconds. 262,144 is twice a 128K-token prompt given as token ids;
+	// raise it for models whose context takes longer prompts given as ids.
 	MaxJSONValues int `yaml:"max_json_values"`
 	// MaxLearnPositions bounds the depths at which one request learns
 	// claims; a longer list is thinned evenly, keeping the deepest. 512
