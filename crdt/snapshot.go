@@ -1,0 +1,209 @@
+package crdt
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/kvmesh/kvmesh/tree"
+)
+
+// A snapshot is the claim state of one node written down, so that a node
+// (or a whole mesh) restarted at once starts with what it knew instead of
+// an empty index. It holds every live claim with its timestamp, expiry,
+// origin and generation, the backend registry and the eviction floor, in
+// the wire encoding of claim batches, and is checked whole by a SHA-256
+// before anything is loaded: a truncated or corrupted file is refused, never
+// half-applied.
+//
+// Format, version 1:
+//
+//	"KVMSNAP1"              8 bytes: magic and version
+//	uvarint created         Unix ms when it was taken
+//	uvarint batches         how many batches follow
+//	batches                 each a uvarint length and a CBOR batch (as in messages),
+//	                        each with the whole registry, claims naming entries by position
+//	SHA-256                 32 bytes, of everything before
+const snapshotMagic = "KVMSNAP1"
+
+// SnapshotBatchClaims is how many claims go into one batch of a snapshot.
+const SnapshotBatchClaims = 1 << 16
+
+// MaxSnapshotBytes bounds what ParseSnapshot accepts: far more than a
+// node's largest index (~15 bytes a claim, 16 million claims).
+const MaxSnapshotBytes = 1 << 30
+
+// SnapshotInfo describes a snapshot.
+type SnapshotInfo struct {
+	Created  int64 // Unix ms
+	Claims   int
+	Backends int
+	Floor    int64
+	Bytes    int
+}
+
+// AppendSnapshot appends a snapshot of ix's live claims at now to dst. It
+// holds ix's writer lock while it walks the claims (about a millisecond per
+// 200,000 slots).
+func AppendSnapshot(dst []byte, ix *tree.Index, now int64) ([]byte, SnapshotInfo, error) {
+	start := len(dst)
+	reg := ix.Backends(nil)
+	info := SnapshotInfo{Created: now, Backends: len(reg), Floor: ix.Floor()}
+	var batches []Batch
+	cur := Batch{Backends: reg, Floor: info.Floor}
+	ix.Range(now, func(c *tree.Claim) bool {
+		if int(c.Backend) >= len(reg) {
+			return true // registered during the walk: next snapshot
+		}
+		cur.Claims = append(cur.Claims, WireClaim{Key: c.Key, Backend: uint32(c.Backend), Gen: c.Gen, Time: c.Time,
+			Expires: c.Expires, Origin: c.Origin})
+		if len(cur.Claims) == SnapshotBatchClaims {
+			batches = append(batches, cur)
+			cur = Batch{Backends: reg, Floor: info.Floor}
+		}
+		return true
+	})
+	if len(cur.Claims) > 0 || len(batches) == 0 {
+		batches = append(batches, cur)
+	}
+	dst = append(dst, snapshotMagic...)
+	dst = binary.AppendUvarint(dst, uint64(max(now, 0)))
+	dst = binary.AppendUvarint(dst, uint64(len(batches)))
+	var buf bytes.Buffer
+	for i := range batches {
+		info.Claims += len(batches[i].Claims)
+		w := toWire(&batches[i])
+		buf.Reset()
+		if err := encMode.NewEncoder(&buf).Encode(&w); err != nil {
+			return dst[:start], SnapshotInfo{}, fmt.Errorf("crdt: encode snapshot batch: %w", err)
+		}
+		dst = binary.AppendUvarint(dst, uint64(buf.Len()))
+		dst = append(dst, buf.Bytes()...)
+	}
+	sum := sha256.Sum256(dst[start:])
+	dst = append(dst, sum[:]...)
+	info.Bytes = len(dst) - start
+	return dst, info, nil
+}
+
+// Snapshot is a parsed, fully checked snapshot, not yet applied.
+type Snapshot struct {
+	Info    SnapshotInfo
+	batches []Batch
+}
+
+// ParseSnapshot checks data (its length, magic, checksum and every batch)
+// and decodes it. Any defect is an error; nothing is applied anywhere.
+func ParseSnapshot(data []byte) (*Snapshot, error) {
+	if len(data) > MaxSnapshotBytes {
+		return nil, fmt.Errorf("crdt: snapshot of %d bytes is over the %d-byte limit", len(data), MaxSnapshotBytes)
+	}
+	if len(data) < len(snapshotMagic)+sha256.Size {
+		return nil, fmt.Errorf("crdt: snapshot of %d bytes is truncated", len(data))
+	}
+	if string(data[:len(snapshotMagic)]) != snapshotMagic {
+		return nil, errors.New("crdt: not a kvmesh snapshot (or an unsupported version)")
+	}
+	body, sum := data[:len(data)-sha256.Size], data[len(data)-sha256.Size:]
+	if got := sha256.Sum256(body); !bytes.Equal(got[:], sum) {
+		return nil, errors.New("crdt: snapshot checksum mismatch (truncated or corrupted)")
+	}
+	r := body[len(snapshotMagic):]
+	next := func(what string) (uint64, error) {
+		v, k := binary.Uvarint(r)
+		if k <= 0 {
+			return 0, fmt.Errorf("crdt: snapshot: malformed %s", what)
+		}
+		r = r[k:]
+		return v, nil
+	}
+	created, err := next("creation time")
+	if err != nil {
+		return nil, err
+	}
+	n, err := next("batch count")
+	if err != nil {
+		return nil, err
+	}
+	if n > uint64(len(r)) { // every batch takes at least a byte
+		return nil, fmt.Errorf("crdt: snapshot claims %d batches in %d bytes", n, len(r))
+	}
+	s := &Snapshot{Info: SnapshotInfo{Created: int64(min(created, 1<<62)), Bytes: len(data)}}
+	for i := uint64(0); i < n; i++ {
+		size, err := next("batch length")
+		if err != nil {
+			return nil, err
+		}
+		if size > uint64(len(r)) {
+			return nil, fmt.Errorf("crdt: snapshot batch %d of %d bytes runs past the end", i, size)
+		}
+		var w wireBatch
+		if err := decMode.Unmarshal(r[:size], &w); err != nil {
+			return nil, fmt.Errorf("crdt: snapshot batch %d: %v", i, err)
+		}
+		r = r[size:]
+		var b Batch
+		if err := fromWire(&w, &b); err != nil {
+			return nil, fmt.Errorf("crdt: snapshot batch %d: %w", i, err)
+		}
+		s.Info.Claims += len(b.Claims)
+		s.Info.Backends = max(s.Info.Backends, len(b.Backends))
+		s.Info.Floor = max(s.Info.Floor, b.Floor)
+		s.batches = append(s.batches, b)
+	}
+	if len(r) != 0 {
+		return nil, fmt.Errorf("crdt: %d bytes after the snapshot's last batch", len(r))
+	}
+	return s, nil
+}
+
+// SnapshotApplied says what Apply did.
+type SnapshotApplied struct {
+	Claims   int // claims joined into the index
+	Rejected int // expired, evicted, older than what the index held, or of a backend that could not be registered
+	Backends int // registry entries joined (or already held)
+}
+
+// Apply joins the snapshot into ix at now: the registry entries, the floor
+// (unless it is beyond now + maxTTL, which no honest clock produces), and
+// every claim still alive at now, with expiries capped at maxTTL from their
+// timestamps. Joining is idempotent: what the index already holds wins
+// where it dominates.
+func (s *Snapshot) Apply(ix *tree.Index, now int64, maxTTL int64) SnapshotApplied {
+	var out SnapshotApplied
+	var claims []tree.Claim
+	for bi := range s.batches {
+		b := &s.batches[bi]
+		ids := make([]tree.BackendID, len(b.Backends))
+		ok := make([]bool, len(b.Backends))
+		for i, e := range b.Backends {
+			id, _, err := ix.JoinBackend(e)
+			if err != nil {
+				continue
+			}
+			ids[i], ok[i] = id, true
+			if bi == 0 {
+				out.Backends++
+			}
+		}
+		if b.Floor > ix.Floor() && b.Floor <= now+maxTTL {
+			ix.RaiseFloor(b.Floor, now)
+		}
+		claims = claims[:0]
+		for _, w := range b.Claims {
+			if !ok[w.Backend] {
+				out.Rejected++
+				continue
+			}
+			c := tree.Claim{Key: w.Key, Backend: ids[w.Backend], Gen: w.Gen, Time: w.Time, Expires: w.Expires, Origin: w.Origin}
+			c.Expires = min(c.Expires, c.Time.Millis()+maxTTL)
+			claims = append(claims, c)
+		}
+		changed, counts := ix.UpsertBatch(claims, now, nil)
+		out.Claims += len(changed)
+		out.Rejected += counts[tree.RejectedExpired] + counts[tree.RejectedEvicted] + counts[tree.RejectedStale] + counts[tree.RejectedInvalid]
+	}
+	return out
+}
