@@ -19,6 +19,8 @@ import (
 // meshNode is what serve needs of a mesh node (*mesh.Node).
 type meshNode interface {
 	router.Learner
+	router.PeerLoad
+	SetLoadSource(mesh.LoadSource)
 	Start(ctx context.Context) error
 	Leave() error
 	Close() error

@@ -110,6 +110,7 @@ func serve(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, ready chan
 		return err
 	}
 	var learner router.Learner
+	var peers router.PeerLoad
 	var node meshNode
 	if cfg.Mesh.Enabled {
 		node, err = newMeshNode(cfg, ix, meshLog, reg)
@@ -117,13 +118,16 @@ func serve(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, ready chan
 			return fmt.Errorf("mesh: %w", err)
 		}
 		defer node.Close()
-		learner = node // the mesh registers the kvmesh_index_* metrics too
+		learner, peers = node, node // the mesh registers the kvmesh_index_* metrics too
 	} else {
 		reg.MustRegister(mesh.NewIndexCollector(ix))
 	}
-	rt, err := router.New(cfg.Router, router.Deps{Index: ix, Learner: learner, Logger: log, Registerer: reg})
+	rt, err := router.New(cfg.Router, router.Deps{Index: ix, Learner: learner, Peers: peers, Logger: log, Registerer: reg})
 	if err != nil {
 		return err
+	}
+	if node != nil {
+		node.SetLoadSource(rt) // the load channel tells the peers what this node booked
 	}
 	defer rt.Close()
 

@@ -19,9 +19,17 @@ const (
 	// StateLocal: each node keeps its own claims (NewLocalLearner each), as
 	// independent replicas behind an L4 balancer do without a mesh.
 	StateLocal State = "local"
-	// StateMesh: nodes replicate claims through kvmesh's mesh.
+	// StateMesh: nodes replicate claims through kvmesh's mesh and share
+	// their bookings over its load channel (the default).
 	StateMesh State = "mesh"
+	// StateClaims: nodes replicate claims through the mesh but do not share
+	// bookings (mesh.Config.ShareLoad off): each sees only the prefill it
+	// queued itself, as before the load channel. For comparison.
+	StateClaims State = "claims"
 )
+
+// meshed says whether the arm's nodes run a mesh.
+func (a Arm) meshed() bool { return a.Nodes > 1 && (a.State == StateMesh || a.State == StateClaims) }
 
 // Arm is one way of routing that the harness measures.
 type Arm struct {
@@ -42,8 +50,8 @@ type Arm struct {
 
 // ParseArm reads an arm spec: a policy name, optionally with "+words"
 // (token mode, see Arm.Tokens), optionally followed by ":<nodes>" and
-// ":mesh" or ":local" (default local), e.g. "kvmesh", "oracle",
-// "kvmesh:8:mesh", "kvmesh:3:local", "kvmesh+words".
+// ":mesh", ":claims" or ":local" (default local), e.g. "kvmesh", "oracle",
+// "kvmesh:8:mesh", "kvmesh:8:claims", "kvmesh:3:local", "kvmesh+words".
 func ParseArm(spec string) (Arm, error) {
 	parts := strings.Split(strings.TrimSpace(spec), ":")
 	a := Arm{Policy: parts[0], Nodes: 1}
@@ -55,7 +63,7 @@ func ParseArm(spec string) (Arm, error) {
 			strings.Join(router.PolicyNames(), ", "), PolicyOracle)
 	}
 	if len(parts) > 3 {
-		return Arm{}, fmt.Errorf("bench: arm %q: want policy[:nodes[:mesh|local]]", spec)
+		return Arm{}, fmt.Errorf("bench: arm %q: want policy[:nodes[:mesh|claims|local]]", spec)
 	}
 	if len(parts) >= 2 {
 		n, err := strconv.Atoi(parts[1])
@@ -69,10 +77,10 @@ func ParseArm(spec string) (Arm, error) {
 	}
 	if len(parts) == 3 {
 		switch State(parts[2]) {
-		case StateLocal, StateMesh:
+		case StateLocal, StateMesh, StateClaims:
 			a.State = State(parts[2])
 		default:
-			return Arm{}, fmt.Errorf("bench: arm %q: state must be mesh or local, got %q", spec, parts[2])
+			return Arm{}, fmt.Errorf("bench: arm %q: state must be mesh, claims or local, got %q", spec, parts[2])
 		}
 	}
 	if a.Policy == PolicyOracle && a.Nodes != 1 {
@@ -82,7 +90,7 @@ func ParseArm(spec string) (Arm, error) {
 	if a.Tokens {
 		a.Name += "+words"
 	}
-	if a.Nodes > 1 || a.State == StateMesh {
+	if a.Nodes > 1 || a.State == StateMesh || a.State == StateClaims {
 		a.Name = fmt.Sprintf("%s x%d %s", a.Name, a.Nodes, a.State)
 	}
 	return a, nil

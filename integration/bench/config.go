@@ -124,7 +124,7 @@ func (c *Config) Validate() error {
 		if a.Nodes < 1 {
 			errs = append(errs, fmt.Errorf("bench: arm %q has %d nodes", a.Name, a.Nodes))
 		}
-		if a.State == StateMesh && c.Mesh == nil {
+		if a.meshed() && c.Mesh == nil {
 			errs = append(errs, fmt.Errorf("bench: arm %q needs a mesh, and Config.Mesh is nil", a.Name))
 		}
 	}

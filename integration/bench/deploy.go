@@ -13,14 +13,23 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/rs/zerolog"
 
+	"github.com/kvmesh/kvmesh/mesh"
 	"github.com/kvmesh/kvmesh/router"
 	"github.com/kvmesh/kvmesh/tree"
 )
 
 // SharedState builds the learners of n router nodes that share claims (the
-// mesh), each writing into its node's index. close stops whatever it
-// started. InMemoryMesh is kvmesh's.
-type SharedState func(ctx context.Context, indexes []*tree.Index, log zerolog.Logger) (learners []router.Learner, close func() error, err error)
+// mesh), each writing into its node's index; with shareLoad the nodes also
+// share their bookings (a learner that does is a router.PeerLoad and takes
+// its router through SetLoadSource). close stops whatever it started.
+// InMemoryMesh is kvmesh's.
+type SharedState func(ctx context.Context, indexes []*tree.Index, shareLoad bool, log zerolog.Logger) (learners []router.Learner, close func() error, err error)
+
+// loadSharer is a learner that shares its router's bookings (mesh.Node).
+type loadSharer interface {
+	router.PeerLoad
+	SetLoadSource(mesh.LoadSource)
+}
 
 // deployment is one arm's router nodes in front of one fleet.
 type deployment struct {
@@ -97,11 +106,11 @@ func deploy(ctx context.Context, cfg *Config, arm Arm, fleet Fleet) (_ *deployme
 	d.indexes = indexes
 	learners := make([]router.Learner, arm.Nodes)
 	switch {
-	case arm.Nodes > 1 && arm.State == StateMesh:
+	case arm.meshed():
 		if cfg.Mesh == nil {
 			return nil, errors.New("bench: mesh arms need Config.Mesh (package mesh is not wired in)")
 		}
-		if learners, d.closeFn, err = cfg.Mesh(ctx, indexes, cfg.Logger); err != nil {
+		if learners, d.closeFn, err = cfg.Mesh(ctx, indexes, arm.State == StateMesh, cfg.Logger); err != nil {
 			return nil, fmt.Errorf("bench: starting the mesh: %w", err)
 		}
 	default:
@@ -136,9 +145,16 @@ func deploy(ctx context.Context, cfg *Config, arm Arm, fleet Fleet) (_ *deployme
 		if arm.Tokens {
 			deps.Tokenizer = router.WordTokenizer{}
 		}
+		ls, sharing := learners[i].(loadSharer)
+		if sharing {
+			deps.Peers = ls
+		}
 		rt, err := router.New(rc, deps)
 		if err != nil {
 			return nil, err
+		}
+		if sharing {
+			ls.SetLoadSource(rt)
 		}
 		n := &routerNode{rt: rt, reg: reg, done: make(chan struct{})}
 		d.nodes = append(d.nodes, n)

@@ -17,13 +17,14 @@ import (
 )
 
 // InMemoryMesh is the SharedState of mesh arms: the router nodes join one
-// kvmesh mesh inside this process, replicating claims over an in-memory
-// network (transport.MemNetwork: no loss, no delay) with serf gossip over
-// meshtest.MemberNetwork at mesh.LocalTimings, and mesh defaults for
-// everything else (10 ms flushes, 2 s anti-entropy). It returns once every
-// node replicates with every other.
+// kvmesh mesh inside this process, replicating claims (and with shareLoad
+// their bookings) over an in-memory network (transport.MemNetwork: no
+// loss, no delay) with serf gossip over meshtest.MemberNetwork at
+// mesh.LocalTimings, and mesh defaults for everything else (10 ms flushes
+// and load ticks, 2 s anti-entropy). It returns once every node replicates
+// with every other.
 func InMemoryMesh() SharedState {
-	return func(ctx context.Context, indexes []*tree.Index, log zerolog.Logger) ([]router.Learner, func() error, error) {
+	return func(ctx context.Context, indexes []*tree.Index, shareLoad bool, log zerolog.Logger) ([]router.Learner, func() error, error) {
 		net := transport.NewMemNetwork(1)
 		mnet := meshtest.NewMemberNetwork(7946)
 		names := make([]string, len(indexes))
@@ -53,6 +54,7 @@ func InMemoryMesh() SharedState {
 			cfg := mesh.DefaultConfig()
 			cfg.Name = names[i]
 			cfg.DevMode = true // in-process: nothing to encrypt against
+			cfg.ShareLoad = shareLoad
 			cfg.Membership = mesh.LocalTimings()
 			cfg.JoinBackoffMin, cfg.JoinBackoffMax = 50*time.Millisecond, 500*time.Millisecond
 			cfg.Seeds = []string{mnet.Addr(names[0])}
