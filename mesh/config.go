@@ -152,12 +152,16 @@ type Config struct {
 	ShareLoad bool
 
 	// LoadInterval is how often the load loop compares this node's bookings
-	// with what its peers were last told, and sends the difference: the
-	// coalescing window of the load channel. 10 ms, like FlushInterval: a
-	// prefill takes tens of ms at least, so peers see a booking long before
-	// it is released, and a busy node's changes of one window share one
-	// message.
+	// with what its peers were last told, and sends the difference, when
+	// nothing woke it earlier. The router wakes it at every dispatch and
+	// first byte (BookingsChanged), so this is a safety net. 10 ms.
 	LoadInterval time.Duration
+	// LoadMinGap is the least time between two sends the router's wake-ups
+	// cause: the coalescing window under load. Two nodes that route within
+	// the window of each other's send may pick the same idle backend, so it
+	// is short; a node routing hundreds of requests a second still sends at
+	// most 1/LoadMinGap messages per peer. 2 ms (at most 500 per second).
+	LoadMinGap time.Duration
 	// LoadLazyDelay: a change of in-flight counts alone (a request ended)
 	// waits up to this long for company before it is sent. Decoding
 	// requests weigh little in the cost, and this keeps the channel near
@@ -309,6 +313,7 @@ func DefaultConfig() Config {
 		LearnQueue:          1 << 16,
 		ShareLoad:           true,
 		LoadInterval:        10 * time.Millisecond,
+		LoadMinGap:          2 * time.Millisecond,
 		LoadLazyDelay:       100 * time.Millisecond,
 		LoadRefresh:         500 * time.Millisecond,
 		LoadFresh:           1500 * time.Millisecond,
@@ -420,8 +425,8 @@ func (c Config) Validate() error {
 	if c.Membership.GossipToTheDeadTime < 0 || c.Membership.DeadNodeReclaimTime < 0 || c.Membership.LeavePropagateDelay < 0 {
 		add("Membership.GossipToTheDeadTime, DeadNodeReclaimTime and LeavePropagateDelay must not be negative")
 	}
-	if c.LoadLazyDelay < 0 {
-		add("LoadLazyDelay must not be negative, got %v", c.LoadLazyDelay)
+	if c.LoadLazyDelay < 0 || c.LoadMinGap < 0 {
+		add("LoadLazyDelay and LoadMinGap must not be negative, got %v and %v", c.LoadLazyDelay, c.LoadMinGap)
 	}
 	if c.LoadMaxAge <= c.LoadFresh {
 		add("LoadMaxAge (%v) must exceed LoadFresh (%v)", c.LoadMaxAge, c.LoadFresh)

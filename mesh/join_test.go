@@ -157,8 +157,13 @@ func TestJoinBeforeSeedsExist(t *testing.T) {
 	r.set("n01.kvmesh.test", ip("n01"))
 	n2 := c.start("n02")
 	c.waitMesh(20 * time.Second)
-	if counterValue(n2.n.m.joins.WithLabelValues("ok")) != 1 {
-		t.Errorf("n02 joined %v times through SRV, want 1", counterValue(n2.n.m.joins.WithLabelValues("ok")))
+	// The mesh can form while n02's Join call is still returning: wait for
+	// the count rather than read it at once.
+	waitFor(t, 10*time.Second, "n02's join through SRV to be counted", func() bool {
+		return counterValue(n2.n.m.joins.WithLabelValues("ok")) >= 1
+	})
+	if got := counterValue(n2.n.m.joins.WithLabelValues("ok")); got != 1 {
+		t.Errorf("n02 joined %v times through SRV, want 1", got)
 	}
 	if counterValue(n1.n.m.joins.WithLabelValues("ok")) != 1 && counterValue(n0.n.m.joins.WithLabelValues("ok")) != 1 {
 		t.Error("neither n00 nor n01 reports a successful join")

@@ -60,6 +60,17 @@ func (n *Node) PeerLoad(id tree.BackendID) (units, requests, inFlight float64) {
 	return n.loads.sum(id)
 }
 
+// BookingsChanged wakes the load loop to ship this node's bookings now (a
+// request was dispatched or got its first byte), instead of at its next
+// LoadInterval poll. It never blocks; calls while a send is pending merge.
+// It implements the router's PeerLoad.
+func (n *Node) BookingsChanged() {
+	select {
+	case n.loadKick <- struct{}{}:
+	default:
+	}
+}
+
 // MeshShare is this node's share of the requests the mesh routes (1 alone),
 // from the routing rates the nodes report. The router scales what it
 // counts itself (hot prefixes) by it to estimate the mesh's totals.
@@ -86,18 +97,31 @@ type idBooking struct {
 	b  booking
 }
 
-// loadLoop runs the load channel's sending side until ctx is done.
+// loadLoop runs the load channel's sending side until ctx is done: a
+// poll every LoadInterval, and a send as soon as the router says its
+// bookings changed, but not sooner than LoadMinGap after the previous one
+// (a busy node's changes of that span then share one message).
 func (n *Node) loadLoop(ctx context.Context) {
 	defer n.wg.Done()
 	t := time.NewTicker(n.cfg.LoadInterval)
 	defer t.Stop()
+	var last time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			n.loadTick(n.nowMs())
+		case <-n.loadKick:
+			if wait := n.cfg.LoadMinGap - time.Since(last); wait > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(wait):
+				}
+			}
 		}
+		last = time.Now()
+		n.loadTick(n.nowMs())
 	}
 }
 

@@ -144,3 +144,19 @@ func TestLoadChannelReceiveOnly(t *testing.T) {
 		t.Fatal("n01 reports sharing with ShareLoad off")
 	}
 }
+
+// With the poll and the snapshots far apart, the router's wake-up alone
+// ships a booking.
+func TestLoadChannelSendsOnWakeUp(t *testing.T) {
+	c, srcs := startLoadCluster(t, 2, func(cfg *Config) {
+		cfg.LoadInterval = time.Hour
+		cfg.LoadRefresh = time.Hour
+		cfg.LoadFresh, cfg.LoadMaxAge = time.Hour, 2*time.Hour
+	})
+	a, b := c.node("n00"), c.node("n01")
+	// The first snapshot (with names) goes out when the peer joins.
+	waitFor(t, 10*time.Second, "n01 to hear n00's first snapshot", func() bool { return len(b.n.Admin().Load.Peers) == 1 })
+	srcs[0].book(3, 4_000, 1, 1)
+	a.n.BookingsChanged()
+	waitFor(t, 10*time.Second, "n01 to see the booking", func() bool { u, _, _ := peerUnits(b, "b3"); return u == 4_000 })
+}

@@ -146,9 +146,11 @@ func TestLateJoinerGetsFullState(t *testing.T) {
 	took := c.waitConverged(20 * time.Second)
 	t.Logf("late joiner converged in %v", took.Round(time.Millisecond))
 	c.checkRoutable(ls)
-	if st := late.n.stats(); st.FullSyncsReceived < 3 {
-		t.Errorf("late joiner completed %d full-state transfers, want one from each of 3 peers", st.FullSyncsReceived)
-	}
+	// The state converges with the first transfer; the others may still be
+	// finishing.
+	waitFor(t, 20*time.Second, "a full-state transfer from each of the 3 peers", func() bool {
+		return late.n.stats().FullSyncsReceived >= 3
+	})
 }
 
 // TestPartitionHeals: replication is cut between two halves (serf still

@@ -123,6 +123,7 @@ type Node struct {
 	loadSrc    atomic.Pointer[loadSourceBox]
 	loadOut    atomic.Pointer[[]*sender] // every alive member's sender
 	loadJoined atomic.Bool               // members joined: send a snapshot now
+	loadKick   chan struct{}             // the router's bookings changed
 	loadMu     sync.Mutex                // guards loads and lp
 	loads      *loadTable
 	lp         loadPublisher
@@ -161,6 +162,7 @@ func New(cfg Config, deps Deps) (*Node, error) {
 		log:        deps.Logger.With().Str("component", "mesh").Str("node", cfg.Name).Logger(),
 		clock:      deps.Now,
 		kick:       make(chan struct{}, 1),
+		loadKick:   make(chan struct{}, 1),
 		serfEvents: make(chan serf.Event, 1024),
 		senders:    make(map[string]*sender),
 	}

@@ -34,6 +34,9 @@ type backend struct {
 	// arrived yet (see pendingPrefill).
 	pendingUnits    atomic.Int64
 	pendingRequests atomic.Int64
+	// booked, if set, is told every change of the pending counts (the
+	// mesh's load channel ships them at once: PeerLoad.BookingsChanged).
+	booked func()
 
 	// healthy is false while the backend is ejected.
 	healthy atomic.Bool
@@ -142,6 +145,9 @@ func (b *backend) addPending(units int) pendingPrefill {
 	u := int64(max(units, 0))
 	b.pendingUnits.Add(u)
 	b.pendingRequests.Add(1)
+	if b.booked != nil {
+		b.booked()
+	}
 	return pendingPrefill{b: b, units: u}
 }
 
@@ -152,6 +158,9 @@ func (p *pendingPrefill) release() {
 	}
 	p.b.pendingUnits.Add(-p.units)
 	p.b.pendingRequests.Add(-1)
+	if p.b.booked != nil {
+		p.b.booked()
+	}
 	p.b = nil
 }
 

@@ -15,6 +15,10 @@ type PeerLoad interface {
 	// MeshShare is this node's share of the requests the mesh routes, in
 	// (0, 1]; 1 alone.
 	MeshShare() float64
+	// BookingsChanged says this node's pending bookings just changed (a
+	// request was dispatched or got its first byte), so that the peers hear
+	// of it at once rather than at the next poll. It must not block.
+	BookingsChanged()
 }
 
 // LocalLoad calls fn with this router's own bookings at every backend:

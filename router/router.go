@@ -147,6 +147,9 @@ func New(cfg Config, deps Deps) (*Router, error) {
 		if err != nil {
 			return nil, fmt.Errorf("router: backends[%d]: %w", i, err)
 		}
+		if rt.peers != nil {
+			b.booked = rt.peers.BookingsChanged
+		}
 		rt.backends = append(rt.backends, b)
 	}
 	rt.models.rebuild(rt.backends)
