@@ -321,3 +321,13 @@ func clampU(v int64) uint64 {
 	}
 	return uint64(v)
 }
+
+// LoadSent counts the load-channel messages and bytes handed to the
+// transport for the current members since they joined.
+func (n *Node) LoadSent() (messages, bytes uint64) {
+	for _, s := range *n.loadOut.Load() {
+		messages += s.loadMsgs.Load()
+		bytes += s.loadBytes.Load()
+	}
+	return messages, bytes
+}

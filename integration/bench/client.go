@@ -51,6 +51,10 @@ type Sample struct {
 	// present.
 	Backend string `json:"backend,omitempty"`
 	Reason  string `json:"reason,omitempty"`
+	// Expected is where a shadow router seeing all the traffic of a
+	// multi-node arm would have sent the request ("" without one).
+	Expected       string `json:"expected,omitempty"`
+	ExpectedReason string `json:"expected_reason,omitempty"`
 }
 
 // OK reports whether the request succeeded.
@@ -101,10 +105,14 @@ var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 16<
 
 // send posts one rendered chat body to url and reads the answer, streaming
 // or not, filling s (Start and Index are the caller's). render appends the
-// body to the buffer it is given.
-func send(ctx context.Context, c *http.Client, url string, render func([]byte) []byte, s *Sample) {
+// body to the buffer it is given; shadow, if set, decides the body first
+// (Sample.Expected).
+func send(ctx context.Context, c *http.Client, url string, render func([]byte) []byte, shadow func([]byte) (string, string), s *Sample) {
 	bp := bodyPool.Get().(*[]byte)
 	*bp = render((*bp)[:0])
+	if shadow != nil {
+		s.Expected, s.ExpectedReason = shadow(*bp)
+	}
 	body := &pooledBody{buf: bp}
 	body.Reset(*bp)
 	defer body.release()

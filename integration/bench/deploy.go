@@ -19,16 +19,27 @@ import (
 )
 
 // SharedState builds the learners of n router nodes that share claims (the
-// mesh), each writing into its node's index; with shareLoad the nodes also
-// share their bookings (a learner that does is a router.PeerLoad and takes
-// its router through SetLoadSource). close stops whatever it started.
-// InMemoryMesh is kvmesh's.
-type SharedState func(ctx context.Context, indexes []*tree.Index, shareLoad bool, log zerolog.Logger) (learners []router.Learner, close func() error, err error)
+// mesh), each writing into its node's index. close stops whatever it
+// started. InMemoryMesh is kvmesh's.
+type SharedState func(ctx context.Context, indexes []*tree.Index, opts MeshOptions, log zerolog.Logger) (learners []router.Learner, close func() error, err error)
+
+// MeshOptions are a mesh arm's settings.
+type MeshOptions struct {
+	// ShareLoad: the nodes also share their bookings (a learner that does
+	// is a router.PeerLoad and takes its router through SetLoadSource).
+	ShareLoad bool
+	// TimeScale divides the mesh's own intervals (claim flushes, load
+	// sends) when Config.ScaleRouterTimes is set, so that replication is
+	// as fast against the simulated backends as it is against real ones:
+	// 10 ms between flushes is 100 ms of simulated time at scale 10.
+	TimeScale float64
+}
 
 // loadSharer is a learner that shares its router's bookings (mesh.Node).
 type loadSharer interface {
 	router.PeerLoad
 	SetLoadSource(mesh.LoadSource)
+	LoadSent() (messages, bytes uint64)
 }
 
 // deployment is one arm's router nodes in front of one fleet.
@@ -38,6 +49,11 @@ type deployment struct {
 	indexes []*tree.Index // per node
 	oracle  *Oracle
 	closeFn func() error // shared state (mesh)
+	// shadow decides every request as one router seeing all the traffic
+	// would (multi-node arms).
+	shadow *shadowRouter
+	// sharers are the nodes' load channels (mesh arms sharing load).
+	sharers []loadSharer
 }
 
 type routerNode struct {
@@ -110,12 +126,21 @@ func deploy(ctx context.Context, cfg *Config, arm Arm, fleet Fleet) (_ *deployme
 		if cfg.Mesh == nil {
 			return nil, errors.New("bench: mesh arms need Config.Mesh (package mesh is not wired in)")
 		}
-		if learners, d.closeFn, err = cfg.Mesh(ctx, indexes, arm.State == StateMesh, cfg.Logger); err != nil {
+		opts := MeshOptions{ShareLoad: arm.State == StateMesh, TimeScale: 1}
+		if cfg.ScaleRouterTimes {
+			opts.TimeScale = max(cfg.TimeScale, 1)
+		}
+		if learners, d.closeFn, err = cfg.Mesh(ctx, indexes, opts, cfg.Logger); err != nil {
 			return nil, fmt.Errorf("bench: starting the mesh: %w", err)
 		}
 	default:
 		for i := range learners {
 			learners[i] = router.NewLocalLearner(indexes[i], fmt.Sprintf("node-%d", i))
+		}
+	}
+	if arm.Nodes > 1 {
+		if d.shadow, err = newShadowRouter(rc, cfg.Tree, arm.Tokens, cfg.Replay.Path); err != nil {
+			return nil, err
 		}
 	}
 
@@ -148,6 +173,10 @@ func deploy(ctx context.Context, cfg *Config, arm Arm, fleet Fleet) (_ *deployme
 		ls, sharing := learners[i].(loadSharer)
 		if sharing {
 			deps.Peers = ls
+			d.sharers = append(d.sharers, ls)
+		}
+		if d.shadow != nil {
+			deps.Learner = &teeLearner{Learner: learners[i], nodeIx: indexes[i], shadow: d.shadow}
 		}
 		rt, err := router.New(rc, deps)
 		if err != nil {
@@ -183,7 +212,34 @@ func deploy(ctx context.Context, cfg *Config, arm Arm, fleet Fleet) (_ *deployme
 		}()
 		d.fronts = append(d.fronts, "http://"+ln.Addr().String())
 	}
+	if d.shadow != nil {
+		rts := make([]*router.Router, len(d.nodes))
+		for i, n := range d.nodes {
+			rts[i] = n.rt
+		}
+		if err := d.shadow.watch(ctx, rts, indexes); err != nil {
+			return nil, err
+		}
+	}
 	return d, nil
+}
+
+// loadBytesPerRequestPeer is what the load channel cost: bytes the nodes
+// sent over it per request they routed, per peer; 0 without one.
+func (d *deployment) loadBytesPerRequestPeer() float64 {
+	if len(d.sharers) < 2 {
+		return 0
+	}
+	var bytes, routed float64
+	for i, s := range d.sharers {
+		_, b := s.LoadSent()
+		bytes += float64(b)
+		routed += float64(d.nodes[i].rt.Routed())
+	}
+	if routed == 0 {
+		return 0
+	}
+	return bytes / routed / float64(len(d.sharers)-1)
 }
 
 // NodeMux serves a router node on one listener: the API, the admin
@@ -210,6 +266,9 @@ func (d *deployment) Close() {
 			<-n.done
 		}
 		n.rt.Close()
+	}
+	if d.shadow != nil {
+		d.shadow.Close()
 	}
 	if d.closeFn != nil {
 		_ = d.closeFn()

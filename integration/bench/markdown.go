@@ -123,6 +123,7 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	p("\nHit rate = sum of `vllm:prefix_cache_hits_total` / sum of `vllm:prefix_cache_queries_total` over the fleet. ")
 	p("Work CV = coefficient of variation of the prompt tokens each backend computed (queries - hits).\n\n")
 	writeFloors(ew, CheckFloors(r))
+	writeMultiNode(ew, r)
 
 	writeDecisions(ew, r)
 
@@ -248,4 +249,30 @@ func (e *errWriter) printf(format string, args ...any) {
 	if e.err == nil {
 		_, e.err = fmt.Fprintf(e.w, format, args...)
 	}
+}
+
+// writeMultiNode writes what multi-node arms cost and how closely their
+// nodes decide like one router.
+func writeMultiNode(ew *errWriter, r *Report) {
+	var multi []*ArmSummary
+	for i := range r.Arms {
+		if r.Arms[i].Arm.Nodes > 1 {
+			multi = append(multi, &r.Arms[i])
+		}
+	}
+	if len(multi) == 0 {
+		return
+	}
+	ew.printf("Multi-node arms: *agreement* is the share of requests the nodes sent where one router seeing all the traffic ")
+	ew.printf("(fed every node's learns and bookings, deciding each request just before it is sent) would have sent them; ")
+	ew.printf("*load bytes* is what the load channel cost, per routed request per peer.\n\n")
+	ew.printf("| arm | agreement | load bytes / request / peer |\n|---|---|---|\n")
+	for _, a := range multi {
+		lb := "–"
+		if a.LoadBytesPerRequestPeer.N > 0 {
+			lb = spreadNum(a.LoadBytesPerRequestPeer, 1)
+		}
+		ew.printf("| %s | %s | %s |\n", a.Arm.Name, spreadPct(a.Agreement), lb)
+	}
+	ew.printf("\n")
 }

@@ -17,14 +17,14 @@ import (
 )
 
 // InMemoryMesh is the SharedState of mesh arms: the router nodes join one
-// kvmesh mesh inside this process, replicating claims (and with shareLoad
+// kvmesh mesh inside this process, replicating claims (and with ShareLoad
 // their bookings) over an in-memory network (transport.MemNetwork: no
 // loss, no delay) with serf gossip over meshtest.MemberNetwork at
-// mesh.LocalTimings, and mesh defaults for everything else (10 ms flushes
-// and load ticks, 2 s anti-entropy). It returns once every node replicates
-// with every other.
+// mesh.LocalTimings, and mesh defaults for everything else, the flush and
+// load intervals divided by the time scale (scaleMeshTimes). It returns
+// once every node replicates with every other.
 func InMemoryMesh() SharedState {
-	return func(ctx context.Context, indexes []*tree.Index, shareLoad bool, log zerolog.Logger) ([]router.Learner, func() error, error) {
+	return func(ctx context.Context, indexes []*tree.Index, opts MeshOptions, log zerolog.Logger) ([]router.Learner, func() error, error) {
 		net := transport.NewMemNetwork(1)
 		mnet := meshtest.NewMemberNetwork(7946)
 		names := make([]string, len(indexes))
@@ -54,7 +54,8 @@ func InMemoryMesh() SharedState {
 			cfg := mesh.DefaultConfig()
 			cfg.Name = names[i]
 			cfg.DevMode = true // in-process: nothing to encrypt against
-			cfg.ShareLoad = shareLoad
+			cfg.ShareLoad = opts.ShareLoad
+			scaleMeshTimes(&cfg, opts.TimeScale)
 			cfg.Membership = mesh.LocalTimings()
 			cfg.JoinBackoffMin, cfg.JoinBackoffMax = 50*time.Millisecond, 500*time.Millisecond
 			cfg.Seeds = []string{mnet.Addr(names[0])}
@@ -112,4 +113,19 @@ func adminHandlerOf(l router.Learner) http.Handler {
 		return a.AdminHandler()
 	}
 	return nil
+}
+
+// scaleMeshTimes divides the intervals that decide how soon a peer hears of
+// a claim or a booking by the time scale, with floors that keep an idle
+// mesh cheap. Membership and anti-entropy stay: they are about the
+// machine, not the backends.
+func scaleMeshTimes(cfg *mesh.Config, scale float64) {
+	if scale <= 1 {
+		return
+	}
+	sc := func(d *time.Duration, floor time.Duration) { *d = max(time.Duration(float64(*d)/scale), floor) }
+	sc(&cfg.FlushInterval, time.Millisecond)
+	sc(&cfg.LoadInterval, time.Millisecond)
+	sc(&cfg.LoadMinGap, 100*time.Microsecond)
+	sc(&cfg.LoadLazyDelay, time.Millisecond)
 }

@@ -93,3 +93,38 @@ func TestMeshArmServesAdminMesh(t *testing.T) {
 		t.Errorf("admin view %+v: want node-1 with one peer", view)
 	}
 }
+
+// A mesh arm's run measures how often its nodes decide like one router
+// seeing all the traffic (a shadow fed every learn and booking), and what
+// the load channel cost; a one-node arm has neither.
+func TestMeshArmAgreementAndLoadBytes(t *testing.T) {
+	w, sc := prefixHeavy(t)
+	cfg := e2eConfig(t, sc, "kvmesh:3:mesh")
+	res, err := RunOnce(context.Background(), &cfg, w, cfg.Arms[0], 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Errors != 0 {
+		t.Fatalf("%d errors", res.Errors)
+	}
+	t.Logf("agreement %.3f, load channel %.1f bytes per request per peer", res.Agreement, res.LoadBytesPerRequestPeer)
+	// Agreement is a share, and nodes sharing claims and load agree with
+	// the shadow on most requests (without any sharing they could only
+	// agree by chance on a third of the prefix hits).
+	if res.Agreement <= 0.5 || res.Agreement > 1 {
+		t.Errorf("agreement %v, want in (0.5, 1]", res.Agreement)
+	}
+	// A booking delta is about a dozen bytes, a few per request, plus the
+	// snapshots every LoadRefresh.
+	if res.LoadBytesPerRequestPeer <= 0 || res.LoadBytesPerRequestPeer > 2000 {
+		t.Errorf("load channel %v bytes per request per peer", res.LoadBytesPerRequestPeer)
+	}
+	one := e2eConfig(t, sc, "kvmesh")
+	r1, err := RunOnce(context.Background(), &one, w, one.Arms[0], 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r1.Agreement != 0 || r1.LoadBytesPerRequestPeer != 0 {
+		t.Errorf("one node: agreement %v, load bytes %v, want none", r1.Agreement, r1.LoadBytesPerRequestPeer)
+	}
+}

@@ -49,6 +49,9 @@ type ReplayConfig struct {
 	Path string
 	// Seed seeds the random spread over several front URLs. Default 1.
 	Seed uint64
+	// Shadow, if set, is asked where each request should go just before it
+	// is sent (see shadowRouter). Default none.
+	Shadow func(body []byte) (backend, reason string) `json:"-"`
 }
 
 // DefaultReplayConfig returns the defaults documented on ReplayConfig.
@@ -145,7 +148,7 @@ func (rp *replayer) one(ctx context.Context, i int, late time.Duration) {
 		defer cancel()
 	}
 	r := &rp.w.Requests[i]
-	send(ctx, rp.client, rp.urls[rp.target[i]], r.AppendBody, s)
+	send(ctx, rp.client, rp.urls[rp.target[i]], r.AppendBody, rp.rc.Shadow, s)
 	if rp.done != nil {
 		rp.done()
 	}

@@ -61,6 +61,13 @@ type RunResult struct {
 	Invalid string `json:"invalid,omitempty"`
 	// Attempt is 0 for a first run, n for the n-th rerun of an untrusted one.
 	Attempt int `json:"attempt,omitempty"`
+	// Agreement is, for a multi-node arm, the share of requests the nodes
+	// sent where one router seeing all the traffic (shadowRouter) would
+	// have; 0 for one node.
+	Agreement float64 `json:"agreement,omitempty"`
+	// LoadBytesPerRequestPeer is the load channel's cost: bytes the nodes
+	// sent on it per request they routed, per peer (mesh arms).
+	LoadBytesPerRequestPeer float64 `json:"load_bytes_per_request_peer,omitempty"`
 	// OracleMisses counts oracle decisions made without the body.
 	OracleMisses uint64 `json:"oracle_misses,omitempty"`
 
@@ -81,6 +88,9 @@ type ArmSummary struct {
 	WorkCV             Spread `json:"work_cv"`
 	RequestsCV         Spread `json:"requests_cv"`
 	Errors             Spread `json:"errors"`
+	// Agreement and LoadBytesPerRequestPeer: see RunResult (multi-node arms).
+	Agreement               Spread `json:"agreement,omitzero"`
+	LoadBytesPerRequestPeer Spread `json:"load_bytes_per_request_peer,omitzero"`
 }
 
 // WorkloadInfo describes the replayed workload and how it compares with the
@@ -172,7 +182,7 @@ type Report struct {
 func Summarize(arms []Arm, runs []RunResult) []ArmSummary {
 	out := make([]ArmSummary, 0, len(arms))
 	for _, a := range arms {
-		var hit, t50, t90, t99, e50, e99, rps, tps, wcv, rcv, errs []float64
+		var hit, t50, t90, t99, e50, e99, rps, tps, wcv, rcv, errs, agree, lbytes []float64
 		for i := range runs {
 			r := &runs[i]
 			if r.Arm != a.Name {
@@ -189,6 +199,12 @@ func Summarize(arms []Arm, runs []RunResult) []ArmSummary {
 			wcv = append(wcv, r.WorkCV)
 			rcv = append(rcv, r.RequestsCV)
 			errs = append(errs, float64(r.Errors))
+			if a.Nodes > 1 {
+				agree = append(agree, r.Agreement)
+				if r.LoadBytesPerRequestPeer > 0 {
+					lbytes = append(lbytes, r.LoadBytesPerRequestPeer)
+				}
+			}
 		}
 		out = append(out, ArmSummary{
 			Arm: a, HitRate: SpreadOf(hit),
@@ -196,6 +212,7 @@ func Summarize(arms []Arm, runs []RunResult) []ArmSummary {
 			E2EP50: SpreadOf(e50), E2EP99: SpreadOf(e99),
 			RequestsPerSec: SpreadOf(rps), OutputTokensPerSec: SpreadOf(tps),
 			WorkCV: SpreadOf(wcv), RequestsCV: SpreadOf(rcv), Errors: SpreadOf(errs),
+			Agreement: SpreadOf(agree), LoadBytesPerRequestPeer: SpreadOf(lbytes),
 		})
 	}
 	return out

@@ -81,6 +81,9 @@ func RunOnce(ctx context.Context, cfg *Config, w *workload.Workload, arm Arm, re
 	rc := cfg.Replay
 	rc.TimeScale = cfg.TimeScale
 	rc.Seed = cfg.Replay.Seed + uint64(repeat)
+	if d.shadow != nil {
+		rc.Shadow = d.shadow.decide
+	}
 	cfg.Progress.Begin(fmt.Sprintf("%-22s rep %d/%d", arm.Name, repeat+1, cfg.Repeats), len(w.Requests))
 	samples, wall, rerr := Replay(ctx, w, d.fronts, rc, cfg.Progress.Add)
 	cfg.Progress.End()
@@ -89,6 +92,7 @@ func RunOnce(ctx context.Context, cfg *Config, w *workload.Workload, arm Arm, re
 		res.MaxEngineLag = lag.Stop()
 	}
 	res.Decisions = d.decisions()
+	res.LoadBytesPerRequestPeer = d.loadBytesPerRequestPeer()
 	if d.oracle != nil {
 		res.OracleMisses = d.oracle.Misses()
 	}
@@ -121,6 +125,18 @@ func fillResult(res *RunResult, samples []Sample, counters []BackendCounters, wa
 	res.Backends = counters
 	var ttft, e2e, late, dispatch []float64
 	var outTokens int64
+	agree, decided := 0, 0
+	for i := range samples {
+		if s := &samples[i]; s.Expected != "" && s.OK() && s.Backend != "" {
+			decided++
+			if s.Expected == s.Backend {
+				agree++
+			}
+		}
+	}
+	if decided > 0 {
+		res.Agreement = float64(agree) / float64(decided)
+	}
 	for i := range samples {
 		s := &samples[i]
 		res.ClientCachedTokens += int64(s.CachedTokens)

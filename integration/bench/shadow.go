@@ -1,0 +1,116 @@
+package bench
+
+import (
+	"context"
+	"time"
+
+	"github.com/kvmesh/kvmesh/router"
+	"github.com/kvmesh/kvmesh/tree"
+)
+
+// shadowRouter is one router that sees all the traffic of a multi-node
+// arm: its index gets every node's learns (teeLearner) and its view of the
+// backends' bookings is the sum of every node's exact bookings (its own
+// are none: it never dispatches). Before each request is sent to a node,
+// the shadow decides it too (router.Router.Shadow); the share of requests
+// the node sent where the shadow would have is the arm's agreement: 1 for
+// nodes that route as one router, lower as their views diverge.
+type shadowRouter struct {
+	rt     *router.Router
+	ix     *tree.Index
+	learn  *router.LocalLearner
+	nodes  []*router.Router
+	toNode [][]tree.BackendID // [node][shadow id] -> that node's id, noBackend if unknown
+	path   string
+}
+
+func newShadowRouter(rc router.Config, tcfg tree.Config, tokens bool, path string) (*shadowRouter, error) {
+	ix, err := tree.New(tcfg)
+	if err != nil {
+		return nil, err
+	}
+	s := &shadowRouter{ix: ix, learn: router.NewLocalLearner(ix, "shadow"), path: path}
+	deps := router.Deps{Index: ix, Learner: s.learn, Peers: s}
+	if tokens {
+		deps.Tokenizer = router.WordTokenizer{}
+	}
+	if s.rt, err = router.New(rc, deps); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// watch makes the nodes' bookings the shadow's and starts its signal
+// loops (scrapes), like any node's.
+func (s *shadowRouter) watch(ctx context.Context, nodes []*router.Router, indexes []*tree.Index) error {
+	s.nodes = nodes
+	reg := s.ix.Backends(nil)
+	s.toNode = make([][]tree.BackendID, len(nodes))
+	for i := range nodes {
+		m := make([]tree.BackendID, len(reg))
+		for j, e := range reg {
+			m[j] = noBackend
+			if id, ok := indexes[i].BackendByName(e.Name); ok {
+				m[j] = id
+			}
+		}
+		s.toNode[i] = m
+	}
+	return s.rt.Start(ctx)
+}
+
+// decide is the shadow's choice for a request body and its reason (""
+// when it has none).
+func (s *shadowRouter) decide(body []byte) (backend, reason string) {
+	b, why, aerr := s.rt.Shadow(s.path, body, "")
+	if aerr != nil {
+		return "", ""
+	}
+	return b, why.String()
+}
+
+// PeerLoad sums every node's bookings at the backend (router.PeerLoad).
+func (s *shadowRouter) PeerLoad(id tree.BackendID) (units, requests, inFlight float64) {
+	for i, n := range s.nodes {
+		if int(id) >= len(s.toNode[i]) || s.toNode[i][id] == noBackend {
+			continue
+		}
+		want := s.toNode[i][id]
+		n.LocalLoad(func(nid tree.BackendID, u, r, f int64) {
+			if nid == want {
+				units, requests, inFlight = units+float64(u), requests+float64(r), inFlight+float64(f)
+			}
+		})
+	}
+	return units, requests, inFlight
+}
+
+func (s *shadowRouter) MeshShare() float64 { return 1 }
+func (s *shadowRouter) BookingsChanged()   {}
+
+func (s *shadowRouter) Close() { _ = s.rt.Close() }
+
+// teeLearner passes a node's learns to its own learner and to the shadow's
+// index (translating the node's backend ids by name).
+type teeLearner struct {
+	router.Learner
+	nodeIx *tree.Index
+	shadow *shadowRouter
+}
+
+func (t *teeLearner) Learn(ch *tree.Chain, backend tree.BackendID, ttl time.Duration) {
+	t.Learner.Learn(ch, backend, ttl)
+	if e, ok := t.nodeIx.Backend(backend); ok {
+		if id, ok := t.shadow.ix.BackendByName(e.Name); ok {
+			t.shadow.learn.Learn(ch, id, ttl)
+		}
+	}
+}
+
+func (t *teeLearner) Invalidate(backend string, removed bool) {
+	t.Learner.Invalidate(backend, removed)
+	t.shadow.learn.Invalidate(backend, removed)
+}
+
+// noBackend marks a shadow backend a node does not know.
+const noBackend = ^tree.BackendID(0)
