@@ -20,7 +20,7 @@ func (f *fakePeers) PeerLoad(id tree.BackendID) (float64, float64, float64) {
 	return f.units[id], f.requests[id], f.inFlight[id]
 }
 func (f *fakePeers) MeshShare() float64 { return f.share }
-func (f *fakePeers) BookingsChanged()    { f.changed++ }
+func (f *fakePeers) BookingsChanged()   { f.changed++ }
 
 // Prefill other nodes queued at a holder counts like this node's own: the
 // holder that is idle here but has a long queue from the mesh loses the
@@ -99,7 +99,9 @@ func TestRouterSharesAndReadsBookings(t *testing.T) {
 		t.Fatalf("dispatch told the mesh %d times, want 1", peers.changed)
 	}
 	got := map[tree.BackendID][3]int64{}
-	g.rt.LocalLoad(func(id tree.BackendID, units, requests, inFlight int64) { got[id] = [3]int64{units, requests, inFlight} })
+	g.rt.LocalLoad(func(id tree.BackendID, units, requests, inFlight int64) {
+		got[id] = [3]int64{units, requests, inFlight}
+	})
 	p.release()
 	p.release()
 	if peers.changed != 2 {
