@@ -20,10 +20,22 @@
 //
 // Goroutines: the replication loop (replication.go: flush ticks and early
 // flushes, membership changes, anti-entropy, index sweeps), the receive
-// loop (transport inbound: check the sender is an alive member, decode,
-// check the message names the authenticated sender, apply), one sender per
-// peer (sender.go: a bounded queue, encode, Send with a timeout; a slow
-// peer only fills its own queue) and, until it succeeds, the join loop.
+// loop (transport inbound: load-channel messages applied at once, the
+// claim protocol's passed on), the apply loop (check the sender is an alive
+// member, decode, check the message names the authenticated sender,
+// apply), the load loop (load.go: this node's bookings out), one sender per
+// alive member (sender.go: a bounded queue, encode, Send with a timeout; a
+// slow peer only fills its own queue) and, until it succeeds, the join
+// loop.
+//
+// # The load channel
+//
+// Beside the claims, each node ships its bookings per backend (prefill
+// queued, requests pending and in flight) to every alive member as
+// last-value state (load.go, loadtable.go, loadwire.go): the router prices
+// a backend with the work every node queued there. It is lossy and never
+// joined into the claims; a peer's bookings go when it leaves or falls
+// silent.
 //
 // # Membership
 //

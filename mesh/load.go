@@ -60,11 +60,33 @@ func (n *Node) PeerLoad(id tree.BackendID) (units, requests, inFlight float64) {
 	return n.loads.sum(id)
 }
 
-// BookingsChanged wakes the load loop to ship this node's bookings now (a
-// request was dispatched or got its first byte), instead of at its next
-// LoadInterval poll. It never blocks; calls while a send is pending merge.
-// It implements the router's PeerLoad.
+// BookingsChanged ships this node's bookings now (a request was
+// dispatched or got its first byte), instead of at the load loop's next
+// LoadInterval poll. It never blocks: when the last send was less than
+// LoadMinGap ago, or another send is under way, it wakes the load loop,
+// which sends once the gap has passed (calls in between merge). Otherwise
+// it sends from the caller's goroutine (a few microseconds: read the
+// bookings, encode the difference, queue it for each peer's sender), which
+// saves the peers a goroutine hop's worth of staleness. It implements the
+// router's PeerLoad.
 func (n *Node) BookingsChanged() {
+	if n.cfg.ShareLoad && n.loadMu.TryLock() {
+		box := n.loadSrc.Load()
+		sent := box != nil && time.Since(n.lp.lastSend) >= n.cfg.LoadMinGap
+		if sent {
+			n.publishLoad(box.src, n.nowMs())
+			n.lp.lastSend = time.Now()
+		}
+		n.loadMu.Unlock()
+		if sent {
+			return
+		}
+	}
+	n.wakeLoad()
+}
+
+// wakeLoad wakes the load loop for a send (without blocking).
+func (n *Node) wakeLoad() {
 	select {
 	case n.loadKick <- struct{}{}:
 	default:
@@ -84,6 +106,7 @@ type loadPublisher struct {
 	cur       []idBooking                // this tick's reading
 	lazySince int64                      // ms: an unsent in-flight-only change since; 0 none
 	lastSnap  int64
+	lastSend  time.Time // wall clock of the last tick or wake-up send
 	snaps     int
 	names     map[tree.BackendID]string
 	out       loadMsg
@@ -105,14 +128,16 @@ func (n *Node) loadLoop(ctx context.Context) {
 	defer n.wg.Done()
 	t := time.NewTicker(n.cfg.LoadInterval)
 	defer t.Stop()
-	var last time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		case <-n.loadKick:
-			if wait := n.cfg.LoadMinGap - time.Since(last); wait > 0 {
+			n.loadMu.Lock()
+			wait := n.cfg.LoadMinGap - time.Since(n.lp.lastSend)
+			n.loadMu.Unlock()
+			if wait > 0 {
 				select {
 				case <-ctx.Done():
 					return
@@ -120,7 +145,6 @@ func (n *Node) loadLoop(ctx context.Context) {
 				}
 			}
 		}
-		last = time.Now()
 		n.loadTick(n.nowMs())
 	}
 }
@@ -132,6 +156,7 @@ func (n *Node) loadTick(now int64) {
 	defer n.loadMu.Unlock()
 	if box := n.loadSrc.Load(); box != nil && n.cfg.ShareLoad {
 		n.publishLoad(box.src, now)
+		n.lp.lastSend = time.Now()
 	}
 	n.loads.expire(now, nil)
 	n.loads.publish(now, n.lp.rate)

@@ -47,9 +47,12 @@ type peerLoad struct {
 	inc   uint64 // the incarnation of its last snapshot; 0 before one
 	seq   uint64 // the last applied message
 	heard int64  // ms: the last message from it, applied or not
-	// ids maps the peer's backend indexes to this node's ids, learnt from
-	// snapshots with names, valid for inc.
-	ids  map[uint32]tree.BackendID
+	// names maps the peer's backend indexes to names, learnt from
+	// snapshots with names, valid for inc; ids caches the names resolved
+	// to this node's ids (a name this node does not know yet, because its
+	// router registers its backends later, is tried again when used).
+	names map[uint32]string
+	ids   map[uint32]tree.BackendID
 	book map[tree.BackendID]booking
 
 	routed, routedAt int64   // its routed counter at its last snapshot, and when
@@ -92,12 +95,12 @@ func (t *loadTable) apply(peer string, m *loadMsg, size int, now int64) loadAppl
 	if m.Snapshot && m.Incarnation != p.inc {
 		// A new load session (the peer restarted): its indexes and sequence
 		// numbers start over.
-		p.inc, p.seq, p.ids = m.Incarnation, 0, nil
+		p.inc, p.seq, p.ids, p.names = m.Incarnation, 0, nil, nil
 		p.routedAt = 0
 		clear(p.book)
 	}
 	switch {
-	case p.inc == 0 || (!m.Snapshot && p.ids == nil && len(m.Entries) > 0):
+	case p.inc == 0 || (!m.Snapshot && p.names == nil && len(m.Entries) > 0):
 		p.unsync++
 		return loadApplyUnsynced
 	case m.Seq <= p.seq:
@@ -106,14 +109,12 @@ func (t *loadTable) apply(peer string, m *loadMsg, size int, now int64) loadAppl
 	}
 	p.seq = m.Seq
 	if m.Names {
-		if p.ids == nil {
+		if p.names == nil {
+			p.names = make(map[uint32]string, len(m.Entries))
 			p.ids = make(map[uint32]tree.BackendID, len(m.Entries))
 		}
 		for i := range m.Entries {
-			if id, ok := t.resolve(m.Entries[i].Name); ok && int(id) < len(t.sums) {
-				p.ids[m.Entries[i].Idx] = id
-				t.hi = max(t.hi, int(id)+1)
-			}
+			p.names[m.Entries[i].Idx] = m.Entries[i].Name
 		}
 	}
 	if m.Snapshot {
@@ -122,7 +123,7 @@ func (t *loadTable) apply(peer string, m *loadMsg, size int, now int64) loadAppl
 	}
 	for i := range m.Entries {
 		e := &m.Entries[i]
-		id, ok := p.ids[e.Idx]
+		id, ok := t.idOf(p, e.Idx)
 		if !ok {
 			p.unknown++
 			continue
@@ -134,6 +135,24 @@ func (t *loadTable) apply(peer string, m *loadMsg, size int, now int64) loadAppl
 		p.book[id] = booking{units: e.Units, requests: e.Requests, inFlight: e.InFlight}
 	}
 	return loadApplyOK
+}
+
+// idOf is this node's id for the peer's backend index idx.
+func (t *loadTable) idOf(p *peerLoad, idx uint32) (tree.BackendID, bool) {
+	if id, ok := p.ids[idx]; ok {
+		return id, true
+	}
+	name, ok := p.names[idx]
+	if !ok {
+		return 0, false
+	}
+	id, ok := t.resolve(name)
+	if !ok || int(id) >= len(t.sums) {
+		return 0, false
+	}
+	p.ids[idx] = id
+	t.hi = max(t.hi, int(id)+1)
+	return id, true
 }
 
 // routedEWMA weighs a new rate sample against the moving average.

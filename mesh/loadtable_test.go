@@ -162,3 +162,27 @@ func TestLoadTableShare(t *testing.T) {
 		t.Fatalf("share = %v, want 0.25 (10 of 40 requests/s)", s)
 	}
 }
+
+// A backend this node registers only after the peer named it (its router
+// starts later than its mesh node) is resolved when it is next used.
+func TestLoadTableResolvesLateBackends(t *testing.T) {
+	known := false
+	lt := newLoadTable(1000, 3000, 16, func(name string) (tree.BackendID, bool) {
+		if name == "late" && known {
+			return 5, true
+		}
+		return 0, false
+	})
+	m := &loadMsg{Seq: 1, Snapshot: true, Names: true, Incarnation: 1, Entries: []loadEntry{{Idx: 3, Name: "late", Units: 10}}}
+	lt.apply("p", m, 20, 0)
+	lt.publish(0, 0)
+	if units(lt, 5) != 0 {
+		t.Fatal("an unknown backend got bookings")
+	}
+	known = true
+	lt.apply("p", delta(2, 3, 70), 10, 1)
+	lt.publish(1, 0)
+	if got := units(lt, 5); got != 70 {
+		t.Fatalf("after the backend was registered here: %v units, want 70", got)
+	}
+}

@@ -115,8 +115,12 @@ type Node struct {
 	lastFlush time.Time
 	lastSent  int
 
+	// applyQ carries claim-protocol messages from the receive loop to the
+	// apply loop; the receive loop closes it when it ends.
+	applyQ chan transport.Message
+	// Owned by the apply loop.
+	lags []float64
 	// Owned by the receive loop.
-	lags   []float64
 	loadIn loadMsg
 
 	// The load channel (load.go): this node's bookings out, the peers' in.
@@ -163,6 +167,7 @@ func New(cfg Config, deps Deps) (*Node, error) {
 		clock:      deps.Now,
 		kick:       make(chan struct{}, 1),
 		loadKick:   make(chan struct{}, 1),
+		applyQ:     make(chan transport.Message, 256),
 		serfEvents: make(chan serf.Event, 1024),
 		senders:    make(map[string]*sender),
 	}
@@ -237,9 +242,10 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	ctx, n.cancel = context.WithCancel(ctx)
 	n.ctx = ctx
-	n.wg.Add(3)
+	n.wg.Add(4)
 	go n.replicate(ctx)
 	go n.receive(ctx)
+	go n.applyLoop()
 	go n.loadLoop(ctx)
 	if len(n.cfg.Seeds) > 0 {
 		n.wg.Add(1)

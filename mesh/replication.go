@@ -138,8 +138,13 @@ func (n *Node) antiEntropy() {
 }
 
 // receive is the receive loop: it drains the transport's inbound queue.
+//
+// Load-channel messages are small and urgent: they are applied here, at
+// once. Claim-protocol messages go on to the apply loop (applyLoop), so a
+// burst of deltas to join never holds back a peer's fresh bookings.
 func (n *Node) receive(ctx context.Context) {
 	defer n.wg.Done()
+	defer close(n.applyQ)
 	in := n.tr.Inbound()
 	for {
 		select {
@@ -149,8 +154,25 @@ func (n *Node) receive(ctx context.Context) {
 			if !ok {
 				return
 			}
-			n.handle(m)
+			if isLoadMessage(m.Data) {
+				n.handle(m)
+				continue
+			}
+			select {
+			case n.applyQ <- m:
+			case <-ctx.Done():
+				return
+			}
 		}
+	}
+}
+
+// applyLoop handles the claim-protocol messages the receive loop passes
+// on, in order.
+func (n *Node) applyLoop() {
+	defer n.wg.Done()
+	for m := range n.applyQ {
+		n.handle(m)
 	}
 }
 

@@ -120,7 +120,7 @@ func (n *Node) updateSenders(peers []string, addrs map[string]string) {
 		s = &sender{peer: p, addr: addrs[p], q: make(chan *crdt.Message, n.cfg.SendQueueDepth),
 			lq: make(chan []byte, n.cfg.LoadQueueDepth), stop: make(chan struct{})}
 		n.loadJoined.Store(true) // a new member: tell it everything at once
-		n.BookingsChanged()
+		n.wakeLoad()
 		n.senders[p] = s
 		n.wg.Add(1)
 		go n.runSender(n.ctx, s)
