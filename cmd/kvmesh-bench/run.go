@@ -53,6 +53,7 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
 	fs.DurationVar(&f.wl.duration, "duration", 20*time.Minute, "mooncake: trace time to replay from -start (0 = to the end)")
 	fs.IntVar(&f.wl.requests, "requests", 0, "replay at most this many requests (0 = all of the slice)")
 	fs.Float64Var(&f.wl.compression, "compression", 2, "mooncake: divide arrival times by this (2 = twice the request rate)")
+	fs.BoolVar(&f.wl.spread, "spread", true, "mooncake: spread the requests sharing one of the trace's quantized (~3 s) timestamps evenly over the quantum, instead of sending them in the same microsecond")
 	fs.IntVar(&f.wl.maxInput, "max-input-tokens", 0, "cap prompts (truncating; 0 = the backends' context minus the output)")
 	fs.IntVar(&f.wl.maxOutput, "max-output-tokens", 0, "cap outputs (0 = as in the workload)")
 	fs.Float64Var(&f.wl.rate, "rate", 0, "synthetic workloads: request rate per simulated second (0 = the generator's default)")

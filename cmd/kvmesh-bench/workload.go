@@ -18,6 +18,7 @@ type workloadFlags struct {
 	duration    time.Duration
 	requests    int
 	compression float64
+	spread      bool
 	maxInput    int
 	maxOutput   int
 	rate        float64
@@ -79,6 +80,7 @@ func (f *workloadFlags) build() (*workload.Workload, error) {
 		o := workload.DefaultMooncakeOptions()
 		o.Start, o.Duration, o.MaxRequests = f.start, f.duration, f.requests
 		o.Compression = f.compression
+		o.SpreadTies = f.spread
 		o.MaxInputTokens, o.MaxOutputTokens = f.maxInput, f.maxOutput
 		o.Seed = f.seed
 		o.Body = body

@@ -49,6 +49,14 @@ type MooncakeOptions struct {
 	// MaxOutputTokens caps max_tokens; 0 means no cap. Default 0 (the trace's
 	// longest output is 2,000 tokens). max_tokens is always at least 1.
 	MaxOutputTokens int
+	// SpreadTies spreads the requests that share a timestamp evenly over
+	// the time until the next timestamp. The conversation trace's
+	// timestamps are quantized (to about 3 s, ~10 requests each): replayed
+	// as they stand, every quantum's requests arrive in the same
+	// microsecond, a synchronized burst that real traffic does not have and
+	// that no distributed router can see coming (its nodes decide before
+	// hearing of each other's bookings). Default false: the file as it is.
+	SpreadTies bool
 	// Seed selects the synthetic text the hash ids map to. Default 0.
 	Seed uint64
 	// Materialize renders every Body while loading. Default false: the whole
@@ -324,11 +332,38 @@ func (b *mooncakeBuilder) track(req *Request, ids []int64, in int) {
 
 func (b *mooncakeBuilder) finish() *Workload {
 	o := b.opts
+	if o.SpreadTies {
+		spreadTies(b.w.Requests)
+	}
 	b.info.Bound.BlockTokens = MooncakeBlockTokens
 	b.info.Bound.UniqueBlocks = len(b.seen)
 	b.w.Name = fmt.Sprintf("mooncake(start=%v duration=%v max=%d compression=%g)", o.Start, o.Duration, o.MaxRequests, o.Compression)
+	if o.SpreadTies {
+		b.w.Name = fmt.Sprintf("mooncake(start=%v duration=%v max=%d compression=%g spread)", o.Start, o.Duration, o.MaxRequests, o.Compression)
+	}
 	info := b.info
 	b.w.Trace = &info
 	b.w.summarize()
 	return b.w
+}
+
+// spreadTies gives the k requests sharing an arrival time t the times
+// t + i*(t'-t)/k, i = 0..k-1, where t' is the next distinct arrival time
+// (for the last group, the gap before it), keeping their order.
+func spreadTies(reqs []Request) {
+	var gap time.Duration
+	for i := 0; i < len(reqs); {
+		j := i + 1
+		for j < len(reqs) && reqs[j].At == reqs[i].At {
+			j++
+		}
+		if j < len(reqs) {
+			gap = reqs[j].At - reqs[i].At
+		}
+		k := time.Duration(j - i)
+		for n := i; n < j; n++ {
+			reqs[n].At += gap * time.Duration(n-i) / k
+		}
+		i = j
+	}
 }

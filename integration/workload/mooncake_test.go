@@ -486,3 +486,40 @@ func FuzzReadMooncake(f *testing.F) {
 		}
 	})
 }
+
+// SpreadTies keeps every request and its order, spaces the requests of one
+// quantized timestamp evenly up to the next timestamp, and leaves the
+// first of each group where the trace put it.
+func TestMooncakeSpreadTies(t *testing.T) {
+	o := DefaultMooncakeOptions()
+	o.Duration = 2 * time.Minute
+	plain := loadTrace(t, o)
+	o.SpreadTies = true
+	spread := loadTrace(t, o)
+	if len(spread.Requests) != len(plain.Requests) || len(plain.Requests) < 20 {
+		t.Fatalf("%d requests spread, %d plain", len(spread.Requests), len(plain.Requests))
+	}
+	ties := 0
+	for i := range plain.Requests {
+		p, s := plain.Requests[i].At, spread.Requests[i].At
+		if plain.Requests[i].PromptTokens != spread.Requests[i].PromptTokens {
+			t.Fatalf("request %d changed", i)
+		}
+		if i > 0 {
+			if s <= spread.Requests[i-1].At {
+				t.Fatalf("request %d at %v, not after request %d at %v", i, s, i-1, spread.Requests[i-1].At)
+			}
+			if p == plain.Requests[i-1].At {
+				ties++
+			} else if s != p {
+				t.Fatalf("request %d opens a group at %v but was moved to %v", i, p, s)
+			}
+		}
+		if s < p || s >= p+3100*time.Millisecond {
+			t.Fatalf("request %d moved from %v to %v, beyond its ~3 s quantum", i, p, s)
+		}
+	}
+	if ties < len(plain.Requests)/2 {
+		t.Fatalf("only %d of %d requests share a timestamp: is the trace still quantized?", ties, len(plain.Requests))
+	}
+}
