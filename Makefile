@@ -47,11 +47,18 @@ demo:
 # The published end-to-end benchmarks (docs/bench/): every arm on the first 20
 # minutes of the Mooncake trace, 8 simulated backends, 3 repeats, at twice and
 # three times the trace's request rate. About an hour and a half in all.
+BENCH_ARMS = round_robin,least_loaded,consistent_hash,sglang_cache_aware,kvmesh,kvmesh+words,oracle,kvmesh:8:mesh,kvmesh:8:claims,kvmesh:3:local
 bench-e2e:
-	$(GO) run -buildvcs=true ./cmd/kvmesh-bench run -duration 20m -compression 2 -nodes 8 -local-nodes 3 \
-		-arms round_robin,least_loaded,consistent_hash,sglang_cache_aware,kvmesh,kvmesh+words,oracle -publish mooncake-2x
-	$(GO) run -buildvcs=true ./cmd/kvmesh-bench run -duration 20m -compression 3 -nodes 8 -local-nodes 3 \
-		-arms round_robin,least_loaded,consistent_hash,sglang_cache_aware,kvmesh,kvmesh+words,oracle -publish mooncake-3x
+	$(GO) run -buildvcs=true ./cmd/kvmesh-bench run -duration 20m -compression 2 -arms $(BENCH_ARMS) -publish mooncake-2x
+	$(GO) run -buildvcs=true ./cmd/kvmesh-bench run -duration 20m -compression 3 -arms $(BENCH_ARMS) -publish mooncake-3x
+
+# The mesh-scaling benchmark (docs/bench/mesh-scaling-*): 1, 2, 4 and 8
+# kvmesh nodes behind a random spread, sharing claims and load through the
+# mesh, at 2x and 3x the trace's rate. About 50 minutes.
+MESH_ARMS = kvmesh,kvmesh:2:mesh,kvmesh:4:mesh,kvmesh:8:mesh,kvmesh:8:claims
+bench-mesh:
+	$(GO) run -buildvcs=true ./cmd/kvmesh-bench run -duration 20m -compression 2 -arms $(MESH_ARMS) -publish mesh-scaling-2x
+	$(GO) run -buildvcs=true ./cmd/kvmesh-bench run -duration 20m -compression 3 -arms $(MESH_ARMS) -publish mesh-scaling-3x
 
 clean:
 	$(GO) clean -testcache
