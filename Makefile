@@ -10,7 +10,7 @@ BENCH     ?= .
 # a hung test fail loudly instead of eating CI's 90 minutes.
 TESTTIMEOUT ?= 14m
 
-.PHONY: all build test vet tidy bench fuzz demo clean
+.PHONY: all build test vet tidy bench fuzz demo clean bench-e2e bench-mesh
 
 all: build
 
