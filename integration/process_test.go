@@ -119,7 +119,8 @@ type procNode struct {
 // mutual TLS on loopback, in front of the same backends.
 type procMesh struct {
 	bin, dir, backends string
-	extra              []string // more serve flags for every node
+	extra              []string                 // more serve flags for every node
+	nodeArgs           func(*procNode) []string // more serve flags for one node (nil: none)
 	nodes              []*procNode
 }
 
@@ -127,7 +128,13 @@ type procMesh struct {
 // sees all of them alive.
 func startMesh(t *testing.T, bin string, n int, backendURLs []string, extra ...string) *procMesh {
 	t.Helper()
-	m := &procMesh{bin: bin, dir: t.TempDir(), extra: extra}
+	return startMeshWith(t, bin, n, backendURLs, nil, extra...)
+}
+
+// startMeshWith is startMesh with per-node flags.
+func startMeshWith(t *testing.T, bin string, n int, backendURLs []string, nodeArgs func(*procNode) []string, extra ...string) *procMesh {
+	t.Helper()
+	m := &procMesh{bin: bin, dir: t.TempDir(), extra: extra, nodeArgs: nodeArgs}
 	names := make([]string, n)
 	m.nodes = make([]*procNode, n)
 	for i := range m.nodes {
@@ -158,7 +165,11 @@ func (m *procMesh) start(t *testing.T, n *procNode) {
 		"--tls-ca", filepath.Join(m.dir, "ca.pem"), "--tls-cert", filepath.Join(m.dir, n.name+".pem"),
 		"--tls-key", filepath.Join(m.dir, n.name+"-key.pem"), "--backends", m.backends, "--log-level", "warn",
 		"--drain-delay", "0s"} // no balancer to wait for: stop at once
-	n.start(t, m.bin, append(args, m.extra...)...)
+	args = append(args, m.extra...)
+	if m.nodeArgs != nil {
+		args = append(args, m.nodeArgs(n)...)
+	}
+	n.start(t, m.bin, args...)
 }
 
 func (m *procMesh) stop() {

@@ -38,6 +38,16 @@ type ServeConfig struct {
 	// check every few seconds; set it above your balancer's check interval
 	// times its failure count. A second signal ends it early.
 	DrainDelay time.Duration `yaml:"drain_delay"`
+	// StateDir, if set, is where the node keeps a snapshot of its claim
+	// state (created if missing), so that a restart, even of every node of
+	// a mesh at once, starts warm. Empty: claims live in memory only (a
+	// lone restarted node of a mesh gets them back from its peers anyway).
+	StateDir string `yaml:"state_dir"`
+	// StateInterval is how often the snapshot is written (and once more at
+	// shutdown). 30 s: writing a million claims takes ~50 ms and 15 MB, and
+	// what a crash loses is what 30 s of traffic taught, which claims
+	// relearn within their TTL anyway.
+	StateInterval time.Duration `yaml:"state_interval"`
 }
 
 // NodeConfig names this router node.
@@ -118,6 +128,7 @@ func DefaultServeConfig() ServeConfig {
 		Mesh:            MeshConfig{Bind: defaultBind, QUIC: defaultQUIC},
 		ShutdownTimeout: 60 * time.Second,
 		DrainDelay:      5 * time.Second,
+		StateInterval:   30 * time.Second,
 	}
 }
 
@@ -185,6 +196,9 @@ func (c *ServeConfig) Validate() error {
 	}
 	if c.DrainDelay < 0 {
 		add("drain_delay must not be negative")
+	}
+	if c.StateDir != "" && c.StateInterval <= 0 {
+		add("state_interval must be positive")
 	}
 	if c.Mesh.Enabled {
 		if err := c.Mesh.validate(); err != nil {

@@ -164,6 +164,8 @@ var serveSettings = []setting{
 	strSetting("log-level", "log.level", "trace, debug, info, warn or error", func(c *ServeConfig) *string { return &c.Log.Level }),
 	strSetting("log-format", "log.format", "json or console", func(c *ServeConfig) *string { return &c.Log.Format }),
 	durationSetting("shutdown-timeout", "shutdown_timeout", "how long in-flight requests may take to finish after SIGTERM", func(c *ServeConfig) *time.Duration { return &c.ShutdownTimeout }),
+	strSetting("state-dir", "state_dir", "keep a snapshot of the claim state here, written every --state-interval and at shutdown, loaded at start (empty: memory only)", func(c *ServeConfig) *string { return &c.StateDir }),
+	durationSetting("state-interval", "state_interval", "how often the claim snapshot is written to --state-dir", func(c *ServeConfig) *time.Duration { return &c.StateInterval }),
 	durationSetting("drain-delay", "drain_delay", "after SIGTERM, how long /readyz fails before the API listener closes (a second signal skips it)", func(c *ServeConfig) *time.Duration { return &c.DrainDelay }),
 
 	// Limits on what clients send.

@@ -109,6 +109,17 @@ func serve(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, ready chan
 	if err != nil {
 		return err
 	}
+	var state *stateStore
+	if cfg.StateDir != "" {
+		// Loaded before the router registers its backends and before the
+		// mesh joins: peers then get the restored claims in the full-state
+		// exchange a new incarnation starts.
+		maxTTL := max(cfg.Router.ConfirmedTTL, cfg.Router.ProvisionalTTL)
+		if state, err = newStateStore(cfg.StateDir, cfg.StateInterval, maxTTL, ix, log, reg); err != nil {
+			return err
+		}
+		state.restore()
+	}
 	var learner router.Learner
 	var peers router.PeerLoad
 	var node meshNode
@@ -183,6 +194,9 @@ func serve(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, ready chan
 			return fmt.Errorf("mesh: %w", err)
 		}
 	}
+	if state != nil {
+		go state.run(runCtx)
+	}
 	errc := make(chan error, 2)
 	go func() { errc <- apiSrv.Serve(apiLn) }()
 	go func() { errc <- adminSrv.Serve(adminLn) }()
@@ -218,6 +232,9 @@ func serve(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, ready chan
 	if err := apiSrv.Shutdown(shutCtx); err != nil {
 		log.Warn().Err(err).Msg("in-flight requests did not finish in time")
 		apiSrv.Close()
+	}
+	if state != nil {
+		_ = state.save() // after the last requests confirmed their claims
 	}
 	if node != nil {
 		if err := node.Leave(); err != nil {

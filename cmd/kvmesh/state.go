@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/kvmesh/kvmesh/crdt"
+	"github.com/kvmesh/kvmesh/tree"
+)
+
+// stateFile is the snapshot's name in --state-dir.
+const stateFile = "claims.snap"
+
+// stateStore keeps the node's claim state on disk (--state-dir), so that a
+// node, or a whole mesh, restarted at once starts warm: it writes a
+// checksummed snapshot (crdt.AppendSnapshot) every StateInterval and once
+// more at shutdown, each time to a temporary file that is synced and then
+// renamed over the last one, so a crash never leaves half a snapshot in its
+// place; at start it loads the snapshot before the node joins the mesh or
+// serves. A truncated, corrupted or unreadable snapshot is reported and
+// ignored: the node starts cold, as without a state directory.
+type stateStore struct {
+	dir      string
+	ix       *tree.Index
+	log      zerolog.Logger
+	interval time.Duration
+	maxTTL   int64 // ms: no claim lives longer (expiries are capped on load)
+	now      func() time.Time
+
+	writes   *prometheus.CounterVec // by result
+	bytes    prometheus.Gauge
+	claims   prometheus.Gauge
+	restored prometheus.Gauge
+	loadErrs prometheus.Counter
+	buf      []byte
+}
+
+func newStateStore(dir string, interval time.Duration, maxTTL time.Duration, ix *tree.Index, log zerolog.Logger, reg prometheus.Registerer) (*stateStore, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
+	s := &stateStore{dir: dir, ix: ix, log: log, interval: interval, maxTTL: maxTTL.Milliseconds(), now: time.Now,
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvmesh_state_snapshot_writes_total",
+			Help: "Snapshots of the claim state written to --state-dir, by result (ok, error)."}, []string{"result"}),
+		bytes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvmesh_state_snapshot_size_bytes",
+			Help: "Size of the last snapshot written."}),
+		claims: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvmesh_state_snapshot_claims",
+			Help: "Claims in the last snapshot written."}),
+		restored: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvmesh_state_restored_claims",
+			Help: "Claims loaded from the snapshot at start (0 when none was loaded)."}),
+		loadErrs: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvmesh_state_load_errors_total",
+			Help: "Snapshots found at start that could not be read or were damaged (ignored: the node started cold)."}),
+	}
+	s.writes.WithLabelValues("ok")
+	s.writes.WithLabelValues("error")
+	if reg != nil {
+		for _, c := range []prometheus.Collector{s.writes, s.bytes, s.claims, s.restored, s.loadErrs} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	// Fail at start, not at the first periodic write, when the directory
+	// cannot take a file.
+	probe, err := os.CreateTemp(dir, ".probe-*")
+	if err != nil {
+		return nil, fmt.Errorf("state directory %s is not writable: %w", dir, err)
+	}
+	probe.Close()
+	os.Remove(probe.Name())
+	return s, nil
+}
+
+// restore loads the snapshot, if there is one, into the index. It never
+// fails the start: a damaged snapshot is logged, counted and ignored.
+func (s *stateStore) restore() {
+	path := filepath.Join(s.dir, stateFile)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		s.log.Info().Str("path", path).Msg("state: no snapshot yet; starting cold")
+		return
+	}
+	if err == nil {
+		var snap *crdt.Snapshot
+		if snap, err = crdt.ParseSnapshot(data); err == nil {
+			now := s.now()
+			res := snap.Apply(s.ix, now.UnixMilli(), s.maxTTL)
+			s.restored.Set(float64(res.Claims))
+			s.log.Info().Str("path", path).Int("claims", res.Claims).Int("expired_or_rejected", res.Rejected).
+				Int("backends", res.Backends).Dur("age", now.Sub(time.UnixMilli(snap.Info.Created))).
+				Msg("state: snapshot loaded")
+			return
+		}
+	}
+	s.loadErrs.Inc()
+	s.log.Error().Str("path", path).Err(err).Msg("state: the snapshot is unusable and was ignored; starting cold (it is replaced at the next write)")
+}
+
+// save writes a snapshot atomically: temporary file, fsync, rename, fsync
+// of the directory.
+func (s *stateStore) save() error {
+	err := s.write()
+	if err != nil {
+		s.writes.WithLabelValues("error").Inc()
+		s.log.Warn().Err(err).Str("dir", s.dir).Msg("state: snapshot not written")
+		return err
+	}
+	s.writes.WithLabelValues("ok").Inc()
+	return nil
+}
+
+func (s *stateStore) write() error {
+	data, info, err := crdt.AppendSnapshot(s.buf[:0], s.ix, s.now().UnixMilli())
+	if err != nil {
+		return err
+	}
+	if cap(data) <= 64<<20 {
+		s.buf = data[:0]
+	}
+	tmp, err := os.CreateTemp(s.dir, stateFile+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // after a successful rename there is nothing left to remove
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), filepath.Join(s.dir, stateFile)); err != nil {
+		return err
+	}
+	if d, err := os.Open(s.dir); err == nil {
+		_ = d.Sync() // make the rename durable; not all filesystems support it
+		d.Close()
+	}
+	s.bytes.Set(float64(info.Bytes))
+	s.claims.Set(float64(info.Claims))
+	s.log.Debug().Int("claims", info.Claims).Int("bytes", info.Bytes).Msg("state: snapshot written")
+	return nil
+}
+
+// run writes a snapshot every interval until ctx is done.
+func (s *stateStore) run(ctx context.Context) {
+	t := time.NewTicker(s.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_ = s.save()
+		}
+	}
+}

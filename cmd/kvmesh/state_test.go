@@ -1,0 +1,163 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/rs/zerolog"
+
+	"github.com/kvmesh/kvmesh/router"
+	"github.com/kvmesh/kvmesh/tree"
+)
+
+func stateIndex(t *testing.T) *tree.Index {
+	t.Helper()
+	cfg := tree.DefaultConfig()
+	cfg.Capacity = 1 << 12
+	ix, err := tree.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ix
+}
+
+// learnSome learns a few chains on backend "b" and returns one of them.
+func learnSome(t *testing.T, ix *tree.Index) *tree.Chain {
+	t.Helper()
+	l := router.NewLocalLearner(ix, "n1")
+	id, err := ix.EnsureBackend("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ch tree.Chain
+	for i := 0; i < 5; i++ {
+		units := make([]byte, 4096)
+		for j := range units {
+			units[j] = byte(i*7 + j%251)
+		}
+		ix.Keyer().Bytes(&ch, tree.NewSeed("m", "", ""), units, []int{len(units)})
+		l.Learn(&ch, id, time.Hour)
+	}
+	return &ch
+}
+
+func depth(ix *tree.Index, ch *tree.Chain) int32 {
+	id, ok := ix.BackendByName("b")
+	if !ok {
+		return 0
+	}
+	var res tree.Result
+	ix.Lookup(ch, time.Now().UnixMilli(), &res)
+	return res.Depth(id)
+}
+
+// What one store writes, another loads: the restarted index matches the
+// learned prompt at full depth, and the metrics say what happened.
+func TestStateStoreRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	ix := stateIndex(t)
+	ch := learnSome(t, ix)
+	reg := prometheus.NewRegistry()
+	s, err := newStateStore(dir, time.Minute, 2*time.Hour, ix, zerolog.Nop(), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.save(); err != nil {
+		t.Fatal(err)
+	}
+	if got := metricValue(s.claims); got != float64(ix.Len()) || got == 0 {
+		t.Fatalf("snapshot claims gauge %v, index holds %d", got, ix.Len())
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "*.tmp-*")); len(left) != 0 {
+		t.Fatalf("temporary files left: %v", left)
+	}
+
+	fresh := stateIndex(t)
+	s2, err := newStateStore(dir, time.Minute, 2*time.Hour, fresh, zerolog.Nop(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2.restore()
+	if d, want := depth(fresh, ch), int32(ch.Blocks()); d != want || d == 0 {
+		t.Fatalf("restored index matches the prompt at depth %d, want %d", d, want)
+	}
+	if got := metricValue(s2.restored); got != float64(ix.Len()) {
+		t.Fatalf("restored claims %v, want %d", got, ix.Len())
+	}
+}
+
+// A truncated or corrupted snapshot is counted and ignored: the index stays
+// empty and nothing panics; a missing one is simply a cold start.
+func TestStateStoreIgnoresDamage(t *testing.T) {
+	dir := t.TempDir()
+	ix := stateIndex(t)
+	learnSome(t, ix)
+	s, err := newStateStore(dir, time.Minute, 2*time.Hour, ix, zerolog.Nop(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.save(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, stateFile)
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flipped := append([]byte(nil), good...)
+	flipped[len(flipped)/2] ^= 1
+	for name, data := range map[string][]byte{
+		"truncated": good[:len(good)/2], "flipped": flipped, "empty": {}, "garbage": []byte("not a snapshot at all, not at all"),
+	} {
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		fresh := stateIndex(t)
+		s2, err := newStateStore(dir, time.Minute, 2*time.Hour, fresh, zerolog.Nop(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s2.restore()
+		if fresh.Len() != 0 || metricValue(s2.loadErrs) != 1 {
+			t.Fatalf("%s snapshot: %d claims loaded, %v load errors; want 0 and 1", name, fresh.Len(), metricValue(s2.loadErrs))
+		}
+	}
+	os.Remove(path)
+	fresh := stateIndex(t)
+	s3, _ := newStateStore(dir, time.Minute, 2*time.Hour, fresh, zerolog.Nop(), nil)
+	s3.restore()
+	if metricValue(s3.loadErrs) != 0 || fresh.Len() != 0 {
+		t.Fatal("a missing snapshot is not an error")
+	}
+}
+
+// A state directory that cannot hold a file fails the start with a clear
+// error instead of failing every write later.
+func TestStateStoreNeedsAWritableDir(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root writes into read-only directories")
+	}
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o500); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Chmod(dir, 0o700)
+	if _, err := newStateStore(dir, time.Minute, time.Hour, stateIndex(t), zerolog.Nop(), nil); err == nil {
+		t.Fatal("a read-only state directory was accepted")
+	}
+}
+
+func metricValue(c prometheus.Metric) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		panic(err)
+	}
+	if m.Counter != nil {
+		return m.Counter.GetValue()
+	}
+	return m.Gauge.GetValue()
+}

@@ -1,0 +1,130 @@
+package integration
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvmesh/kvmesh/integration/sim"
+)
+
+// TestProcessMeshWarmRestart: three real `kvmesh serve` processes with
+// --state-dir learn a conversation, are all stopped at once (each writes
+// its snapshot on SIGINT) and started again; the next turn of the
+// conversation, sent to another node, goes to the backend that holds its
+// prefix, matched by the restored claims, although no node kept anything
+// in memory and no peer had anything to send.
+func TestProcessMeshWarmRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs processes")
+	}
+	bin := buildKVMesh(t)
+	fleet, err := sim.StartFleet(4, simConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+	stateDir := t.TempDir()
+	m := startMeshWith(t, bin, 3, fleet.URLs(), func(n *procNode) []string {
+		return []string{"--state-dir", filepath.Join(stateDir, n.name), "--state-interval", "1h"} // only the shutdown write
+	})
+	defer m.stop()
+	nodes := m.nodes
+
+	system := strings.Repeat("You are the warm restart test's assistant; answer briefly and kindly. ", 60)
+	turn1 := chatBody(system, "What is a KV cache?")
+	code, route := postRoute(nodes[0].api, turn1)
+	if code != 200 {
+		t.Fatalf("first turn: %d", code)
+	}
+	holder := routeField(route, "backend")
+	// Every node holds the claims before the restart (each writes its own
+	// snapshot).
+	waitFor(t, 30*time.Second, "the three nodes to hold the same claims", func() bool {
+		d := nodes[0].stateDigest()
+		return d != "" && nodes[0].claims() > 0 && d == nodes[1].stateDigest() && d == nodes[2].stateDigest()
+	})
+
+	m.stop() // SIGINT: every node writes its snapshot and exits
+	for _, n := range nodes {
+		m.start(t, n)
+	}
+	for _, n := range nodes {
+		waitFor(t, 30*time.Second, n.name+" to see 3 alive members", func() bool { return n.aliveMembers() == 3 })
+		if got := metric(t, n.admin, "kvmesh_state_restored_claims"); got <= 0 {
+			t.Fatalf("%s restored %v claims", n.name, got)
+		}
+	}
+
+	turn2 := chatBody(system, "What is a KV cache?", "It keeps attention keys and values.", "And why route by prefix?")
+	code, route = postRoute(nodes[2].api, turn2)
+	if code != 200 {
+		t.Fatalf("second turn: %d", code)
+	}
+	matched, _ := strconv.Atoi(strings.SplitN(routeField(route, "matched"), "/", 2)[0])
+	if got := routeField(route, "backend"); got != holder || routeField(route, "reason") != "prefix" || matched == 0 {
+		t.Fatalf("after the restart the next turn went %q, want backend=%s reason=prefix with a match", route, holder)
+	}
+}
+
+// chatBody is a chat request: a system prompt and alternating user and
+// assistant messages.
+func chatBody(system string, turns ...string) []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, `{"model":%q,"max_tokens":8,"messages":[{"role":"system","content":%q}`, sim.DefaultConfig().Models[0], system)
+	for i, c := range turns {
+		role := "user"
+		if i%2 == 1 {
+			role = "assistant"
+		}
+		fmt.Fprintf(&b, `,{"role":%q,"content":%q}`, role, c)
+	}
+	b.WriteString("]}")
+	return b.Bytes()
+}
+
+// postRoute posts a chat body and returns the status and x-kvmesh-route.
+func postRoute(addr string, body []byte) (int, string) {
+	c := http.Client{Timeout: 30 * time.Second}
+	resp, err := c.Post("http://"+addr+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return -1, ""
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, resp.Header.Get("x-kvmesh-route")
+}
+
+// routeField reads one key=value of an x-kvmesh-route header.
+func routeField(route, key string) string {
+	for _, part := range strings.Split(route, ";") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(part), "="); ok && k == key {
+			return v
+		}
+	}
+	return ""
+}
+
+// metric reads an unlabelled metric from a node's /metrics (-1 if absent).
+func metric(t *testing.T, admin, name string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f
+		}
+	}
+	return -1
+}
