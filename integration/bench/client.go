@@ -42,6 +42,11 @@ type Sample struct {
 	// fleet's counters.
 	OutputTokens int `json:"out"`
 	CachedTokens int `json:"cached"`
+	// PromptTokens is the answer's usage.prompt_tokens (0 if absent).
+	PromptTokens int `json:"prompt,omitempty"`
+	// Matched is the share of the prompt the router believed the backend
+	// held (matched/total of x-kvmesh-route), 0 when it said none.
+	Matched float64 `json:"matched,omitempty"`
 	// Status is the HTTP status (0 when none arrived).
 	Status int `json:"status"`
 	// Err names what went wrong ("" for success): "http-<status>",
@@ -134,7 +139,7 @@ func send(ctx context.Context, c *http.Client, url string, render func([]byte) [
 	}
 	defer resp.Body.Close()
 	s.Status = resp.StatusCode
-	s.Backend, s.Reason = parseRoute(resp.Header.Get(router.RouteHeader))
+	s.Backend, s.Reason, s.Matched = parseRoute(resp.Header.Get(router.RouteHeader))
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 		s.E2E = time.Since(t0)
@@ -186,6 +191,7 @@ var (
 	usageKey     = []byte(`"usage":{`)
 	completionKy = []byte(`"completion_tokens":`)
 	cachedKey    = []byte(`"cached_tokens":`)
+	promptKey    = []byte(`"prompt_tokens":`)
 	errorKey     = []byte(`"error":{`)
 )
 
@@ -218,6 +224,7 @@ func readStream(br *bufio.Reader, t0 time.Time, s *Sample) error {
 			if i := bytes.Index(ev, usageKey); i >= 0 {
 				s.OutputTokens = intAfter(ev[i:], completionKy)
 				s.CachedTokens = intAfter(ev[i:], cachedKey)
+				s.PromptTokens = intAfter(ev[i:], promptKey)
 			}
 		}
 		if err != nil {
@@ -242,6 +249,7 @@ func readJSON(br *bufio.Reader, t0 time.Time, s *Sample) error {
 	if i := bytes.Index(body, usageKey); i >= 0 {
 		s.OutputTokens = intAfter(body[i:], completionKy)
 		s.CachedTokens = intAfter(body[i:], cachedKey)
+		s.PromptTokens = intAfter(body[i:], promptKey)
 	}
 	return nil
 }
@@ -276,8 +284,9 @@ func intAfter(b, key []byte) int {
 	return n
 }
 
-// parseRoute reads backend and reason from an x-kvmesh-route value.
-func parseRoute(v string) (backend, reason string) {
+// parseRoute reads backend, reason and the matched share of the prompt
+// from an x-kvmesh-route value.
+func parseRoute(v string) (backend, reason string, matched float64) {
 	for v != "" {
 		var field string
 		if i := strings.IndexByte(v, ';'); i >= 0 {
@@ -290,9 +299,17 @@ func parseRoute(v string) (backend, reason string) {
 			backend = b
 		} else if r, ok := strings.CutPrefix(field, "reason="); ok {
 			reason = r
+		} else if m, ok := strings.CutPrefix(field, "matched="); ok {
+			if a, b, ok := strings.Cut(m, "/"); ok {
+				num, err1 := strconv.ParseFloat(a, 64)
+				den, err2 := strconv.ParseFloat(b, 64)
+				if err1 == nil && err2 == nil && den > 0 && num >= 0 {
+					matched = min(num/den, 1)
+				}
+			}
 		}
 	}
-	return backend, reason
+	return backend, reason, matched
 }
 
 // String formats a sample for debugging.

@@ -76,12 +76,17 @@ func TestHasContentAndIntAfter(t *testing.T) {
 }
 
 func TestParseRoute(t *testing.T) {
-	b, r := parseRoute("backend=b3; matched=640/9000; reason=prefix; policy=kvmesh")
-	if b != "b3" || r != "prefix" {
-		t.Errorf("parseRoute = %q, %q", b, r)
+	b, r, m := parseRoute("backend=b3; matched=640/9000; reason=prefix; policy=kvmesh")
+	if b != "b3" || r != "prefix" || m != 640.0/9000 {
+		t.Errorf("parseRoute = %q, %q, %v", b, r, m)
 	}
-	if b, r := parseRoute(""); b != "" || r != "" {
-		t.Errorf("parseRoute(\"\") = %q, %q", b, r)
+	if b, r, m := parseRoute(""); b != "" || r != "" || m != 0 {
+		t.Errorf("parseRoute(\"\") = %q, %q, %v", b, r, m)
+	}
+	for _, bad := range []string{"matched=5", "matched=-1/4", "matched=1/0", "matched=x/4"} {
+		if _, _, m := parseRoute(bad); m != 0 {
+			t.Errorf("parseRoute(%q) matched %v, want 0", bad, m)
+		}
 	}
 }
 

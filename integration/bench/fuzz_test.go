@@ -50,9 +50,12 @@ func FuzzParseRoute(f *testing.F) {
 	f.Add("backend=b3; matched=640/9000; reason=prefix; policy=kvmesh")
 	f.Add(";;backend=;reason")
 	f.Fuzz(func(t *testing.T, v string) {
-		b, r := parseRoute(v)
+		b, r, m := parseRoute(v)
 		if !strings.Contains(v, b) || !strings.Contains(v, r) {
 			t.Errorf("parseRoute(%q) = %q, %q: not taken from the value", v, b, r)
+		}
+		if !(m >= 0 && m <= 1) {
+			t.Errorf("parseRoute(%q) matched %v, want a share in [0, 1]", v, m)
 		}
 	})
 }

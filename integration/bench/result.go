@@ -61,6 +61,11 @@ type RunResult struct {
 	Invalid string `json:"invalid,omitempty"`
 	// Attempt is 0 for a first run, n for the n-th rerun of an untrusted one.
 	Attempt int `json:"attempt,omitempty"`
+	// Precision is the share of the requests routed for a prefix the
+	// router believed the backend held (reason prefix, matched > 0) that
+	// the backend confirmed: its cached_tokens reached at least half the
+	// tokens the router believed matched. 0 when there were none.
+	Precision float64 `json:"precision,omitempty"`
 	// Agreement is, for a multi-node arm, the share of requests the nodes
 	// sent where one router seeing all the traffic (shadowRouter) would
 	// have; 0 for one node.
@@ -90,6 +95,7 @@ type ArmSummary struct {
 	Errors             Spread `json:"errors"`
 	// Agreement and LoadBytesPerRequestPeer: see RunResult (multi-node arms).
 	Agreement               Spread `json:"agreement,omitzero"`
+	Precision               Spread `json:"precision,omitzero"`
 	LoadBytesPerRequestPeer Spread `json:"load_bytes_per_request_peer,omitzero"`
 }
 
@@ -182,7 +188,7 @@ type Report struct {
 func Summarize(arms []Arm, runs []RunResult) []ArmSummary {
 	out := make([]ArmSummary, 0, len(arms))
 	for _, a := range arms {
-		var hit, t50, t90, t99, e50, e99, rps, tps, wcv, rcv, errs, agree, lbytes []float64
+		var hit, t50, t90, t99, e50, e99, rps, tps, wcv, rcv, errs, agree, lbytes, prec []float64
 		for i := range runs {
 			r := &runs[i]
 			if r.Arm != a.Name {
@@ -199,6 +205,9 @@ func Summarize(arms []Arm, runs []RunResult) []ArmSummary {
 			wcv = append(wcv, r.WorkCV)
 			rcv = append(rcv, r.RequestsCV)
 			errs = append(errs, float64(r.Errors))
+			if r.Precision > 0 {
+				prec = append(prec, r.Precision)
+			}
 			if a.Nodes > 1 {
 				agree = append(agree, r.Agreement)
 				if r.LoadBytesPerRequestPeer > 0 {
@@ -212,7 +221,7 @@ func Summarize(arms []Arm, runs []RunResult) []ArmSummary {
 			E2EP50: SpreadOf(e50), E2EP99: SpreadOf(e99),
 			RequestsPerSec: SpreadOf(rps), OutputTokensPerSec: SpreadOf(tps),
 			WorkCV: SpreadOf(wcv), RequestsCV: SpreadOf(rcv), Errors: SpreadOf(errs),
-			Agreement: SpreadOf(agree), LoadBytesPerRequestPeer: SpreadOf(lbytes),
+			Agreement: SpreadOf(agree), LoadBytesPerRequestPeer: SpreadOf(lbytes), Precision: SpreadOf(prec),
 		})
 	}
 	return out

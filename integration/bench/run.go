@@ -137,6 +137,7 @@ func fillResult(res *RunResult, samples []Sample, counters []BackendCounters, wa
 	if decided > 0 {
 		res.Agreement = float64(agree) / float64(decided)
 	}
+	res.Precision = precision(samples)
 	for i := range samples {
 		s := &samples[i]
 		res.ClientCachedTokens += int64(s.CachedTokens)
@@ -189,4 +190,24 @@ func fillResult(res *RunResult, samples []Sample, counters []BackendCounters, wa
 		res.RequestsPerSec = float64(res.OK) / res.SimSeconds
 		res.OutputTokensPerSec = float64(outTokens) / res.SimSeconds
 	}
+}
+
+// precision is the share of prefix routes the backend confirmed (see
+// RunResult.Precision).
+func precision(samples []Sample) float64 {
+	routes, hits := 0, 0
+	for i := range samples {
+		s := &samples[i]
+		if !s.OK() || s.Reason != "prefix" || s.Matched <= 0 || s.PromptTokens <= 0 {
+			continue
+		}
+		routes++
+		if float64(s.CachedTokens) >= 0.5*s.Matched*float64(s.PromptTokens) {
+			hits++
+		}
+	}
+	if routes == 0 {
+		return 0
+	}
+	return float64(hits) / float64(routes)
 }

@@ -215,3 +215,21 @@ func TestUntrustedRunsAreRerun(t *testing.T) {
 		t.Errorf("a generous MaxLag: err %v, %d discarded, invalid %q", err, len(rep.Discarded), rep.Runs[0].Invalid)
 	}
 }
+
+// Precision counts the prefix routes whose backend reported at least half
+// the tokens the router believed it held.
+func TestPrecision(t *testing.T) {
+	s := []Sample{
+		{Reason: "prefix", Matched: 0.5, PromptTokens: 1000, CachedTokens: 500}, // confirmed
+		{Reason: "prefix", Matched: 0.5, PromptTokens: 1000, CachedTokens: 250}, // half of the belief: confirmed
+		{Reason: "prefix", Matched: 0.5, PromptTokens: 1000, CachedTokens: 0},   // stale claim
+		{Reason: "miss", Matched: 0, PromptTokens: 1000, CachedTokens: 0},       // not a prefix route
+		{Reason: "prefix", Matched: 0.9, PromptTokens: 1000, Err: "timeout"},    // failed: not counted
+	}
+	if p := precision(s); p != 2.0/3 {
+		t.Fatalf("precision %v, want 2/3", p)
+	}
+	if p := precision(nil); p != 0 {
+		t.Fatalf("precision of nothing %v", p)
+	}
+}
