@@ -52,6 +52,15 @@ type Config struct {
 	// prefix used a thousand times a second is re-sent at most every quarter
 	// TTL, and a claim never lives less than 3/4 of a TTL after its last use.
 	RefreshFraction float64
+	// RefreshMaxMillis caps that slack in milliseconds: a claim's timestamp
+	// is never more than this older than its last use. The timestamp says
+	// when the backend last saw the prefix, which a reader that models the
+	// backend's cache as an LRU (how much was sent there since) depends on;
+	// with a 10-minute TTL the fraction alone would let it lag 150 s behind,
+	// longer than a busy engine keeps a prefix. 2000 (2 s): a prefix in
+	// constant use is re-sent every 2 s, a few claims a second mesh-wide.
+	// 0: no cap.
+	RefreshMaxMillis int64
 
 	// SweepPerWrite is how many slots each write examines to reclaim expired,
 	// evicted or invalidated claims in the background. 4 reclaims the whole
@@ -74,6 +83,7 @@ func DefaultConfig() Config {
 		MaxBackends:      4096,
 		EvictFraction:    1.0 / 16,
 		RefreshFraction:  0.25,
+		RefreshMaxMillis: 2000,
 		SweepPerWrite:    4,
 	}
 }
@@ -97,6 +107,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("tree: EvictFraction must be in (0, 0.5], got %v", c.EvictFraction)
 	case !(c.RefreshFraction >= 0 && c.RefreshFraction < 1):
 		return fmt.Errorf("tree: RefreshFraction must be in [0, 1), got %v", c.RefreshFraction)
+	case c.RefreshMaxMillis < 0:
+		return fmt.Errorf("tree: RefreshMaxMillis must not be negative, got %d", c.RefreshMaxMillis)
 	case c.SweepPerWrite < 0:
 		return errors.New("tree: SweepPerWrite must not be negative")
 	}

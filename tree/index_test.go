@@ -119,7 +119,7 @@ func TestExpiryIsAbsolute(t *testing.T) {
 }
 
 func TestRefreshIsCoalesced(t *testing.T) {
-	ix := newTestIndex(t, nil) // RefreshFraction 0.25
+	ix := newTestIndex(t, func(c *Config) { c.RefreshMaxMillis = 0 }) // RefreshFraction 0.25, no cap
 	b := backends(t, ix, "a")
 	ch := chainOf(ix, randTokens(rand.New(rand.NewPCG(4, 4)), 16*4))
 	ttl := int64(100_000)
@@ -387,4 +387,21 @@ func TestConcurrentLookupsDuringWrites(t *testing.T) {
 	}
 	close(stop)
 	<-done
+}
+
+// RefreshMaxMillis caps the coalescing: a claim's timestamp lags its last
+// use by at most that much, whatever the TTL.
+func TestRefreshCoalescingIsCapped(t *testing.T) {
+	ix := newTestIndex(t, func(c *Config) { c.RefreshMaxMillis = 2_000 })
+	b := backends(t, ix, "a")
+	ch := chainOf(ix, randTokens(rand.New(rand.NewPCG(5, 5)), 16*4))
+	ttl := 10 * minute
+	ix.Learn(ch, b[0], MakeTimestamp(0, 0), ttl, 1, 0, nil)
+	if got := ix.Learn(ch, b[0], MakeTimestamp(1_500, 0), ttl, 1, 1_500, nil); len(got) != 0 {
+		t.Fatalf("refresh within the cap emitted %d", len(got))
+	}
+	got := ix.Learn(ch, b[0], MakeTimestamp(2_500, 0), ttl, 1, 2_500, nil)
+	if len(got) != 1 || got[0].Time != MakeTimestamp(2_500, 0) {
+		t.Fatalf("refresh past the 2 s cap (a quarter TTL is 150 s): %+v", got)
+	}
 }

@@ -6,6 +6,9 @@ type Match struct {
 	// Blocks is the matched depth in blocks; multiply by the chain's
 	// UnitsPerBlock for units.
 	Blocks int32
+	// Time is the timestamp of the claim at that depth: when the prefix was
+	// last sent to the backend (learned or refreshed).
+	Time Timestamp
 }
 
 // Result is the answer to a Lookup. Reuse it across lookups: it keeps its
@@ -66,8 +69,18 @@ const maxRetries = 8
 // every block is probed. A claim that arrives from a peer before the
 // checkpoint claims of the same learn can be missed until they arrive too.
 func (ix *Index) Lookup(ch *Chain, now int64, res *Result) {
+	ix.LookupSince(ch, now, nil, res)
+}
+
+// LookupSince is Lookup counting, for each backend b with since[b] > 0,
+// only claims stamped at or after since[b] (a Timestamp): a caller that
+// knows a backend's cache has turned over since then (it was sent more than
+// it holds) ignores older claims, which would match prefixes evicted long
+// ago. since may be shorter than the registry; missing entries filter
+// nothing.
+func (ix *Index) LookupSince(ch *Chain, now int64, since []Timestamp, res *Result) {
 	res.reset(len(ix.reg.live))
-	l := lookup{ix: ix, ch: ch, now: now, floor: ix.floor.Load(), res: res}
+	l := lookup{ix: ix, ch: ch, now: now, floor: ix.floor.Load(), res: res, since: since}
 	active := int(ix.reg.active.Load())
 	n := len(ch.Keys)
 	cp := ix.keyer.checkpointBlocks
@@ -106,7 +119,9 @@ type lookup struct {
 	ch         *Chain
 	now, floor int64
 	res        *Result
+	since      []Timestamp // per backend: ignore older claims (nil: none)
 	buf        [16]uint64
+	times      [16]Timestamp
 }
 
 // window probes depths hi down to lo for want backends (those whose deepest
@@ -126,27 +141,31 @@ func (l *lookup) probeDepth(d int) int {
 	res.Probes++
 	n, ok := 0, false
 	for try := 0; try < maxRetries && !ok; try++ {
-		n, ok = ix.probe(&ix.t, key, l.now, l.floor, &l.buf)
+		n, ok = ix.probe(&ix.t, key, l.now, l.floor, &l.buf, &l.times)
 	}
 	if !ok {
-		n = ix.probeLocked(key, l.now, l.floor, &l.buf)
+		n = ix.probeLocked(key, l.now, l.floor, &l.buf, &l.times)
 	}
 	improved := 0
-	for _, m := range l.buf[:n] {
+	for k, m := range l.buf[:n] {
 		b := BackendID(m)
 		if !ix.reg.matches(b, uint16(m>>16)) {
+			continue
+		}
+		t := l.times[k]
+		if int(b) < len(l.since) && t < l.since[b] {
 			continue
 		}
 		w, bit := b>>6, uint64(1)<<(b&63)
 		if res.seen[w]&bit == 0 {
 			res.seen[w] |= bit
-			res.Matches = append(res.Matches, Match{Backend: b, Blocks: int32(d)})
+			res.Matches = append(res.Matches, Match{Backend: b, Blocks: int32(d), Time: t})
 			improved++
 			continue
 		}
 		for i := range res.Matches {
 			if res.Matches[i].Backend == b && res.Matches[i].Blocks < int32(d) {
-				res.Matches[i].Blocks = int32(d)
+				res.Matches[i].Blocks, res.Matches[i].Time = int32(d), t
 				improved++
 			}
 		}
@@ -174,7 +193,7 @@ func (r *Result) finish() {
 // probe collects the meta words of the unexpired claims for key. It returns
 // ok=false when the probe raced with a writer (or more than len(buf) claims
 // matched) and must be retried.
-func (ix *Index) probe(t *table, key uint64, now, floor int64, buf *[16]uint64) (int, bool) {
+func (ix *Index) probe(t *table, key uint64, now, floor int64, buf *[16]uint64, times *[16]Timestamp) (int, bool) {
 	var rs readerStripes
 	i := key >> t.shift
 	st := i >> stripeShift
@@ -195,6 +214,7 @@ func (ix *Index) probe(t *table, key uint64, now, floor int64, buf *[16]uint64) 
 					return 0, false
 				}
 				buf[n] = m
+				times[n] = Timestamp(s.time.Load())
 				n++
 			}
 		}
@@ -212,7 +232,7 @@ func (ix *Index) probe(t *table, key uint64, now, floor int64, buf *[16]uint64) 
 // probeLocked is probe under the writers' lock, the fallback that always
 // succeeds. Matches beyond len(buf) are dropped: more than 16 backends
 // holding one prefix is far beyond any sane replication of a hot prefix.
-func (ix *Index) probeLocked(key uint64, now, floor int64, buf *[16]uint64) int {
+func (ix *Index) probeLocked(key uint64, now, floor int64, buf *[16]uint64, times *[16]Timestamp) int {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	t := &ix.t
@@ -225,6 +245,7 @@ func (ix *Index) probeLocked(key uint64, now, floor int64, buf *[16]uint64) int 
 		}
 		if e, m := int64(s.exp.Load()), s.meta.Load(); k == key && e > now && e > floor && NodeID(m>>32) != EndedOrigin && n < len(buf) {
 			buf[n] = m
+			times[n] = Timestamp(s.time.Load())
 			n++
 		}
 	}

@@ -99,7 +99,8 @@ func (ix *Index) upsert(c *Claim, now int64, overEnded bool) Outcome {
 // A prompt's claims are written all together or not at all. They are
 // skipped together when every one exists already, at the same generation,
 // and the refresh would push no expiry out by more than RefreshFraction of
-// the TTL: repeated hits on a hot prefix do not flood the mesh. Writing them
+// the TTL (and RefreshMaxMillis): repeated hits on a hot prefix do not flood
+// the mesh. Writing them
 // together keeps an invariant Lookup relies on: a claim at some depth always
 // comes with claims at every checkpoint above it, on the same backend, that
 // expire no earlier.
@@ -113,6 +114,9 @@ func (ix *Index) Learn(ch *Chain, b BackendID, ts Timestamp, ttlMillis int64, or
 	}
 	exp := ts.Millis() + ttlMillis
 	slack := int64(float64(ttlMillis) * ix.cfg.RefreshFraction)
+	if m := ix.cfg.RefreshMaxMillis; m > 0 {
+		slack = min(slack, m)
+	}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	fresh := true

@@ -81,6 +81,16 @@ func RouterConfig(cfg *Config, policy string, urls []string) router.Config {
 	return rc
 }
 
+// TreeConfig is cfg.Tree with its time setting (how stale a claim's
+// timestamp may get) on the simulated clock, like the router's.
+func TreeConfig(cfg *Config) tree.Config {
+	tc := cfg.Tree
+	if cfg.ScaleRouterTimes && cfg.TimeScale > 1 && tc.RefreshMaxMillis > 0 {
+		tc.RefreshMaxMillis = max(int64(float64(tc.RefreshMaxMillis)/cfg.TimeScale), 1)
+	}
+	return tc
+}
+
 // scaleRouterTimes divides the router's durations that are about the
 // backends' behaviour (how long a cache keeps a prefix, how fast queues
 // change) by the time scale, so the router sees the simulated backends as
@@ -115,7 +125,7 @@ func deploy(ctx context.Context, cfg *Config, arm Arm, fleet Fleet) (_ *deployme
 
 	indexes := make([]*tree.Index, arm.Nodes)
 	for i := range indexes {
-		if indexes[i], err = tree.New(cfg.Tree); err != nil {
+		if indexes[i], err = tree.New(TreeConfig(cfg)); err != nil {
 			return nil, err
 		}
 	}
@@ -139,7 +149,7 @@ func deploy(ctx context.Context, cfg *Config, arm Arm, fleet Fleet) (_ *deployme
 		}
 	}
 	if arm.Nodes > 1 {
-		if d.shadow, err = newShadowRouter(rc, cfg.Tree, arm.Tokens, cfg.Replay.Path); err != nil {
+		if d.shadow, err = newShadowRouter(rc, TreeConfig(cfg), arm.Tokens, cfg.Replay.Path); err != nil {
 			return nil, err
 		}
 	}
