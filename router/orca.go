@@ -23,6 +23,7 @@ const (
 	HasRPS
 	HasPrefixQueries
 	HasPrefixHits
+	HasKVCapacity
 )
 
 // LoadReport is a backend's self-reported load from an ORCA endpoint-load-metrics header.

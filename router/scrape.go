@@ -18,7 +18,11 @@ import (
 type ScrapedLoad struct {
 	Running, Waiting, KVCacheUsage float64
 	PrefixQueries, PrefixHits      float64 // counters in tokens, when exported
-	Has                            LoadFields
+	// KVCapacityTokens is the KV cache's size in tokens: vLLM's
+	// cache_config_info num_gpu_blocks x block_size (summed over engines),
+	// or SGLang's max_total_num_tokens.
+	KVCapacityTokens float64
+	Has              LoadFields
 }
 
 // Limits on what ParseMetrics reads. A vLLM page is ~50 KiB; the limits
@@ -44,6 +48,8 @@ const (
 	metricHits          // current vLLM name, or SGLang's cached tokens
 	metricQueriesLegacy // vLLM's older gpu_prefix_cache_* names
 	metricHitsLegacy
+	metricCacheConfig // vLLM's cache_config_info: the capacity is in its labels
+	metricMaxTokens   // SGLang's max_total_num_tokens
 )
 
 func metricFor(name []byte) metric {
@@ -62,6 +68,10 @@ func metricFor(name []byte) metric {
 		return metricQueriesLegacy
 	case "vllm:gpu_prefix_cache_hits_total":
 		return metricHitsLegacy
+	case "vllm:cache_config_info":
+		return metricCacheConfig
+	case "sglang:max_total_num_tokens":
+		return metricMaxTokens
 	}
 	return metricNone
 }
@@ -73,6 +83,9 @@ type metricsParser struct {
 	legacyQ, legacyH      float64
 	hasLegacyQ, hasLegacH bool
 	lineNo                int
+	// The current line's numeric num_gpu_blocks and block_size labels
+	// (cache_config_info); 0 when absent or not a number.
+	gpuBlocks, blockSize uint64
 }
 
 var metricsBufPool = sync.Pool{New: func() any { b := make([]byte, MaxMetricsLine); return &b }}
@@ -177,6 +190,7 @@ func (mp *metricsParser) line(b []byte) error {
 	name := b[:i]
 	rest := trimBlank(b[i:])
 	keep := true
+	mp.gpuBlocks, mp.blockSize = 0, 0
 	if len(rest) > 0 && rest[0] == '{' {
 		var err error
 		if rest, keep, err = mp.labels(rest[1:]); err != nil {
@@ -206,6 +220,12 @@ func (mp *metricsParser) line(b []byte) error {
 		}
 	}
 	if keep && !math.IsNaN(f) && !math.IsInf(f, 0) && f >= 0 {
+		if m == metricCacheConfig {
+			// An info metric: the value is 1, the figures are labels.
+			if f = float64(mp.gpuBlocks) * float64(mp.blockSize); f <= 0 {
+				return nil
+			}
+		}
 		mp.add(m, f)
 	}
 	return nil
@@ -238,10 +258,21 @@ func (mp *metricsParser) labels(b []byte) (rest []byte, keep bool, err error) {
 			return nil, false, fmt.Errorf("label %s: value is not quoted", label)
 		}
 		b = b[1:]
-		// Scan the value, comparing it with the model as it unescapes.
+		// Scan the value, comparing it with the model as it unescapes, and
+		// reading it as a number when it is one of cache_config_info's
+		// figures.
 		want := mp.model
 		check := want != "" && string(label) == "model_name"
 		match := true
+		var num *uint64
+		switch string(label) {
+		case "num_gpu_blocks":
+			num = &mp.gpuBlocks
+		case "block_size":
+			num = &mp.blockSize
+		}
+		var v uint64
+		numeric := num != nil
 		k, n := 0, 0 // k indexes b, n counts unescaped bytes
 		for ; k < len(b) && b[k] != '"'; k++ {
 			c := b[k]
@@ -261,7 +292,17 @@ func (mp *metricsParser) labels(b []byte) (rest []byte, keep bool, err error) {
 			if check && (n >= len(want) || want[n] != c) {
 				match = false
 			}
+			if numeric {
+				if c < '0' || c > '9' || v > 1<<40 {
+					numeric = false
+				} else {
+					v = v*10 + uint64(c-'0')
+				}
+			}
 			n++
+		}
+		if numeric && n > 0 {
+			*num = v
 		}
 		if k >= len(b) {
 			return nil, false, fmt.Errorf("label %s: unterminated value", label)
@@ -302,6 +343,9 @@ func (mp *metricsParser) add(m metric, f float64) {
 	case metricHitsLegacy:
 		mp.legacyH += f
 		mp.hasLegacH = true
+	case metricCacheConfig, metricMaxTokens:
+		o.KVCapacityTokens += f
+		o.Has |= HasKVCapacity
 	}
 }
 

@@ -261,3 +261,28 @@ func TestParseMetricsDataWithEOF(t *testing.T) {
 		t.Fatalf("%+v", got)
 	}
 }
+
+// The KV capacity comes from vLLM's cache_config_info labels (per engine,
+// summed) or SGLang's max_total_num_tokens; malformed figures are ignored.
+func TestParseMetricsCapacity(t *testing.T) {
+	for _, c := range []struct {
+		page string
+		want float64
+	}{
+		{`vllm:cache_config_info{block_size="16",cache_dtype="auto",engine="0",model_name="m",num_gpu_blocks="27000"} 1.0` + "\n", 27000 * 16},
+		{`vllm:cache_config_info{engine="0",num_gpu_blocks="100",block_size="32"} 1` + "\n" +
+			`vllm:cache_config_info{engine="1",num_gpu_blocks="100",block_size="32"} 1` + "\n", 6400},
+		{"sglang:max_total_num_tokens 500000\n", 500000},
+		{`vllm:cache_config_info{num_gpu_blocks="None",block_size="16"} 1` + "\n", 0},
+		{`vllm:cache_config_info{num_gpu_blocks="-5",block_size="16"} 1` + "\n", 0},
+		{`vllm:cache_config_info{block_size="16"} 1` + "\n", 0},
+	} {
+		var sl ScrapedLoad
+		if err := ParseMetrics(strings.NewReader(c.page), "", &sl); err != nil {
+			t.Fatalf("%q: %v", c.page, err)
+		}
+		if sl.KVCapacityTokens != c.want || (c.want > 0) != (sl.Has&HasKVCapacity != 0) {
+			t.Errorf("%q: capacity %v (has %v), want %v", c.page, sl.KVCapacityTokens, sl.Has&HasKVCapacity != 0, c.want)
+		}
+	}
+}

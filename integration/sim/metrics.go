@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -70,6 +72,12 @@ func newCollector(in *Instance, model string) *collector {
 		func(in *Instance) float64 { return float64(in.eng.gauge.waiting.Load()) })
 	add("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", G, nil,
 		func(in *Instance) float64 { _, _, u := in.eng.load(); return u })
+
+	// vLLM's info metric: the cache's size is in its labels, the value is 1.
+	add("vllm:cache_config_info", "Information of the LLMEngine CacheConfig.", G,
+		prometheus.Labels{"num_gpu_blocks": strconv.Itoa(in.cfg.CacheBlocks), "block_size": strconv.Itoa(in.cfg.BlockSize),
+			"cache_dtype": "auto", "enable_prefix_caching": "True"},
+		func(*Instance) float64 { return 1 })
 
 	add("kvmesh_sim_cache_blocks", "KV blocks holding a prefix-cache entry (referenced or evictable).", G, nil,
 		func(in *Instance) float64 { return float64(in.eng.gauge.cachedBlocks.Load()) })
