@@ -152,7 +152,9 @@ func (rt *Router) prepare(st *reqState, ep Endpoint, body []byte, tenant string)
 	p := &st.prompt
 	st.model = p.Model
 	st.routed = true
-	if rt.tokenizer != nil && rt.tokenize(st) {
+	if rt.precise != nil && rt.preciseKeys(st, ep, body, tenant) {
+		// keyed by the engine's own tokens (precise.go)
+	} else if rt.tokenizer != nil && rt.tokenize(st) {
 		st.seed = rt.seedFor(st, p.Model, tenant, p.CacheSalt, p.Format, true)
 		rt.ix.Keyer().Tokens(&st.chain, st.seed, st.tokens, st.tokEnds)
 	} else {

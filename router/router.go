@@ -46,6 +46,10 @@ type Deps struct {
 	// backend's KV blocks when the tokenizer is the model's) instead of the
 	// bytes of their rendering. Every node of a mesh must use the same mode.
 	Tokenizer Tokenizer
+	// Precise, if set, puts its backends in precise mode: requests for the
+	// models they serve are keyed by the engines' own tokens (precise.go),
+	// matching the claims their KV events make. nil: approximate only.
+	Precise *PreciseConfig
 }
 
 // Router is one kvmesh node's OpenAI-compatible, cache-aware proxy.
@@ -66,6 +70,7 @@ type Router struct {
 	// forwardPolicy chooses for forwarded requests, which have no prompt.
 	forwardPolicy leastLoadedPolicy
 	tokenizer     Tokenizer
+	precise       *precise // nil without precise mode
 	now           func() time.Time
 	transport     http.RoundTripper
 	owned         *http.Transport // the default transport, closed by Close
@@ -153,6 +158,9 @@ func New(cfg Config, deps Deps) (*Router, error) {
 		rt.backends = append(rt.backends, b)
 	}
 	rt.models.rebuild(rt.backends)
+	if err := rt.initPrecise(deps); err != nil {
+		return nil, err
+	}
 	rt.states.New = func() any { return newReqState() }
 	return rt, nil
 }
@@ -218,6 +226,9 @@ func (rt *Router) Close() error {
 		cancel()
 	}
 	rt.wg.Wait()
+	if rt.precise != nil {
+		rt.precise.close()
+	}
 	if rt.owned != nil {
 		rt.owned.CloseIdleConnections()
 	}

@@ -1,0 +1,550 @@
+package router
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvmesh/kvmesh/router/kvevents"
+	"github.com/kvmesh/kvmesh/tree"
+)
+
+// PreciseConfig puts backends in precise mode (docs/precise.md): their
+// engines publish KV-cache events that router/kvevents turns into claims
+// keyed by the engines' own tokens, so the router keys the requests of the
+// models they serve the same way: the prompt is tokenized by the engine
+// (POST /tokenize, its chat template applied: parity by construction) and
+// chained in blocks from kvevents.Seed(model, cache_salt). When that is not
+// possible in time the request is keyed by bytes as in approximate mode
+// (it then matches only approximate claims) and the fallback is counted.
+type PreciseConfig struct {
+	// Backends names the backends in precise mode. A request for a model
+	// any of them serves is keyed by tokens, for every backend of the model
+	// (the others then learn token-keyed claims from routing, as before).
+	Backends []string
+	// EngineBlockTokens is the engines' KV block size (vLLM --block-size,
+	// SGLang's page size), a multiple of the index's BlockTokens: the
+	// router learns claims only at whole engine blocks, the only ones an
+	// engine caches. 16 is vLLM's default.
+	EngineBlockTokens int
+	// TokenizerURL is the base URL of a server whose POST /tokenize
+	// tokenizes exactly as the engines do (the same model and chat
+	// template: any replica, or a CPU-only vLLM frontend). Empty: the
+	// precise backends serving the request's model, in turn.
+	TokenizerURL string
+	// TokenizeTimeout bounds one remote tokenization. Past it the request
+	// is keyed by bytes. 100 ms covers a 128K-token prompt in vLLM's fast
+	// tokenizer (a few hundred thousand tokens per second in its API
+	// process) plus the round trip; a longer wait would cost more than the
+	// cache hit it could win on a short prompt.
+	TokenizeTimeout time.Duration
+	// MaxTokenizeInFlight bounds concurrent remote tokenizations (each
+	// holds a request body and an engine's API worker); past it requests
+	// are keyed by bytes at once. 64 is far above what a node sends while
+	// engines answer in milliseconds, and keeps a stalled engine from
+	// holding thousands of goroutines.
+	MaxTokenizeInFlight int
+	// CacheTokens bounds the cache of recent prompts' tokens, by which a
+	// conversation's next turn is keyed without waiting for the engine
+	// (4 bytes a token). 4M tokens (16 MiB) hold the last turn of a thousand
+	// 4K-token conversations; 0 turns the cache off.
+	CacheTokens int
+	// MaxPromptTokens bounds the token ids read from one answer. 1M is
+	// eight times the longest context of common models.
+	MaxPromptTokens int
+}
+
+// DefaultPreciseConfig returns the defaults documented on PreciseConfig,
+// without backends.
+func DefaultPreciseConfig() PreciseConfig {
+	return PreciseConfig{
+		EngineBlockTokens:   16,
+		TokenizeTimeout:     100 * time.Millisecond,
+		MaxTokenizeInFlight: 64,
+		CacheTokens:         4 << 20,
+		MaxPromptTokens:     1 << 20,
+	}
+}
+
+// Validate reports every setting that cannot work; blockTokens is the
+// index's block size.
+func (c *PreciseConfig) Validate(blockTokens int) error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("precise: "+format, args...)) }
+	if c.EngineBlockTokens <= 0 || blockTokens <= 0 || c.EngineBlockTokens%blockTokens != 0 {
+		bad("engine_block_tokens must be a positive multiple of the index's block_tokens (%d), got %d", blockTokens, c.EngineBlockTokens)
+	}
+	if c.TokenizerURL != "" {
+		if u, err := url.Parse(c.TokenizerURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("tokenizer_url %q must be an http(s) base URL", c.TokenizerURL)
+		}
+	}
+	if c.TokenizeTimeout <= 0 {
+		bad("tokenize_timeout must be positive, got %v", c.TokenizeTimeout)
+	}
+	if c.MaxTokenizeInFlight < 1 {
+		bad("max_tokenize_in_flight must be at least 1, got %d", c.MaxTokenizeInFlight)
+	}
+	if c.CacheTokens < 0 {
+		bad("tokenize_cache_tokens must not be negative, got %d", c.CacheTokens)
+	}
+	if c.MaxPromptTokens < 1 {
+		bad("max_prompt_tokens must be at least 1, got %d", c.MaxPromptTokens)
+	}
+	seen := map[string]bool{}
+	for i, b := range c.Backends {
+		if b == "" || seen[b] {
+			bad("backends[%d] %q: empty or listed twice", i, b)
+		}
+		seen[b] = true
+	}
+	return errors.Join(errs...)
+}
+
+// How a precise request got its keys (kvmesh_router_precise_keys_total).
+const (
+	srcTokenized = iota // the engine tokenized it now
+	srcCached           // the same prompt was tokenized before
+	srcPrefix           // the conversation's previous turn was (the rest is refreshed in the background)
+	srcIDs              // the prompt came as token ids
+	numKeySources
+)
+
+var keySourceNames = [numKeySources]string{"tokenized", "cached", "prefix", "ids"}
+
+// Why a request of a precise model was keyed by bytes
+// (kvmesh_router_precise_fallbacks_total).
+const (
+	fbTimeout     = iota // the engine did not answer within TokenizeTimeout
+	fbError              // it answered with an error or garbage, or no tokenizer was up
+	fbBusy               // MaxTokenizeInFlight tokenizations were running
+	fbUnsupported        // an endpoint or prompt shape /tokenize does not take (responses, embeddings, prompt batches)
+	fbTenant             // a tenant without cache_salt: precise keys would be shared with other tenants, as the engine's cache is
+	numFallbacks
+)
+
+var fallbackNames = [numFallbacks]string{"timeout", "error", "busy", "unsupported", "tenant"}
+
+// preciseMetrics are registered with every router (zero without precise
+// mode), so dashboards and the README's list do not depend on the mode.
+type preciseMetrics struct {
+	keys      [numKeySources]prometheus.Counter
+	fallbacks [numFallbacks]prometheus.Counter
+	duration  prometheus.Histogram
+}
+
+func newPreciseMetrics(reg prometheus.Registerer, cacheTokens func() float64) (*preciseMetrics, error) {
+	keys := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvmesh_router_precise_keys_total",
+		Help: "Requests keyed by the engine's tokens (precise mode), by where the tokens came from: tokenized (the engine's /tokenize, waited for), cached (the same prompt before), prefix (the conversation's previous turn), ids (the prompt was token ids)."},
+		[]string{"source"})
+	fbs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvmesh_router_precise_fallbacks_total",
+		Help: "Requests of precise-mode models keyed by bytes instead (they match approximate claims only), by reason: timeout, error, busy, unsupported, tenant."},
+		[]string{"reason"})
+	m := &preciseMetrics{duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvmesh_router_tokenize_duration_seconds",
+		Help:    "Remote tokenizations (POST /tokenize), waited for or in the background, from request to parsed answer.",
+		Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .2, .5, 1}})}
+	for i, n := range keySourceNames {
+		m.keys[i] = keys.WithLabelValues(n)
+	}
+	for i, n := range fallbackNames {
+		m.fallbacks[i] = fbs.WithLabelValues(n)
+	}
+	if reg == nil {
+		return m, nil
+	}
+	cache := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvmesh_router_tokenize_cache_tokens",
+		Help: "Tokens held by the cache of recent prompts' engine tokens (precise mode)."}, cacheTokens)
+	for _, c := range []prometheus.Collector{keys, fbs, m.duration, cache} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// precise is a router's precise mode.
+type precise struct {
+	cfg    PreciseConfig
+	slots  []bool     // by backend slot: in precise mode
+	urls   []*url.URL // by backend slot: its /tokenize (precise slots only)
+	fixed  *url.URL   // TokenizerURL's /tokenize, nil without
+	ratio  int32      // engine block / index block
+	sem    chan struct{}
+	cache  *tokenCache // nil when CacheTokens is 0
+	next   atomic.Uint64
+	m      *preciseMetrics
+	rtrip  http.RoundTripper
+	states sync.Pool // *preciseScratch
+
+	seedMu sync.RWMutex
+	seeds  map[string]tree.Seed
+
+	mu         sync.Mutex
+	refreshing map[uint64]struct{}
+	closed     bool
+	wg         sync.WaitGroup
+}
+
+// preciseScratch is one tokenization's buffers, pooled.
+type preciseScratch struct {
+	body   []byte // the /tokenize request body
+	answer []byte // its answer
+	hashes []uint64
+	key    []byte // seed-cache key
+	reader *closeReader
+}
+
+// maxSeedCache bounds the precise seed cache (model x cache_salt); past it
+// the cache starts over.
+const maxSeedCache = 4096
+
+func newPrecise(cfg PreciseConfig, backends []*backend, blockTokens int, rtrip http.RoundTripper, m *preciseMetrics) (*precise, error) {
+	if err := cfg.Validate(blockTokens); err != nil {
+		return nil, err
+	}
+	pc := &precise{cfg: cfg, slots: make([]bool, len(backends)), urls: make([]*url.URL, len(backends)),
+		ratio: int32(cfg.EngineBlockTokens / blockTokens), sem: make(chan struct{}, cfg.MaxTokenizeInFlight),
+		m: m, rtrip: rtrip, seeds: map[string]tree.Seed{}, refreshing: map[uint64]struct{}{}}
+	if cfg.CacheTokens > 0 {
+		pc.cache = newTokenCache(cfg.CacheTokens)
+	}
+	if cfg.TokenizerURL != "" {
+		u, _ := url.Parse(strings.TrimRight(cfg.TokenizerURL, "/"))
+		u.Path += "/tokenize"
+		pc.fixed = u
+	}
+	for _, name := range cfg.Backends {
+		i := slices.IndexFunc(backends, func(b *backend) bool { return b.name == name })
+		if i < 0 {
+			return nil, fmt.Errorf("precise: backend %q is not among the router's backends", name)
+		}
+		pc.slots[i] = true
+		u := backends[i].url
+		u.Path += "/tokenize"
+		pc.urls[i] = &u
+	}
+	pc.states.New = func() any { return &preciseScratch{reader: &closeReader{}} }
+	return pc, nil
+}
+
+// close waits for the background tokenizations (each bounded by
+// TokenizeTimeout).
+func (pc *precise) close() {
+	pc.mu.Lock()
+	pc.closed = true
+	pc.mu.Unlock()
+	pc.wg.Wait()
+}
+
+func (pc *precise) cacheTokens() float64 {
+	if pc == nil || pc.cache == nil {
+		return 0
+	}
+	_, n := pc.cache.size()
+	return float64(n)
+}
+
+// servesModel reports whether a backend in precise mode serves model.
+func (pc *precise) servesModel(rt *Router, model string) bool {
+	for _, b := range rt.models.lookup(model) {
+		if pc.slots[b.slot] {
+			return true
+		}
+	}
+	return false
+}
+
+// target chooses where to tokenize a prompt of model: TokenizerURL, else
+// the healthy precise backends serving it, in turn. nil: none is up.
+func (pc *precise) target(rt *Router, model string) *url.URL {
+	if pc.fixed != nil {
+		return pc.fixed
+	}
+	bs := rt.models.lookup(model)
+	n := uint64(len(bs))
+	start := pc.next.Add(1)
+	for i := uint64(0); i < n; i++ {
+		b := bs[(start+i)%n]
+		if pc.slots[b.slot] && b.healthy.Load() {
+			return pc.urls[b.slot]
+		}
+	}
+	return nil
+}
+
+// seed returns kvevents.Seed(model, salt), memoized.
+func (pc *precise) seed(sc *preciseScratch, model, salt string) tree.Seed {
+	sc.key = append(append(append(sc.key[:0], model...), 0), salt...)
+	pc.seedMu.RLock()
+	s, ok := pc.seeds[string(sc.key)]
+	pc.seedMu.RUnlock()
+	if ok {
+		return s
+	}
+	s = kvevents.Seed(model, salt)
+	if len(sc.key) > maxSeedKey {
+		return s
+	}
+	pc.seedMu.Lock()
+	if len(pc.seeds) >= maxSeedCache {
+		pc.seeds = map[string]tree.Seed{}
+	}
+	pc.seeds[string(sc.key)] = s
+	pc.seedMu.Unlock()
+	return s
+}
+
+func (pc *precise) scratch() *preciseScratch { return pc.states.Get().(*preciseScratch) }
+
+func (pc *precise) release(sc *preciseScratch) {
+	if sc.reader.pending.Load() {
+		// The transport may still read the body (it closes it when done,
+		// possibly after RoundTrip returned): leave the buffer to it.
+		sc.body, sc.reader = nil, &closeReader{}
+	}
+	if cap(sc.body) > maxPooledBodyCap {
+		sc.body = nil
+	}
+	if cap(sc.answer) > maxPooledBodyCap {
+		sc.answer = nil
+	}
+	pc.states.Put(sc)
+}
+
+// preciseKeys keys a request of a precise-mode model by the engine's
+// tokens: it sets st.seed and st.chain and reports true. It reports false,
+// having counted why, when the request is to be keyed as in approximate
+// mode (not a precise model, or the tokens could not be had in time).
+func (rt *Router) preciseKeys(st *reqState, ep Endpoint, body []byte, tenant string) bool {
+	pc := rt.precise
+	p := &st.prompt
+	if p.Model == "" || !pc.servesModel(rt, p.Model) {
+		return false
+	}
+	if tenant != "" && p.CacheSalt == "" {
+		pc.m.fallbacks[fbTenant].Inc()
+		return false
+	}
+	sc := pc.scratch()
+	defer pc.release(sc)
+	var toks []uint32
+	var ends []int
+	src := srcTokenized
+	if p.Format == FormatTokens {
+		st.tokens = DecodeTokenIDs(p.Units, st.tokens)
+		st.tokEnds = st.tokEnds[:0]
+		for _, e := range p.Ends {
+			st.tokEnds = append(st.tokEnds, e/4)
+		}
+		toks, ends, src = st.tokens, st.tokEnds, srcIDs
+	} else {
+		var opts uint64
+		var err error
+		if sc.body, opts, err = appendTokenizeBody(sc.body[:0], ep, body); err != nil || len(p.Ends) == 0 {
+			pc.m.fallbacks[fbUnsupported].Inc()
+			return false
+		}
+		last := len(p.Ends) - 1
+		if pc.cache != nil {
+			sc.hashes = prefixHashes(sc.hashes, p.Model, p.Format, opts, p.Units, p.Ends)
+			if toks = pc.cache.get(sc.hashes[last]); toks != nil {
+				src = srcCached
+			} else {
+				for k := last - 1; k >= 0 && toks == nil; k-- {
+					toks = pc.cache.get(sc.hashes[k])
+				}
+				if toks != nil {
+					src = srcPrefix
+					pc.refresh(rt, p.Model, sc.hashes[last], sc.body)
+				}
+			}
+		}
+		if toks == nil {
+			var fb int
+			if st.tokens, fb = pc.tokenize(rt, p.Model, sc, st.tokens); fb >= 0 {
+				pc.m.fallbacks[fb].Inc()
+				rt.log.Debug().Str("model", p.Model).Str("reason", fallbackNames[fb]).Msg("precise: keying this prompt by bytes")
+				return false
+			}
+			toks = st.tokens
+			if pc.cache != nil {
+				pc.cache.put(sc.hashes[last], toks)
+			}
+		}
+	}
+	pc.m.keys[src].Inc()
+	st.seed = pc.seed(sc, p.Model, p.CacheSalt)
+	rt.ix.Keyer().Tokens(&st.chain, st.seed, toks, ends)
+	alignLearn(&st.chain, pc.ratio)
+	return true
+}
+
+// tokenize asks the engine for the tokens of sc.body, appending them to
+// dst[:0]. fb is -1 on success, else the fallback reason.
+func (pc *precise) tokenize(rt *Router, model string, sc *preciseScratch, dst []uint32) (_ []uint32, fb int) {
+	select {
+	case pc.sem <- struct{}{}:
+	default:
+		return dst, fbBusy
+	}
+	defer func() { <-pc.sem }()
+	u := pc.target(rt, model)
+	if u == nil {
+		return dst, fbError
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pc.cfg.TokenizeTimeout)
+	defer cancel()
+	dst, err := pc.call(ctx, u, sc, dst)
+	switch {
+	case err == nil:
+		return dst, -1
+	case ctx.Err() != nil:
+		return dst, fbTimeout
+	}
+	rt.log.Debug().Err(err).Str("tokenizer", u.Host).Msg("precise: tokenization failed")
+	return dst, fbError
+}
+
+// refresh tokenizes a prompt in the background and caches its tokens under
+// key: a conversation's turn keyed by its previous turn's tokens leaves
+// its own for the next turn. At most one refresh per key runs, within
+// MaxTokenizeInFlight; when none is free the next turn tries again.
+func (pc *precise) refresh(rt *Router, model string, key uint64, body []byte) {
+	u := pc.target(rt, model)
+	if u == nil {
+		return
+	}
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if _, busy := pc.refreshing[key]; busy || pc.closed {
+		return
+	}
+	select {
+	case pc.sem <- struct{}{}:
+	default:
+		return
+	}
+	pc.refreshing[key] = struct{}{}
+	pc.wg.Add(1)
+	sc := pc.scratch()
+	sc.body = append(sc.body[:0], body...)
+	go func() {
+		defer pc.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), pc.cfg.TokenizeTimeout)
+		toks, err := pc.call(ctx, u, sc, nil)
+		cancel()
+		<-pc.sem
+		if err == nil {
+			pc.cache.put(key, toks)
+		}
+		pc.release(sc)
+		pc.mu.Lock()
+		delete(pc.refreshing, key)
+		pc.mu.Unlock()
+	}()
+}
+
+// tokenizeHeader is every /tokenize request's header (shared, never
+// modified).
+var tokenizeHeader = http.Header{"Content-Type": {"application/json"}, "Accept": {"application/json"}}
+
+// maxAnswerBytesPerToken bounds an answer's size: an id is at most 10
+// digits and a comma, and the other members are small.
+const maxAnswerBytesPerToken = 12
+
+// call POSTs sc.body to u and parses the answer's ids into dst[:0].
+func (pc *precise) call(ctx context.Context, u *url.URL, sc *preciseScratch, dst []uint32) ([]uint32, error) {
+	t0 := time.Now()
+	defer func() { pc.m.duration.Observe(time.Since(t0).Seconds()) }()
+	sc.reader.reset(sc.body)
+	req := (&http.Request{Method: http.MethodPost, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: tokenizeHeader, Body: sc.reader, ContentLength: int64(len(sc.body)), Host: u.Host}).WithContext(ctx)
+	resp, err := pc.rtrip.RoundTrip(req)
+	if err != nil {
+		return dst[:0], err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		return dst[:0], fmt.Errorf("tokenize: %s answered %d", u.Host, resp.StatusCode)
+	}
+	limit := int64(pc.cfg.MaxPromptTokens)*maxAnswerBytesPerToken + 4096
+	if sc.answer, err = readAllLimit(resp.Body, sc.answer[:0], limit); err != nil {
+		return dst[:0], err
+	}
+	return parseTokenizeAnswer(sc.answer, dst, pc.cfg.MaxPromptTokens)
+}
+
+// readAllLimit reads r to its end into buf[:0], failing past limit bytes.
+func readAllLimit(r io.Reader, buf []byte, limit int64) ([]byte, error) {
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if int64(len(buf)) > limit {
+			return buf[:0], fmt.Errorf("tokenize: answer above %d bytes", limit)
+		}
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf[:0], err
+		}
+	}
+}
+
+// closeReader is a request body that records whether the transport has
+// closed it since it was handed over (pending false: the bytes are no
+// longer read and may be reused).
+type closeReader struct {
+	bytes.Reader
+	pending atomic.Bool
+}
+
+func (r *closeReader) reset(b []byte) { r.Reset(b); r.pending.Store(true) }
+
+func (r *closeReader) Close() error { r.pending.Store(false); return nil }
+
+// alignLearn keeps learning depths at whole engine blocks of r index
+// blocks: each depth is aligned down to a multiple of r (an engine caches
+// only whole blocks), duplicates and zeros dropped.
+func alignLearn(ch *tree.Chain, r int32) {
+	if r <= 1 {
+		return
+	}
+	out := ch.Learn[:0]
+	for _, d := range ch.Learn {
+		d = d / r * r
+		if d > 0 && (len(out) == 0 || d > out[len(out)-1]) {
+			out = append(out, d)
+		}
+	}
+	ch.Learn = out
+}
+
+// initPrecise registers the precise-mode metrics (always) and sets up
+// precise mode when deps ask for it.
+func (rt *Router) initPrecise(deps Deps) error {
+	m, err := newPreciseMetrics(deps.Registerer, func() float64 { return rt.precise.cacheTokens() })
+	if err != nil {
+		return fmt.Errorf("router: registering metrics: %w", err)
+	}
+	if deps.Precise == nil || len(deps.Precise.Backends) == 0 {
+		return nil
+	}
+	rt.precise, err = newPrecise(*deps.Precise, rt.backends, rt.ix.Keyer().BlockTokens(), rt.transport, m)
+	return err
+}
