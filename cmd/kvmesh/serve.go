@@ -22,6 +22,7 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/net/netutil"
 
+	"github.com/kvmesh/kvmesh/cmd/kvmesh/ui"
 	"github.com/kvmesh/kvmesh/mesh"
 	"github.com/kvmesh/kvmesh/router"
 	"github.com/kvmesh/kvmesh/tree"
@@ -177,6 +178,11 @@ func serve(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, ready chan
 			e.WriteTo(w)
 		})
 	}
+	statusPage := ui.Deps{Node: cfg.Node.Name, Version: version, TenantHeader: cfg.Router.TenantHeader, Router: rt, Index: ix, Logger: log}
+	if m, ok := node.(ui.MeshStatus); ok {
+		statusPage.Mesh = m
+	}
+	ui.New(statusPage).Mount(admin) // GET /ui: the live status page
 	admin.Handle("/", routerAdmin)
 
 	apiSrv := &http.Server{Handler: rt, ReadHeaderTimeout: cfg.Router.ReadHeaderTimeout, IdleTimeout: cfg.Router.IdleTimeout,
