@@ -34,7 +34,9 @@ type LoadSource interface {
 	// LocalLoad calls fn with this node's bookings at every backend it
 	// routes to, zero ones included: pending prefill units and requests
 	// (sent, no first answer byte yet) and requests in flight.
-	LocalLoad(fn func(id tree.BackendID, units, requests, inFlight int64))
+	// written is every prompt unit this node has sent the backend to
+	// compute, since it started (monotone).
+	LocalLoad(fn func(id tree.BackendID, units, requests, inFlight, written int64))
 	// Routed counts the requests this node has routed since it started.
 	Routed() uint64
 }
@@ -59,6 +61,12 @@ func (n *Node) SetLoadSource(src LoadSource) {
 func (n *Node) PeerLoad(id tree.BackendID) (units, requests, inFlight float64) {
 	return n.loads.sum(id)
 }
+
+// PeerWritten is what the other nodes, present and departed, have sent
+// backend id to compute (prompt units, since they started): with this
+// node's own count, how far the backend's cache has turned over. It
+// implements the router's PeerLoad; it takes no lock.
+func (n *Node) PeerWritten(id tree.BackendID) float64 { return n.loads.writtenSum(id) }
 
 // BookingsChanged ships this node's bookings now (a request was
 // dispatched or got its first byte), instead of at the load loop's next
@@ -108,6 +116,7 @@ type loadPublisher struct {
 	lastSnap  int64
 	lastSend  time.Time // wall clock of the last tick or wake-up send
 	snaps     int
+	namesLeft int // snapshots still to carry names after a join
 	names     map[tree.BackendID]string
 	out       loadMsg
 	// routed counter at the last snapshot, when, and the moving rate.
@@ -171,8 +180,11 @@ func (n *Node) loadTick(now int64) {
 func (n *Node) publishLoad(src LoadSource, now int64) {
 	p := &n.lp
 	p.cur = p.cur[:0]
-	src.LocalLoad(func(id tree.BackendID, units, requests, inFlight int64) {
-		p.cur = append(p.cur, idBooking{id: id, b: booking{units: clampU(units), requests: clampU(requests), inFlight: clampU(inFlight)}})
+	src.LocalLoad(func(id tree.BackendID, units, requests, inFlight, written int64) {
+		// The written count travels in loadWrittenStep steps; comparing it
+		// in those steps keeps a sub-step change from making a message.
+		w := clampU(written) / loadWrittenStep * loadWrittenStep
+		p.cur = append(p.cur, idBooking{id: id, b: booking{units: clampU(units), requests: clampU(requests), inFlight: clampU(inFlight), written: w}})
 	})
 	joined := n.loadJoined.Swap(false)
 	if joined || now-p.lastSnap >= n.cfg.LoadRefresh.Milliseconds() {
@@ -185,7 +197,7 @@ func (n *Node) publishLoad(src LoadSource, now int64) {
 		if old == c.b {
 			continue
 		}
-		if old.units != c.b.units || old.requests != c.b.requests {
+		if old.units != c.b.units || old.requests != c.b.requests || old.written != c.b.written {
 			urgent = true
 		} else {
 			lazy = true
@@ -207,7 +219,7 @@ func (n *Node) publishLoad(src LoadSource, now int64) {
 	*m = loadMsg{Entries: m.Entries[:0]}
 	for _, c := range p.cur {
 		if p.last[c.id] != c.b {
-			m.Entries = append(m.Entries, loadEntry{Idx: uint32(c.id), Units: c.b.units, Requests: c.b.requests, InFlight: c.b.inFlight})
+			m.Entries = append(m.Entries, loadEntry{Idx: uint32(c.id), Units: c.b.units, Requests: c.b.requests, InFlight: c.b.inFlight, Written: c.b.written})
 			p.last[c.id] = c.b
 		}
 	}
@@ -230,7 +242,13 @@ func (n *Node) sendLoadSnapshot(src LoadSource, now int64, joined bool) {
 		p.rate += (r - p.rate) * routedEWMA
 	}
 	p.routed, p.routedAt = routed, now
-	names := joined || p.snaps < 3 || p.snaps%loadNamesEvery == 0
+	if joined {
+		// The member that joined may not accept our messages until it has
+		// heard of us: the next few snapshots carry the names as well.
+		p.namesLeft = 3
+	}
+	names := p.namesLeft > 0 || p.snaps < 3 || p.snaps%loadNamesEvery == 0
+	p.namesLeft = max(p.namesLeft-1, 0)
 	m := &p.out
 	*m = loadMsg{Entries: m.Entries[:0], Snapshot: true, Names: names, Incarnation: p.inc, Routed: uint64(routed)}
 	clear(p.last)
@@ -239,7 +257,7 @@ func (n *Node) sendLoadSnapshot(src LoadSource, now int64, joined bool) {
 		if c.b == (booking{}) && !names {
 			continue
 		}
-		e := loadEntry{Idx: uint32(c.id), Units: c.b.units, Requests: c.b.requests, InFlight: c.b.inFlight}
+		e := loadEntry{Idx: uint32(c.id), Units: c.b.units, Requests: c.b.requests, InFlight: c.b.inFlight, Written: c.b.written}
 		if names {
 			e.Name = n.backendName(c.id)
 			if e.Name == "" {

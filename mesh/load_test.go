@@ -14,6 +14,7 @@ type fakeLoad struct {
 	units    [4]atomic.Int64
 	requests [4]atomic.Int64
 	inFlight [4]atomic.Int64
+	written  [4]atomic.Int64
 	routed   atomic.Uint64
 }
 
@@ -26,16 +27,19 @@ func newFakeLoad(t testing.TB, ix *tree.Index) *fakeLoad {
 	return &fakeLoad{ix: ix}
 }
 
-func (f *fakeLoad) LocalLoad(fn func(id tree.BackendID, units, requests, inFlight int64)) {
+func (f *fakeLoad) LocalLoad(fn func(id tree.BackendID, units, requests, inFlight, written int64)) {
 	for i, b := range []string{"b0", "b1", "b2", "b3"} {
 		id, _ := f.ix.BackendByName(b)
-		fn(id, f.units[i].Load(), f.requests[i].Load(), f.inFlight[i].Load())
+		fn(id, f.units[i].Load(), f.requests[i].Load(), f.inFlight[i].Load(), f.written[i].Load())
 	}
 }
 
 func (f *fakeLoad) Routed() uint64 { return f.routed.Load() }
 
 func (f *fakeLoad) book(b int, units, requests, inFlight int64) {
+	if units > f.units[b].Load() {
+		f.written[b].Add(units - f.units[b].Load()) // a dispatch writes its units
+	}
 	f.units[b].Store(units)
 	f.requests[b].Store(requests)
 	f.inFlight[b].Store(inFlight)
@@ -86,6 +90,11 @@ func TestLoadChannelSharesBookings(t *testing.T) {
 	}
 	if u, _, _ := peerUnits(c.node("n00"), "b1"); u != 2_000 {
 		t.Fatalf("n00 sees %v peer units at b1, want only n02's 2000", u)
+	}
+	// What the peers wrote to b1 in all (in 64-unit steps on the wire).
+	id, _ := c.node("n01").ix.BackendByName("b1")
+	if w := c.node("n01").n.PeerWritten(id); w != 48_000+1_984 {
+		t.Fatalf("n01 sees %v units written to b1 by its peers, want 49984", w)
 	}
 	srcs[0].book(1, 0, 0, 0)
 	waitFor(t, 10*time.Second, "n01 to see n00's release", func() bool {
@@ -154,8 +163,16 @@ func TestLoadChannelSendsOnWakeUp(t *testing.T) {
 		cfg.LoadFresh, cfg.LoadMaxAge = time.Hour, 2*time.Hour
 	})
 	a, b := c.node("n00"), c.node("n01")
-	// The first snapshot (with names) goes out when the peer joins.
-	waitFor(t, 10*time.Second, "n01 to hear n00's first snapshot", func() bool { return len(b.n.Admin().Load.Peers) == 1 })
+	// A snapshot with names goes out when a member joins; the one sent as
+	// n01 joined may have arrived before n01 accepted n00 as a member, so
+	// once both know each other, a join is signalled again.
+	waitFor(t, 10*time.Second, "n00 and n01 to know each other", func() bool {
+		_, ok := (*b.n.known.Load())["n00"]
+		return ok && len(*a.n.loadOut.Load()) == 1
+	})
+	a.n.loadJoined.Store(true)
+	a.n.wakeLoad()
+	waitFor(t, 10*time.Second, "n01 to hear n00's snapshot", func() bool { return len(b.n.Admin().Load.Peers) == 1 })
 	srcs[0].book(3, 4_000, 1, 1)
 	a.n.BookingsChanged()
 	waitFor(t, 10*time.Second, "n01 to see the booking", func() bool { u, _, _ := peerUnits(b, "b3"); return u == 4_000 })

@@ -32,6 +32,9 @@ type loadTable struct {
 	// share is this node's part of the requests the mesh routes (float64
 	// bits), as last published.
 	share atomic.Uint64
+	// retired[id] holds what departed or restarted peers had written to
+	// backend id, so that the mesh's written total never goes back.
+	retired []uint64
 
 	scratch []float64
 }
@@ -39,6 +42,7 @@ type loadTable struct {
 // peerSum is the published sum of peers' bookings at one backend.
 type peerSum struct {
 	units, requests, inFlight atomic.Uint64 // float64 bits
+	written                   atomic.Uint64 // units (not weighted: a count of what happened)
 }
 
 // peerLoad is one peer's last-known bookings.
@@ -53,7 +57,10 @@ type peerLoad struct {
 	// router registers its backends later, is tried again when used).
 	names map[uint32]string
 	ids   map[uint32]tree.BackendID
-	book map[tree.BackendID]booking
+	book  map[tree.BackendID]booking
+	// written is the peer's cumulative units written per backend in this
+	// incarnation (kept when its bookings go to zero).
+	written map[tree.BackendID]uint64
 
 	routed, routedAt int64   // its routed counter at its last snapshot, and when
 	rate             float64 // requests per second it routes (moving average)
@@ -63,12 +70,13 @@ type peerLoad struct {
 	unknown       uint64 // entries naming a backend index or name not known here
 }
 
-// booking is one peer's bookings at one backend.
-type booking struct{ units, requests, inFlight uint64 }
+// booking is one node's bookings at one backend, and what it has written
+// there in all.
+type booking struct{ units, requests, inFlight, written uint64 }
 
 func newLoadTable(fresh, maxAge int64, maxBackends int, resolve func(string) (tree.BackendID, bool)) *loadTable {
 	t := &loadTable{fresh: fresh, maxAge: max(maxAge, fresh+1), resolve: resolve,
-		peers: make(map[string]*peerLoad), sums: make([]peerSum, maxBackends)}
+		peers: make(map[string]*peerLoad), sums: make([]peerSum, maxBackends), retired: make([]uint64, maxBackends)}
 	t.share.Store(math.Float64bits(1))
 	return t
 }
@@ -86,7 +94,7 @@ const (
 func (t *loadTable) apply(peer string, m *loadMsg, size int, now int64) loadApplied {
 	p := t.peers[peer]
 	if p == nil {
-		p = &peerLoad{name: peer, book: make(map[tree.BackendID]booking)}
+		p = &peerLoad{name: peer, book: make(map[tree.BackendID]booking), written: make(map[tree.BackendID]uint64)}
 		t.peers[peer] = p
 	}
 	p.heard = now
@@ -98,6 +106,7 @@ func (t *loadTable) apply(peer string, m *loadMsg, size int, now int64) loadAppl
 		p.inc, p.seq, p.ids, p.names = m.Incarnation, 0, nil, nil
 		p.routedAt = 0
 		clear(p.book)
+		t.retire(p)
 	}
 	switch {
 	case p.inc == 0 || (!m.Snapshot && p.names == nil && len(m.Entries) > 0):
@@ -128,6 +137,7 @@ func (t *loadTable) apply(peer string, m *loadMsg, size int, now int64) loadAppl
 			p.unknown++
 			continue
 		}
+		p.written[id] = max(p.written[id], e.Written)
 		if e.Units == 0 && e.Requests == 0 && e.InFlight == 0 {
 			delete(p.book, id)
 			continue
@@ -167,6 +177,17 @@ func (t *loadTable) observeRouted(p *peerLoad, routed, now int64) {
 	p.routed, p.routedAt = routed, now
 }
 
+// retire moves a peer's written counts into the retired totals (it left,
+// fell silent or restarted).
+func (t *loadTable) retire(p *peerLoad) {
+	for id, w := range p.written {
+		if int(id) < len(t.retired) {
+			t.retired[id] += w
+		}
+	}
+	clear(p.written)
+}
+
 // weight is how much a peer last heard at heard counts at now.
 func (t *loadTable) weight(heard, now int64) float64 {
 	age := now - heard
@@ -186,6 +207,7 @@ func (t *loadTable) expire(now int64, keep map[string]struct{}) []string {
 	for name, p := range t.peers {
 		_, kept := keep[name]
 		if now-p.heard >= t.maxAge || (keep != nil && !kept) {
+			t.retire(p)
 			delete(t.peers, name)
 			gone = append(gone, name)
 		}
@@ -198,10 +220,10 @@ func (t *loadTable) expire(now int64, keep map[string]struct{}) []string {
 // readers.
 func (t *loadTable) publish(now int64, localRate float64) {
 	n := t.hi
-	if cap(t.scratch) < 3*n {
-		t.scratch = make([]float64, 3*n)
+	if cap(t.scratch) < 4*n {
+		t.scratch = make([]float64, 4*n)
 	}
-	acc := t.scratch[:3*n]
+	acc := t.scratch[:4*n]
 	clear(acc)
 	others := 0.0
 	for _, p := range t.peers {
@@ -216,11 +238,20 @@ func (t *loadTable) publish(now int64, localRate float64) {
 			acc[3*int(id)+2] += w * float64(b.inFlight)
 		}
 	}
+	written := acc[3*n:]
+	for _, p := range t.peers {
+		for id, v := range p.written {
+			if int(id) < n {
+				written[id] += float64(v)
+			}
+		}
+	}
 	for i := range n {
 		s := &t.sums[i]
 		s.units.Store(math.Float64bits(acc[3*i]))
 		s.requests.Store(math.Float64bits(acc[3*i+1]))
 		s.inFlight.Store(math.Float64bits(acc[3*i+2]))
+		s.written.Store(math.Float64bits(written[i] + float64(t.retired[i])))
 	}
 	share := 1.0
 	if total := localRate + others; total > 0 {
@@ -237,6 +268,15 @@ func (t *loadTable) sum(id tree.BackendID) (units, requests, inFlight float64) {
 	s := &t.sums[id]
 	return math.Float64frombits(s.units.Load()), math.Float64frombits(s.requests.Load()),
 		math.Float64frombits(s.inFlight.Load())
+}
+
+// written reads the published total the peers (present and past) have
+// written to backend id (safe without the lock).
+func (t *loadTable) writtenSum(id tree.BackendID) float64 {
+	if int(id) >= len(t.sums) {
+		return 0
+	}
+	return math.Float64frombits(t.sums[id].written.Load())
 }
 
 // LoadPeerView is one peer's load-channel state in the admin view.

@@ -186,3 +186,32 @@ func TestLoadTableResolvesLateBackends(t *testing.T) {
 		t.Fatalf("after the backend was registered here: %v units, want 70", got)
 	}
 }
+
+// The peers' written totals only grow: a peer's count survives its
+// bookings going to zero, its departure and its restart.
+func TestLoadTableWrittenNeverGoesBack(t *testing.T) {
+	lt := testLoadTable()
+	w := func() float64 { lt.publish(0, 0); return lt.writtenSum(0) }
+	m := snapshot(1, 1, true, 100)
+	m.Entries[0].Written = 6400
+	lt.apply("p", m, 40, 0)
+	if got := w(); got != 6400 {
+		t.Fatalf("written %v, want 6400", got)
+	}
+	d := delta(2, 10, 0) // p's bookings at b0 drop to zero
+	d.Entries[0].Written = 8000
+	lt.apply("p", d, 10, 0)
+	if got := w(); got != 8000 {
+		t.Fatalf("after a release: written %v, want 8000", got)
+	}
+	r := snapshot(1, 2, true, 5) // p restarts: its count starts over
+	r.Entries[0].Written = 64
+	lt.apply("p", r, 40, 0)
+	if got := w(); got != 8064 {
+		t.Fatalf("after a restart: written %v, want 8064 (8000 retired + 64)", got)
+	}
+	lt.expire(1, map[string]struct{}{}) // p leaves
+	if got := w(); got != 8064 {
+		t.Fatalf("after p left: written %v, want 8064", got)
+	}
+}

@@ -20,7 +20,9 @@ import (
 // and an entry is
 //
 //	uvarint backend index, [names: uvarint length, name bytes],
-//	uvarint pending units, uvarint pending requests, uvarint in-flight.
+//	uvarint pending units, uvarint pending requests, uvarint in-flight,
+//	uvarint written units (cumulative since the sender started, in steps
+//	of loadWrittenStep units: a few bytes even after days).
 //
 // The backend index is the sender's own tree.BackendID; a snapshot with
 // names (sent at a new incarnation, to new peers and now and then) tells
@@ -43,6 +45,9 @@ const (
 	// maxLoadValue bounds every booking figure: far above any real queue
 	// (2^48 prompt units), far below float64's exact integers.
 	maxLoadValue = 1 << 48
+	// loadWrittenStep is the resolution of the written counters on the
+	// wire: far below a backend's cache (hundreds of thousands of tokens).
+	loadWrittenStep = 64
 )
 
 // loadMsg is one decoded load message.
@@ -65,6 +70,10 @@ type loadEntry struct {
 	// units, and how many requests) at the backend; InFlight its requests
 	// outstanding there.
 	Units, Requests, InFlight uint64
+	// Written counts every prompt unit the sender has sent the backend to
+	// compute (its bookings' sum since it started): how much the backend's
+	// cache has turned over because of this sender.
+	Written uint64
 }
 
 // isLoadMessage tells a load message from a claim-protocol message.
@@ -96,6 +105,7 @@ func appendLoad(dst []byte, m *loadMsg) []byte {
 		dst = binary.AppendUvarint(dst, min(e.Units, maxLoadValue))
 		dst = binary.AppendUvarint(dst, min(e.Requests, maxLoadValue))
 		dst = binary.AppendUvarint(dst, min(e.InFlight, maxLoadValue))
+		dst = binary.AppendUvarint(dst, min(e.Written/loadWrittenStep, maxLoadValue))
 	}
 	return dst
 }
@@ -130,9 +140,9 @@ func decodeLoad(data []byte, m *loadMsg) error {
 	if r.err != nil {
 		return r.err
 	}
-	// Every entry takes at least 4 bytes: a count beyond that is a lie,
+	// Every entry takes at least 5 bytes: a count beyond that is a lie,
 	// caught before anything is allocated for it.
-	if n > maxLoadEntries || n > uint64(len(r.b))/4 {
+	if n > maxLoadEntries || n > uint64(len(r.b))/5 {
 		return fmt.Errorf("mesh: load message claims %d entries in %d bytes", n, len(r.b))
 	}
 	for i := uint64(0); i < n; i++ {
@@ -145,7 +155,7 @@ func decodeLoad(data []byte, m *loadMsg) error {
 		if m.Names {
 			e.Name = r.name()
 		}
-		e.Units, e.Requests, e.InFlight = r.value(), r.value(), r.value()
+		e.Units, e.Requests, e.InFlight, e.Written = r.value(), r.value(), r.value(), r.value()*loadWrittenStep
 		if r.err != nil {
 			return r.err
 		}

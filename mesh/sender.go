@@ -106,7 +106,7 @@ func (n *Node) runSender(ctx context.Context, s *sender) {
 // addresses), replacing a sender whose peer moved, and publishes the
 // senders for the load loop. Replication loop only.
 func (n *Node) updateSenders(peers []string, addrs map[string]string) {
-	defer n.publishSenders()
+	joined := false
 	want := make(map[string]bool, len(peers))
 	for _, p := range peers {
 		want[p] = true
@@ -119,8 +119,7 @@ func (n *Node) updateSenders(peers []string, addrs map[string]string) {
 		}
 		s = &sender{peer: p, addr: addrs[p], q: make(chan *crdt.Message, n.cfg.SendQueueDepth),
 			lq: make(chan []byte, n.cfg.LoadQueueDepth), stop: make(chan struct{})}
-		n.loadJoined.Store(true) // a new member: tell it everything at once
-		n.wakeLoad()
+		joined = true
 		n.senders[p] = s
 		n.wg.Add(1)
 		go n.runSender(n.ctx, s)
@@ -130,6 +129,13 @@ func (n *Node) updateSenders(peers []string, addrs map[string]string) {
 			close(s.stop)
 			delete(n.senders, p)
 		}
+	}
+	n.publishSenders()
+	if joined {
+		// A new member: tell it everything at once (after publishing its
+		// sender, so the snapshot reaches it).
+		n.loadJoined.Store(true)
+		n.wakeLoad()
 	}
 }
 

@@ -34,6 +34,10 @@ type backend struct {
 	// arrived yet (see pendingPrefill).
 	pendingUnits    atomic.Int64
 	pendingRequests atomic.Int64
+	// written counts every uncached prompt unit this router has sent the
+	// backend (the pending units it ever booked): what it wrote into the
+	// backend's cache.
+	written atomic.Int64
 	// booked, if set, is told every change of the pending counts (the
 	// mesh's load channel ships them at once: PeerLoad.BookingsChanged).
 	booked func()
@@ -145,6 +149,7 @@ func (b *backend) addPending(units int) pendingPrefill {
 	u := int64(max(units, 0))
 	b.pendingUnits.Add(u)
 	b.pendingRequests.Add(1)
+	b.written.Add(u)
 	if b.booked != nil {
 		b.booked()
 	}

@@ -12,6 +12,11 @@ type PeerLoad interface {
 	// requests (no first byte yet) and requests in flight at backend id,
 	// each node's weighted by the freshness of what it reported.
 	PeerLoad(id tree.BackendID) (units, requests, inFlight float64)
+	// PeerWritten is every prompt unit the other nodes, present and
+	// departed, have sent backend id to compute: with this node's own count,
+	// how much the backend's cache has turned over (see cacheBelief). It
+	// never decreases.
+	PeerWritten(id tree.BackendID) float64
 	// MeshShare is this node's share of the requests the mesh routes, in
 	// (0, 1]; 1 alone.
 	MeshShare() float64
@@ -22,12 +27,23 @@ type PeerLoad interface {
 }
 
 // LocalLoad calls fn with this router's own bookings at every backend:
-// pending prefill units and requests (sent, no first answer byte yet) and
-// requests in flight. The mesh's load channel reads it to tell the peers.
-func (rt *Router) LocalLoad(fn func(id tree.BackendID, units, requests, inFlight int64)) {
+// pending prefill units and requests (sent, no first answer byte yet),
+// requests in flight, and every prompt unit it has sent the backend to
+// compute since it started. The mesh's load channel reads it to tell the
+// peers.
+func (rt *Router) LocalLoad(fn func(id tree.BackendID, units, requests, inFlight, written int64)) {
 	for _, b := range rt.backends {
-		fn(b.id, b.pendingUnits.Load(), b.pendingRequests.Load(), b.inFlight.Load())
+		fn(b.id, b.pendingUnits.Load(), b.pendingRequests.Load(), b.inFlight.Load(), b.written.Load())
 	}
+}
+
+// meshWritten is every prompt unit the mesh has sent b to compute.
+func (rt *Router) meshWritten(b *backend) float64 {
+	w := float64(b.written.Load())
+	if rt.peers != nil {
+		w += rt.peers.PeerWritten(b.id)
+	}
+	return w
 }
 
 // Routed counts the requests this router has routed by prompt (first

@@ -13,14 +13,16 @@ import (
 type fakePeers struct {
 	units, requests, inFlight map[tree.BackendID]float64
 	share                     float64
+	written                   map[tree.BackendID]float64
 	changed                   int
 }
 
 func (f *fakePeers) PeerLoad(id tree.BackendID) (float64, float64, float64) {
 	return f.units[id], f.requests[id], f.inFlight[id]
 }
-func (f *fakePeers) MeshShare() float64 { return f.share }
-func (f *fakePeers) BookingsChanged()   { f.changed++ }
+func (f *fakePeers) MeshShare() float64                    { return f.share }
+func (f *fakePeers) BookingsChanged()                      { f.changed++ }
+func (f *fakePeers) PeerWritten(id tree.BackendID) float64 { return f.written[id] }
 
 // Prefill other nodes queued at a holder counts like this node's own: the
 // holder that is idle here but has a long queue from the mesh loses the
@@ -98,17 +100,17 @@ func TestRouterSharesAndReadsBookings(t *testing.T) {
 	if peers.changed != 1 {
 		t.Fatalf("dispatch told the mesh %d times, want 1", peers.changed)
 	}
-	got := map[tree.BackendID][3]int64{}
-	g.rt.LocalLoad(func(id tree.BackendID, units, requests, inFlight int64) {
-		got[id] = [3]int64{units, requests, inFlight}
+	got := map[tree.BackendID][4]int64{}
+	g.rt.LocalLoad(func(id tree.BackendID, units, requests, inFlight, written int64) {
+		got[id] = [4]int64{units, requests, inFlight, written}
 	})
 	p.release()
 	p.release()
 	if peers.changed != 2 {
 		t.Fatalf("dispatch and release told the mesh %d times, want 2", peers.changed)
 	}
-	if v := got[g.rt.backendByName("b").id]; v != [3]int64{700, 1, 0} {
-		t.Fatalf("LocalLoad reported %v for b, want 700 units, 1 request, 0 in flight", v)
+	if v := got[g.rt.backendByName("b").id]; v != [4]int64{700, 1, 0, 700} {
+		t.Fatalf("LocalLoad reported %v for b, want 700 units, 1 request, 0 in flight, 700 written", v)
 	}
 	if len(got) != 2 {
 		t.Fatalf("LocalLoad reported %d backends, want 2", len(got))

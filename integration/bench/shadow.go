@@ -76,7 +76,7 @@ func (s *shadowRouter) PeerLoad(id tree.BackendID) (units, requests, inFlight fl
 			continue
 		}
 		want := s.toNode[i][id]
-		n.LocalLoad(func(nid tree.BackendID, u, r, f int64) {
+		n.LocalLoad(func(nid tree.BackendID, u, r, f, _ int64) {
 			if nid == want {
 				units, requests, inFlight = units+float64(u), requests+float64(r), inFlight+float64(f)
 			}
@@ -86,6 +86,22 @@ func (s *shadowRouter) PeerLoad(id tree.BackendID) (units, requests, inFlight fl
 }
 
 func (s *shadowRouter) MeshShare() float64 { return 1 }
+
+// PeerWritten sums what every node wrote to the backend.
+func (s *shadowRouter) PeerWritten(id tree.BackendID) (w float64) {
+	for i, n := range s.nodes {
+		if int(id) >= len(s.toNode[i]) || s.toNode[i][id] == noBackend {
+			continue
+		}
+		want := s.toNode[i][id]
+		n.LocalLoad(func(nid tree.BackendID, _, _, _, written int64) {
+			if nid == want {
+				w += float64(written)
+			}
+		})
+	}
+	return w
+}
 func (s *shadowRouter) BookingsChanged()   {}
 
 func (s *shadowRouter) Close() { _ = s.rt.Close() }
