@@ -26,6 +26,8 @@ type ServeConfig struct {
 	Index  IndexConfig   `yaml:"index"`
 	Router router.Config `yaml:"router"`
 	Mesh   MeshConfig    `yaml:"mesh"`
+	// Precise is precise mode: engines' KV events (precise.go).
+	Precise PreciseConfig `yaml:"precise"`
 	// ShutdownTimeout bounds the graceful shutdown: in-flight requests get
 	// this long to finish after SIGTERM. 60 s lets most streamed
 	// completions end; a Kubernetes pod's terminationGracePeriodSeconds
@@ -126,6 +128,7 @@ func DefaultServeConfig() ServeConfig {
 		Router: router.DefaultConfig(),
 		// 7946 is serf's and memberlist's conventional port; QUIC on 7947.
 		Mesh:            MeshConfig{Bind: defaultBind, QUIC: defaultQUIC},
+		Precise:         defaultPrecise(),
 		ShutdownTimeout: 60 * time.Second,
 		DrainDelay:      5 * time.Second,
 		StateInterval:   30 * time.Second,
@@ -199,6 +202,9 @@ func (c *ServeConfig) Validate() error {
 	}
 	if c.StateDir != "" && c.StateInterval <= 0 {
 		add("state_interval must be positive")
+	}
+	if err := c.Precise.validate(c); err != nil {
+		add("%v", err)
 	}
 	if c.Mesh.Enabled {
 		if err := c.Mesh.validate(); err != nil {

@@ -25,6 +25,10 @@ type meshNode interface {
 	Leave() error
 	Close() error
 	AdminHandler() http.Handler
+	// End and AliveMembers serve precise mode: the node is the sink of
+	// the KV events of the streams it owns among the alive members.
+	End(keys []tree.Key, backend tree.BackendID)
+	AliveMembers() []string
 }
 
 // newMeshNode builds the QUIC transport (mutual TLS with the cluster CA)
@@ -64,7 +68,7 @@ func newMeshNode(cfg *ServeConfig, ix *tree.Index, log zerolog.Logger, reg prome
 	mc.DevMode = cfg.Mesh.Dev
 	// No claim lives longer than the router's longest TTL: peers cap what
 	// they receive to it and ignore eviction floors beyond it.
-	mc.Replica.MaxTTL = max(cfg.Router.ConfirmedTTL, cfg.Router.ProvisionalTTL)
+	mc.Replica.MaxTTL = cfg.maxClaimTTL()
 	node, err := mesh.New(mc, mesh.Deps{Index: ix, Transport: q, Logger: log, Registerer: reg})
 	if err != nil {
 		q.Close()

@@ -115,7 +115,7 @@ func serve(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, ready chan
 		// Loaded before the router registers its backends and before the
 		// mesh joins: peers then get the restored claims in the full-state
 		// exchange a new incarnation starts.
-		maxTTL := max(cfg.Router.ConfirmedTTL, cfg.Router.ProvisionalTTL)
+		maxTTL := cfg.maxClaimTTL()
 		if state, err = newStateStore(cfg.StateDir, cfg.StateInterval, maxTTL, ix, log, reg); err != nil {
 			return err
 		}
@@ -134,7 +134,13 @@ func serve(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, ready chan
 	} else {
 		reg.MustRegister(mesh.NewIndexCollector(ix))
 	}
-	rt, err := router.New(cfg.Router, router.Deps{Index: ix, Learner: learner, Peers: peers, Logger: log, Registerer: reg})
+	var local *router.LocalLearner
+	if node == nil && cfg.Precise.enabled() {
+		local = router.NewLocalLearner(ix, "local") // the router's and the events' (what New would make)
+		learner = local
+	}
+	rt, err := router.New(cfg.Router, router.Deps{Index: ix, Learner: learner, Peers: peers, Logger: log, Registerer: reg,
+		Precise: cfg.Precise.routerConfig()})
 	if err != nil {
 		return err
 	}
@@ -199,6 +205,14 @@ func serve(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, ready chan
 		if err := node.Start(runCtx); err != nil {
 			return fmt.Errorf("mesh: %w", err)
 		}
+	}
+	if cfg.Precise.enabled() {
+		sink, members := preciseSink(node, local)
+		stopPrecise, err := startPrecise(runCtx, cfg, ix, sink, members, log, reg)
+		if err != nil {
+			return fmt.Errorf("precise: %w", err)
+		}
+		defer stopPrecise()
 	}
 	if state != nil {
 		go state.run(runCtx)

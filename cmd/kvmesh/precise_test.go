@@ -1,0 +1,136 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"hash/fnv"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/kvmesh/kvmesh/router"
+	"github.com/kvmesh/kvmesh/router/kvevents"
+)
+
+// wordTokens is the test engine's tokenizer: FNV-1a of each word.
+func wordTokens(text string) []uint32 {
+	var out []uint32
+	for _, w := range strings.Fields(text) {
+		h := fnv.New32a()
+		h.Write([]byte(w))
+		out = append(out, h.Sum32())
+	}
+	return out
+}
+
+// tokenizingBackend is fakeBackend with POST /tokenize: the tokens of a
+// chat are the words of its messages' contents.
+func tokenizingBackend(t *testing.T) *httptest.Server {
+	t.Helper()
+	plain := fakeBackend(t, 0)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/tokenize" {
+			plain.Config.Handler.ServeHTTP(w, r)
+			return
+		}
+		var req struct{ Messages []struct{ Content string } }
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		var text []string
+		for _, m := range req.Messages {
+			text = append(text, m.Content)
+		}
+		toks := wordTokens(strings.Join(text, " "))
+		json.NewEncoder(w).Encode(map[string]any{"count": len(toks), "tokens": toks})
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// A node alone in precise mode consumes its engine's stream: the blocks the
+// engine reports stored become claims that a request with the same tokens
+// matches (its keys are the engine's tokens: 16 units per block), and a
+// removal ends them.
+func TestServePreciseAlone(t *testing.T) {
+	be := tokenizingBackend(t)
+	pub, err := kvevents.NewPublisher(t.Context(), kvevents.PublisherConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	s, cancel, done := startServe(t, "--backends", "b0="+be.URL, "--kv-events", "b0="+pub.Addr(),
+		"--kv-events-replay", "b0="+pub.ReplayAddr(), "--kv-events-model", "m")
+	defer func() { cancel(); <-done }()
+
+	content := strings.Repeat("the quick brown fox jumps over the lazy dog ", 12)
+	body := `{"model":"m","messages":[{"role":"user","content":"` + content + `"}]}`
+	toks := wordTokens(content)
+	nb := len(toks) / 16
+	stored := kvevents.Event{Kind: kvevents.Stored, Tokens: toks[:nb*16], BlockSize: 16, LoraID: -1, Group: -1}
+	for i := 0; i < nb; i++ {
+		stored.Hashes = append(stored.Hashes, kvevents.Hash(i+1))
+	}
+	explain := func() router.RouteExplanation {
+		var x router.RouteExplanation
+		resp, err := http.Post("http://"+s.Admin+"/debug/route", "application/json", bytes.NewReader([]byte(body)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		if err := json.Unmarshal(data, &x); err != nil {
+			t.Fatalf("%s: %v", data, err)
+		}
+		return x
+	}
+	matched := func() int {
+		x := explain()
+		if x.UnitsPerBlock != 16 {
+			t.Fatalf("the request is keyed by %d units per block, not the engine's tokens", x.UnitsPerBlock)
+		}
+		return x.Candidates[0].MatchedBlocks
+	}
+	eventually(t, "the engine's stored blocks to be claimed", func() bool {
+		pub.Publish(&kvevents.Batch{DPRank: -1, Events: []kvevents.Event{stored}})
+		return matched() == nb
+	})
+	pub.Publish(&kvevents.Batch{DPRank: -1, Events: []kvevents.Event{{Kind: kvevents.Removed, Hashes: []kvevents.Hash{kvevents.Hash(nb)}, Group: -1}}})
+	eventually(t, "the removal to end the last block's claim", func() bool { return matched() == nb-1 })
+}
+
+func TestPreciseFlags(t *testing.T) {
+	base := []string{"--backends", "a=http://10.0.0.1:8000,b=http://10.0.0.2:8000"}
+	cfg, err := loadServeConfig(append(base, "--kv-events", "a=tcp://10.0.0.1:5557,b", "--kv-events-replay", "a=tcp://10.0.0.1:5558",
+		"--kv-events-listen", "tcp://0.0.0.0:5557", "--kv-events-model", "llama", "--engine-block-tokens", "32",
+		"--tokenizer-url", "http://tok:8000", "--tokenize-timeout", "250ms"), env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := cfg.Precise
+	if len(p.Streams) != 2 || p.Streams[0].ReplayEndpoint != "tcp://10.0.0.1:5558" || p.Streams[1].Endpoint != "" || p.Streams[1].Topic != "b" ||
+		p.Listen != "tcp://0.0.0.0:5557" || p.EngineBlockTokens != 32 || p.TokenizerURL != "http://tok:8000" || p.TokenizeTimeout.Milliseconds() != 250 {
+		t.Fatalf("%+v", p)
+	}
+	rc := p.routerConfig()
+	if rc == nil || len(rc.Backends) != 2 || rc.EngineBlockTokens != 32 {
+		t.Fatalf("router side %+v", rc)
+	}
+	for _, c := range []struct{ args, want string }{
+		{"--kv-events c=tcp://x:1", `backend "c" is not in router.backends`},
+		{"--kv-events a=tcp://x:1", "no model"},
+		{"--kv-events a=tcp://x:1 --kv-events-model m --kv-events-replay b=tcp://x:2", "b has no stream"},
+		{"--kv-events a=http://x:1 --kv-events-model m", "must start with tcp://"},
+		{"--kv-events a --kv-events-model m", "no listen address"},
+		{"--kv-events a=tcp://x:1 --kv-events-model m --engine-block-tokens 24", "engine_block_tokens"},
+		{"--kv-events a=tcp://x:1 --kv-events-model m --tokenize-timeout 0s", "tokenize_timeout"},
+	} {
+		_, err := loadServeConfig(append(base, strings.Fields(c.args)...), env(nil), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.args, err, c.want)
+		}
+	}
+}
