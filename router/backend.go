@@ -26,6 +26,8 @@ type backend struct {
 	hash   uint64         // stable hash of name: rendezvous and hash rings agree across nodes
 	weight float64
 	static []string // configured models; nil = discovered
+	// capConfigured: the KV capacity is configured, not read from metrics.
+	capConfigured bool
 
 	inFlight atomic.Int64
 	// pendingUnits and pendingRequests are the prefill this router has
@@ -53,8 +55,14 @@ type backend struct {
 	// discovered is the model list from the backend's GET /v1/models.
 	discovered atomic.Pointer[[]modelEntry]
 
+	// belief models the backend's cache turnover (belief.go).
+	belief cacheBelief
+
 	cachedTokens prometheus.Counter
 	promptTokens prometheus.Counter
+	// prefixRoutes counts prefix routes refuted [0] and confirmed [1] by
+	// the answer (routing precision).
+	prefixRoutes [2]prometheus.Counter
 	ejections    prometheus.Counter
 	invalidated  prometheus.Counter
 }
@@ -89,8 +97,12 @@ func newBackend(slot int, bc BackendConfig, ix *tree.Index, m *metrics) (*backen
 		b.static = append([]string(nil), bc.Models...)
 	}
 	b.healthy.Store(true) // optimistic until a probe or a request says otherwise
+	b.belief.init()
+	b.belief.capTokens.Store(bc.KVCapacityTokens)
+	b.capConfigured = bc.KVCapacityTokens > 0
 	b.cachedTokens = m.cachedTokens.WithLabelValues(name)
 	b.promptTokens = m.promptTokens.WithLabelValues(name)
+	b.prefixRoutes = [2]prometheus.Counter{m.prefixRoutes.WithLabelValues(name, "refuted"), m.prefixRoutes.WithLabelValues(name, "confirmed")}
 	b.ejections = m.ejections.WithLabelValues(name)
 	b.invalidated = m.invalidations.WithLabelValues(name)
 	return b, nil

@@ -29,6 +29,11 @@ type BackendConfig struct {
 	// weight 2 is considered half as loaded as one of weight 1 with the same
 	// counts, and gets twice the share of new prefixes.
 	Weight float64 `yaml:"weight"`
+	// KVCapacityTokens is the backend's KV cache size in tokens, for the
+	// claim belief (see BeliefConfig). 0: read it from the backend's
+	// metrics (vLLM's cache_config_info, SGLang's max_total_num_tokens),
+	// or learn it from the backend's answers.
+	KVCapacityTokens int64 `yaml:"kv_capacity_tokens"`
 }
 
 // Config configures a Router. Start from DefaultConfig; the serve command
@@ -198,6 +203,10 @@ type Config struct {
 	// extra endpoints.
 	ForwardPaths []string `yaml:"forward_paths"`
 
+	// Belief is how far claims are believed: the model of each backend's
+	// cache turnover (see BeliefConfig).
+	Belief BeliefConfig `yaml:"belief"`
+
 	// KVMesh, ConsistentHash and SGLang configure their policies.
 	KVMesh         KVMeshConfig         `yaml:"kvmesh"`
 	ConsistentHash ConsistentHashConfig `yaml:"consistent_hash"`
@@ -242,6 +251,7 @@ func DefaultConfig() Config {
 		ORCAFormat:             "TEXT",
 		ForwardPaths: []string{"/v1/", "/v2/", "/tokenize", "/detokenize", "/pooling", "/classify",
 			"/score", "/rerank", "/invocations", "/version"},
+		Belief:         DefaultBeliefConfig(),
 		KVMesh:         DefaultKVMeshConfig(),
 		ConsistentHash: DefaultConsistentHashConfig(),
 		SGLang:         DefaultSGLangConfig(),
@@ -275,6 +285,9 @@ func (c *Config) Validate() error {
 			bad("backends[%d]: name %q is already used by backends[%d]", i, name, j)
 		}
 		names[name] = i
+		if b.KVCapacityTokens < 0 {
+			bad("backends[%d]: kv_capacity_tokens must not be negative (0: from the backend's metrics), got %d", i, b.KVCapacityTokens)
+		}
 		if b.Weight < 0 || math.IsNaN(b.Weight) || math.IsInf(b.Weight, 0) {
 			bad("backends[%d]: weight must be a positive number (0 means 1), got %v", i, b.Weight)
 		}
@@ -363,6 +376,7 @@ func (c *Config) Validate() error {
 			bad("forward_paths[%d] %q must start with /", i, p)
 		}
 	}
+	errs = append(errs, c.Belief.validate()...)
 	errs = append(errs, c.KVMesh.validate()...)
 	errs = append(errs, c.ConsistentHash.validate()...)
 	errs = append(errs, c.SGLang.validate()...)

@@ -2,9 +2,12 @@ package router
 
 import (
 	"encoding/json"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/kvmesh/kvmesh/tree"
 )
 
 // AdminHandler serves the operator endpoints (mount it on an admin
@@ -61,12 +64,15 @@ type RouteExplanation struct {
 
 // CandidateExplanation is one candidate's view in a RouteExplanation.
 type CandidateExplanation struct {
-	Backend       string   `json:"backend"`
-	MatchedBlocks int      `json:"matched_blocks"`
-	MatchedUnits  int      `json:"matched_units"`
-	Score         float64  `json:"score"` // the policy's own score (kvmesh: cost, lower is better)
-	Chosen        bool     `json:"chosen"`
-	Load          LoadJSON `json:"load"`
+	Backend       string  `json:"backend"`
+	MatchedBlocks int     `json:"matched_blocks"`
+	MatchedUnits  int     `json:"matched_units"`
+	Score         float64 `json:"score"` // the policy's own score (kvmesh: cost, lower is better)
+	// Discount is the share of the match the router doubts (the claim is
+	// near the edge of what the backend's cache still holds).
+	Discount float64  `json:"discount"`
+	Chosen   bool     `json:"chosen"`
+	Load     LoadJSON `json:"load"`
 }
 
 // LoadJSON is a LoadView as JSON.
@@ -156,7 +162,7 @@ func (rt *Router) explain(st *reqState, ep Endpoint, path string, body []byte, t
 	for i := range st.cands {
 		c := &st.cands[i]
 		x.Candidates = append(x.Candidates, CandidateExplanation{Backend: c.Name, MatchedBlocks: int(c.Matched),
-			MatchedUnits: c.MatchedUnits(&st.chain), Score: st.scores[i], Chosen: i == d.Index, Load: loadJSON(c.Load)})
+			MatchedUnits: c.MatchedUnits(&st.chain), Score: st.scores[i], Discount: c.Discount, Chosen: i == d.Index, Load: loadJSON(c.Load)})
 	}
 	return x, nil
 }
@@ -211,6 +217,41 @@ type BackendStatus struct {
 	Scrape              *SignalJSON `json:"scrape"` // last /metrics scrape, null if none
 	PrefixCacheQueries  float64     `json:"prefix_cache_queries"`
 	PrefixCacheHits     float64     `json:"prefix_cache_hits"`
+	Belief              BeliefJSON  `json:"belief"`
+}
+
+// BeliefJSON is a backend's cache model (see BeliefConfig).
+type BeliefJSON struct {
+	// CapacityTokens is the configured or scraped KV capacity (0: unknown);
+	// CapacityUnits the effective capacity in prompt units the router uses
+	// now, after what the answers taught (0: none: every claim believed).
+	CapacityTokens int64   `json:"capacity_tokens"`
+	CapacityUnits  float64 `json:"capacity_units"`
+	// WrittenUnits is what the mesh has sent the backend to compute.
+	WrittenUnits float64 `json:"written_units"`
+	// HorizonMs: claims stamped more than this long ago are past the
+	// cache's edge (null: none is).
+	HorizonMs *int64 `json:"horizon_ms"`
+	// Confirmed and Refuted count prefix routes by what the answers said;
+	// Precision is Confirmed's share (null before any).
+	Confirmed uint64   `json:"confirmed_prefix_routes"`
+	Refuted   uint64   `json:"refuted_prefix_routes"`
+	Precision *float64 `json:"precision"`
+}
+
+func (rt *Router) beliefJSON(b *backend, now time.Time) BeliefJSON {
+	cb := &b.belief
+	j := BeliefJSON{CapacityTokens: cb.capTokens.Load(), CapacityUnits: math.Float64frombits(cb.kappa.Load()),
+		WrittenUnits: rt.meshWritten(b), Confirmed: cb.confirmed.Load(), Refuted: cb.refuted.Load()}
+	if s := tree.Timestamp(cb.since.Load()); s != 0 {
+		ms := now.UnixMilli() - s.Millis()
+		j.HorizonMs = &ms
+	}
+	if n := j.Confirmed + j.Refuted; n > 0 {
+		p := float64(j.Confirmed) / float64(n)
+		j.Precision = &p
+	}
+	return j
 }
 
 // SignalJSON is one load signal's last sample.
@@ -265,6 +306,7 @@ func (rt *Router) Backends() []BackendStatus {
 		s.LastError, s.LastErrorAgeMs = h.lastError, age(h.lastErrorAt)
 		s.LastProbeOK, s.LastProbeAgeMs = h.lastProbeOK, age(h.lastProbeAt)
 		s.PrefixCacheQueries, s.PrefixCacheHits = h.prefixQueries, h.prefixHits
+		s.Belief = rt.beliefJSON(b, now)
 		out = append(out, s)
 	}
 	return out

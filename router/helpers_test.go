@@ -135,6 +135,10 @@ func newRig(t testing.TB, mod func(*Config, *Deps), backends ...*fakeBackend) *t
 		cfg.Backends = append(cfg.Backends, BackendConfig{Name: b.name, URL: b.URL(), Models: b.models})
 	}
 	cfg.SGLang.TreeCapacity = 1 << 14
+	// The fake backends report the same usage whatever they were sent (no
+	// cache behind it): the belief would learn from it that nothing is
+	// ever kept. Its own tests turn it on with backends that model a cache.
+	cfg.Belief.Enabled = false
 	tc := tree.DefaultConfig()
 	tc.Capacity = 1 << 16 // the default's 64 MiB table is slow to allocate in every test
 	ix, err := tree.New(tc)

@@ -76,6 +76,7 @@ type metrics struct {
 	learned        [2]prometheus.Counter // provisional, confirmed
 	cachedTokens   *prometheus.CounterVec
 	promptTokens   *prometheus.CounterVec
+	prefixRoutes   *prometheus.CounterVec // by backend, outcome
 	retries        prometheus.Counter
 	ejections      *prometheus.CounterVec
 	invalidations  *prometheus.CounterVec
@@ -124,6 +125,10 @@ func newMetrics(reg prometheus.Registerer, policy string, rt *Router) (*metrics,
 		Name: "backend_cached_tokens_total", Help: "Prompt tokens the backend reported as served from its prefix cache (usage.prompt_tokens_details.cached_tokens)."}, []string{"backend"})
 	m.promptTokens = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 		Name: "backend_prompt_tokens_total", Help: "Prompt tokens the backend reported (usage.prompt_tokens) on answers that also reported cached tokens."}, []string{"backend"})
+	m.prefixRoutes = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+		Name: "backend_prefix_routes_total",
+		Help: "Requests routed to the backend for a prefix it was believed to hold (reason prefix), by what its answer's cached_tokens said: confirmed (at least belief.confirm_share of the matched tokens were cached) or refuted. confirmed / (confirmed + refuted) is the routing precision."},
+		[]string{"backend", "outcome"})
 	m.retries = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 		Name: "retries_total", Help: "Requests re-sent to another backend before any byte reached the client."})
 	m.ejections = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
@@ -142,7 +147,7 @@ func newMetrics(reg prometheus.Registerer, policy string, rt *Router) (*metrics,
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.decisions, m.matchedRatio, requests, duration, ttfb, m.decisionTime,
-		learned, m.cachedTokens, m.promptTokens, m.retries, m.ejections, m.invalidations, errs, m.backendsGauges,
+		learned, m.cachedTokens, m.promptTokens, m.prefixRoutes, m.retries, m.ejections, m.invalidations, errs, m.backendsGauges,
 		m.tenantShareExceeded} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -74,7 +74,18 @@ type Candidate struct {
 	// Matched is the deepest depth of the prompt, in blocks, that this
 	// backend holds according to the claims.
 	Matched int32
-	Load    LoadView
+	// Discount is how much of the match the router doubts, in [0, 1): the
+	// claim is near the edge of what the backend's cache still holds, by
+	// the belief's count of what was written there since (0: fully
+	// believed).
+	Discount float64
+	Load     LoadView
+}
+
+// SavedUnits is the prefill the match is expected to save: MatchedUnits,
+// less the doubted part.
+func (c *Candidate) SavedUnits(ch *tree.Chain) float64 {
+	return float64(c.MatchedUnits(ch)) * (1 - c.Discount)
 }
 
 // MatchedUnits is Matched in prompt units, at most the prompt's length.

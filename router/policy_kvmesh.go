@@ -240,7 +240,7 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 		c := &cands[i]
 		l := &c.Load
 		loads[i] = cfg.load(c, avg)
-		cost := (cfg.PrefillWeight+cfg.CacheWeight)*(total-float64(c.MatchedUnits(req.Chain))) + loads[i]
+		cost := (cfg.PrefillWeight+cfg.CacheWeight)*(total-c.SavedUnits(req.Chain)) + loads[i]
 		if l.Has&HasKVCacheUsage != 0 && l.KVUsage > cfg.KVUsageThreshold {
 			cost += avg * cfg.KVUsageWeight * l.SignalWeight * (l.KVUsage - cfg.KVUsageThreshold) / (1 - cfg.KVUsageThreshold)
 		}

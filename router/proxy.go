@@ -61,6 +61,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, st *reqState, 
 		}
 		b := st.backs[d.Index]
 		matched := st.cands[d.Index].MatchedUnits(st.req.Chain)
+		rt.noteBelief(st, b)
 		rt.record(st, b, d, matched)
 		learn := d.Learn && st.routed && len(st.chain.Learn) > 0 && rt.admitLearn(st, st.cands[d.Index].Matched)
 		if learn {
@@ -234,7 +235,9 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, st *reqState, 
 	}
 	ok := resp.StatusCode/100 == 2
 	if ok && resp.Header.Get("Content-Encoding") == "" {
-		rt.countUsage(b, &st.usage)
+		if prompt, cached, found := rt.countUsage(b, &st.usage); found {
+			rt.learnFromAnswer(b, st, d, prompt, cached)
+		}
 	}
 	return attemptResult{out: outDone, status: resp.StatusCode, ok: ok}
 }

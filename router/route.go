@@ -18,7 +18,13 @@ import (
 type reqState struct {
 	prompt  Prompt
 	chain   tree.Chain
-	res     tree.Result
+	res     tree.Result // the lookup that routes (claims past a backend's cache edge ignored)
+	resAll  tree.Result // every unexpired claim, when the belief filtered some (filtered)
+	since   []tree.Timestamp
+	// filtered: res ignored claims past some backend's cache edge.
+	filtered bool
+	// fb is what the answer to the chosen backend is compared with.
+	fb answerCheck
 	req     Request
 	cands   []Candidate
 	backs   []*backend // parallel to cands
@@ -188,9 +194,31 @@ func (rt *Router) tokenize(st *reqState) bool {
 	return true
 }
 
-// lookup finds, for each backend, the deepest prefix its claims hold.
+// lookup finds, for each backend, the deepest prefix its claims hold;
+// with the belief on, claims older than what the backend's cache has
+// turned over since are ignored (belief.go).
 func (rt *Router) lookup(st *reqState, now time.Time) {
-	rt.ix.Lookup(&st.chain, now.UnixMilli(), &st.res)
+	nowMs := now.UnixMilli()
+	st.filtered = false
+	if !rt.cfg.Belief.Enabled {
+		rt.ix.Lookup(&st.chain, nowMs, &st.res)
+		return
+	}
+	upt := rt.unitsPerToken()
+	st.since = st.since[:0]
+	for _, b := range rt.backends {
+		b.belief.refresh(nowMs, rt.meshWritten(b), upt)
+		for int(b.id) >= len(st.since) {
+			st.since = append(st.since, 0)
+		}
+		s := tree.Timestamp(b.belief.since.Load())
+		st.since[b.id] = s
+		st.filtered = st.filtered || s != 0
+	}
+	rt.ix.LookupSince(&st.chain, nowMs, st.since, &st.res)
+	if st.filtered {
+		rt.ix.Lookup(&st.chain, nowMs, &st.resAll)
+	}
 }
 
 // gather fills st.cands with the backends serving model ("" = any) that are
@@ -210,7 +238,12 @@ func (rt *Router) gather(st *reqState, model string, now time.Time) bool {
 		}
 		c := Candidate{Name: b.name, Slot: b.slot, ID: b.id, Hash: b.hash, Weight: b.weight, Load: b.loadView(now, &rt.cfg, rt.peers)}
 		if st.routed {
-			c.Matched = st.res.Depth(b.id)
+			if m, ok := matchOf(&st.res, b.id); ok {
+				c.Matched = m.Blocks
+				if rt.cfg.Belief.Enabled {
+					c.Discount = 1 - b.belief.trust(m.Time.Millis(), &rt.cfg.Belief)
+				}
+			}
 		}
 		st.cands = append(st.cands, c)
 		st.backs = append(st.backs, b)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"sync"
@@ -65,6 +66,7 @@ type Router struct {
 	learner Learner
 	peers   PeerLoad // nil without a mesh
 	routed  atomic.Uint64
+	upt     atomic.Uint64 // float64 bits: estimated prompt units per token (belief)
 	log     zerolog.Logger
 	policy  Policy
 	// forwardPolicy chooses for forwarded requests, which have no prompt.
@@ -158,6 +160,11 @@ func New(cfg Config, deps Deps) (*Router, error) {
 		rt.backends = append(rt.backends, b)
 	}
 	rt.models.rebuild(rt.backends)
+	upt := cfg.Belief.UnitsPerToken
+	if deps.Tokenizer != nil {
+		upt = 1 // keys over tokens
+	}
+	rt.upt.Store(math.Float64bits(upt))
 	if err := rt.initPrecise(deps); err != nil {
 		return nil, err
 	}

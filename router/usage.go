@@ -242,13 +242,14 @@ func count(v *fastjson.Value) (int64, bool) {
 // countUsage adds the backend-reported prompt and cached tokens of an
 // answer to b's counters. The backend's own count is the operator's truth
 // about cache hits; the router does not rely on it.
-func (rt *Router) countUsage(b *backend, s *usageScanner) {
-	prompt, cached, ok := s.usageCounts()
+func (rt *Router) countUsage(b *backend, s *usageScanner) (prompt, cached int64, ok bool) {
+	prompt, cached, ok = s.usageCounts()
 	if !ok {
-		return
+		return 0, 0, false
 	}
 	b.cachedTokens.Add(float64(cached))
 	if prompt > 0 {
 		b.promptTokens.Add(float64(prompt))
 	}
+	return prompt, cached, true
 }

@@ -103,6 +103,9 @@ func (rt *Router) scrapeLoad(ctx context.Context, b *backend) {
 		own = max(own, rt.meshPending(b))
 		b.scrape.store(sample{Waiting: sl.Waiting, Running: sl.Running, KVUsage: sl.KVCacheUsage, Has: sl.Has, Own: own}, at)
 	}
+	if sl.Has&HasKVCapacity != 0 && !b.capConfigured {
+		b.belief.capTokens.Store(int64(sl.KVCapacityTokens))
+	}
 	if sl.Has&HasPrefixQueries == 0 {
 		return
 	}

@@ -1,0 +1,270 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+
+	"github.com/kvmesh/kvmesh/tree"
+)
+
+// BeliefConfig is how far the router believes its claims: whether a
+// backend still holds a prefix it was sent.
+//
+// A claim says a prefix was sent to a backend; it does not say the backend
+// kept it. An engine's prefix cache is an LRU over its KV blocks: a prefix
+// survives while less than the cache's capacity has been written after it.
+// The router counts what the mesh writes to each backend (every node's
+// uncached prompt units, shared over the mesh's load channel) and keeps, per
+// backend, a short history of that count (cacheBelief): a claim whose
+// prefix has had more than the capacity written after it is ignored, and
+// one near that edge counts for less. The capacity comes from the
+// backend's configuration, or its metrics (vLLM's cache_config_info,
+// SGLang's max_total_num_tokens), and is corrected by the backends' own
+// answers: each reports how many prompt tokens it had cached, which either
+// confirms a match or shows that the cache kept less (or more) than
+// believed.
+type BeliefConfig struct {
+	// Enabled turns the model on. Off, every unexpired claim is believed,
+	// however much was written to its backend since.
+	Enabled bool `yaml:"enabled"`
+	// EdgeStart and EdgeTrust: a claim whose prefix has had more than
+	// EdgeStart times the capacity written after it counts its match at
+	// less than full value, falling linearly to EdgeTrust at the capacity
+	// (beyond it the claim is ignored). 0.7 and 0.5: the capacity is an
+	// estimate, and an engine keeps blocks of running requests out of its
+	// LRU, so the edge is fuzzy.
+	EdgeStart float64 `yaml:"edge_start"`
+	EdgeTrust float64 `yaml:"edge_trust"`
+	// ConfirmShare: an answer confirms a match when the backend reports at
+	// least this share of the tokens the router believed matched as cached.
+	// 0.5: a match counts when most of it was there, not for a first block
+	// every prompt shares.
+	ConfirmShare float64 `yaml:"confirm_share"`
+	// LearnRate is how far one answer moves the capacity estimate towards
+	// what it showed. 0.1: a few dozen answers per backend settle it, and
+	// one odd answer (a request that evicted its own prefix) moves it
+	// little.
+	LearnRate float64 `yaml:"learn_rate"`
+	// UnitsPerToken is the prompt units per token assumed until answers
+	// have shown it (the ratio of a prompt's units to the prompt_tokens its
+	// answer reports): 4 in byte mode (English text), 1 in token mode.
+	UnitsPerToken float64 `yaml:"units_per_token"`
+}
+
+// DefaultBeliefConfig returns the defaults documented on BeliefConfig.
+func DefaultBeliefConfig() BeliefConfig {
+	return BeliefConfig{Enabled: true, EdgeStart: 0.7, EdgeTrust: 0.5, ConfirmShare: 0.5, LearnRate: 0.1, UnitsPerToken: 4}
+}
+
+func (c BeliefConfig) validate() []error {
+	var errs []error
+	if !(c.EdgeStart > 0 && c.EdgeStart <= 1) {
+		errs = append(errs, fmt.Errorf("router: belief.edge_start must be in (0, 1], got %v", c.EdgeStart))
+	}
+	if !(c.EdgeTrust > 0 && c.EdgeTrust <= 1) {
+		errs = append(errs, fmt.Errorf("router: belief.edge_trust must be in (0, 1], got %v", c.EdgeTrust))
+	}
+	if !(c.ConfirmShare > 0 && c.ConfirmShare <= 1) {
+		errs = append(errs, fmt.Errorf("router: belief.confirm_share must be in (0, 1], got %v", c.ConfirmShare))
+	}
+	if !(c.LearnRate > 0 && c.LearnRate <= 1) {
+		errs = append(errs, fmt.Errorf("router: belief.learn_rate must be in (0, 1], got %v", c.LearnRate))
+	}
+	if !(c.UnitsPerToken > 0) || math.IsInf(c.UnitsPerToken, 0) {
+		errs = append(errs, errors.New("router: belief.units_per_token must be a positive number"))
+	}
+	return errs
+}
+
+// beliefRing is how many (time, written) samples a backend keeps. Samples
+// are spaced by a 128th of the capacity, so the history covers the last
+// four capacities' worth of writes whatever the write rate.
+const beliefRing = 512
+
+// writeSample is the mesh's written count for a backend at a time.
+type writeSample struct {
+	ms int64   // router clock, Unix ms
+	w  float64 // units written to the backend, mesh-wide, up to then
+}
+
+// cacheBelief is one backend's cache model: the history of what the mesh
+// wrote to it, its capacity estimate and the bound below which its claims
+// are no longer believed. refresh and learn hold mu; the request path
+// reads the atomics.
+type cacheBelief struct {
+	mu      sync.Mutex
+	ring    [beliefRing]writeSample
+	head, n int // next slot, samples held
+	// capTokens is the capacity configured or scraped, in tokens (0:
+	// unknown); scale is what the answers have taught about it (the
+	// effective capacity is scale x capTokens x units per token).
+	capTokens atomic.Int64
+	scale     float64
+	// learned is the capacity in units taught by answers alone, when none
+	// is known (0: none yet: every claim is believed).
+	learned float64
+
+	updated atomic.Int64  // ms of the last refresh
+	kappa   atomic.Uint64 // float64 bits: the effective capacity in units now (0: none)
+	since   atomic.Uint64 // tree.Timestamp: claims stamped before it are past the edge
+	nowW    atomic.Uint64 // float64 bits: the written count at the last refresh
+
+	confirmed, refuted atomic.Uint64 // prefix routes the answers confirmed or not
+}
+
+func (cb *cacheBelief) init() { cb.scale = 1 }
+
+// capacity is the effective capacity in units (0: unknown), given the
+// router's units-per-token estimate. Caller holds mu.
+func (cb *cacheBelief) capacity(upt float64) float64 {
+	if c := cb.capTokens.Load(); c > 0 {
+		return cb.scale * float64(c) * upt
+	}
+	return cb.learned
+}
+
+// refresh records the written count w at nowMs and recomputes the bound.
+// It is cheap to call on every request: within a millisecond of the last
+// refresh it does nothing, and another caller refreshing skips it.
+func (cb *cacheBelief) refresh(nowMs int64, w, upt float64) {
+	if cb.updated.Load() == nowMs || !cb.mu.TryLock() {
+		return
+	}
+	defer cb.mu.Unlock()
+	cb.updated.Store(nowMs)
+	kappa := cb.capacity(upt)
+	cb.kappa.Store(math.Float64bits(kappa))
+	if cb.n > 0 {
+		last := cb.at(cb.n - 1)
+		w = max(w, last.w) // the mesh's count never goes back (a peer's late snapshot)
+		spacing := 65536.0
+		if kappa > 0 {
+			spacing = kappa / 128
+		}
+		if w-last.w >= spacing || nowMs-last.ms >= 1000 {
+			cb.push(writeSample{ms: nowMs, w: w})
+		}
+	} else {
+		cb.push(writeSample{ms: nowMs, w: w})
+	}
+	cb.nowW.Store(math.Float64bits(w))
+	var since tree.Timestamp
+	if kappa > 0 {
+		// The newest sample with at least kappa written after it: a claim
+		// stamped before it has been pushed out of the LRU since.
+		if i := cb.lastBefore(w - kappa); i >= 0 {
+			since = tree.MakeTimestamp(cb.at(i).ms, 0)
+		}
+	}
+	cb.since.Store(uint64(since))
+}
+
+func (cb *cacheBelief) push(s writeSample) {
+	cb.ring[cb.head] = s
+	cb.head = (cb.head + 1) % beliefRing
+	cb.n = min(cb.n+1, beliefRing)
+}
+
+// at returns the i-th sample, oldest first.
+func (cb *cacheBelief) at(i int) writeSample {
+	return cb.ring[(cb.head-cb.n+i+2*beliefRing)%beliefRing]
+}
+
+// lastBefore is the index of the newest sample whose count is at most w,
+// -1 when none is.
+func (cb *cacheBelief) lastBefore(w float64) int {
+	lo, hi := 0, cb.n // invariant: samples < lo are <= w, samples >= hi are > w
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if cb.at(mid).w <= w {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo - 1
+}
+
+// distance is how many units the mesh has written to the backend since
+// time ms, by the history (as of the last refresh); for a time older than
+// the history, what the history spans, a lower bound. Caller holds mu.
+func (cb *cacheBelief) distanceLocked(ms int64) float64 {
+	if cb.n == 0 {
+		return 0
+	}
+	now := math.Float64frombits(cb.nowW.Load())
+	lo, hi := 0, cb.n // the first sample after ms
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if cb.at(mid).ms <= ms {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	if lo == 0 {
+		return now - cb.at(0).w
+	}
+	return now - cb.at(lo-1).w
+}
+
+func (cb *cacheBelief) distance(ms int64) float64 {
+	cb.mu.Lock()
+	defer cb.mu.Unlock()
+	return cb.distanceLocked(ms)
+}
+
+// trust is how much a claim stamped at ms counts: 1 well inside the
+// capacity, falling to cfg.EdgeTrust at its edge.
+func (cb *cacheBelief) trust(ms int64, cfg *BeliefConfig) float64 {
+	kappa := math.Float64frombits(cb.kappa.Load())
+	if kappa <= 0 {
+		return 1
+	}
+	x := cb.distance(ms) / kappa
+	switch {
+	case x <= cfg.EdgeStart:
+		return 1
+	case x >= 1:
+		return cfg.EdgeTrust
+	}
+	return 1 - (1-cfg.EdgeTrust)*(x-cfg.EdgeStart)/(1-cfg.EdgeStart)
+}
+
+// learn moves the capacity estimate towards what an answer showed: a match
+// at distance x that the backend still held (held=true) says the capacity
+// is at least x; one it no longer held says it is less.
+func (cb *cacheBelief) learn(x float64, held bool, upt float64, cfg *BeliefConfig) {
+	if !(x > 0) {
+		return
+	}
+	cb.mu.Lock()
+	defer cb.mu.Unlock()
+	kappa := cb.capacity(upt)
+	var target float64
+	switch {
+	case held && (kappa <= 0 || x <= kappa):
+		return // consistent with the estimate (or none to correct)
+	case held:
+		target = x * 1.05
+	case kappa > 0 && x >= kappa:
+		return // believed already gone; the answer agrees
+	default:
+		target = x * 0.95
+	}
+	if kappa <= 0 {
+		kappa = target // the first sign of a limit, with nothing known
+	} else {
+		kappa += cfg.LearnRate * (target - kappa)
+	}
+	if c := cb.capTokens.Load(); c > 0 {
+		cb.scale = min(max(kappa/(float64(c)*upt), 0.02), 50)
+	} else {
+		cb.learned = kappa
+	}
+	cb.kappa.Store(math.Float64bits(kappa))
+	cb.updated.Store(0) // recompute the bound at the next request
+}

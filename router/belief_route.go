@@ -1,0 +1,92 @@
+package router
+
+import (
+	"math"
+
+	"github.com/kvmesh/kvmesh/tree"
+)
+
+// How the request path uses the belief (belief.go): the lookup (route.go),
+// the discount on matches near a cache's edge (gather), and, here, what an
+// answer teaches.
+
+// answerCheck is what the answer from the chosen backend is compared with:
+// the deepest believed match there (trusted) and the deepest unexpired
+// claim, believed or not (all), with how much the mesh had written to the
+// backend since each was stamped, as of the dispatch.
+type answerCheck struct {
+	ok                 bool
+	trusted, all       int32 // blocks
+	distTrust, distAll float64
+}
+
+// matchOf finds backend id's match in res.
+func matchOf(res *tree.Result, id tree.BackendID) (tree.Match, bool) {
+	for _, m := range res.Matches {
+		if m.Backend == id {
+			return m, true
+		}
+	}
+	return tree.Match{}, false
+}
+
+// noteBelief records, at dispatch, what the answer from b will be checked
+// against.
+func (rt *Router) noteBelief(st *reqState, b *backend) {
+	st.fb = answerCheck{}
+	if !rt.cfg.Belief.Enabled || !st.routed {
+		return
+	}
+	st.fb.ok = true
+	if m, ok := matchOf(&st.res, b.id); ok {
+		st.fb.trusted, st.fb.distTrust = m.Blocks, b.belief.distance(m.Time.Millis())
+	}
+	st.fb.all, st.fb.distAll = st.fb.trusted, st.fb.distTrust
+	if st.filtered {
+		if m, ok := matchOf(&st.resAll, b.id); ok && m.Blocks > st.fb.trusted {
+			st.fb.all, st.fb.distAll = m.Blocks, b.belief.distance(m.Time.Millis())
+		}
+	}
+}
+
+// unitsPerTokenEWMA weighs one answer's units-per-token in the estimate.
+const unitsPerTokenEWMA = 1.0 / 32
+
+// unitsPerToken is the estimated prompt units per token (bytes per token
+// in byte mode).
+func (rt *Router) unitsPerToken() float64 { return math.Float64frombits(rt.upt.Load()) }
+
+// learnFromAnswer compares what b reported cached (tokens) with what the
+// router believed it held: it counts the prefix route as confirmed or
+// not (the routing precision), and moves b's capacity estimate: a believed
+// match that was gone says the cache keeps less; a doubted (or ignored)
+// deeper claim that was still there says it keeps more.
+func (rt *Router) learnFromAnswer(b *backend, st *reqState, d Decision, prompt, cached int64) {
+	fb := st.fb
+	if !fb.ok || prompt <= 0 || st.chain.Units <= 0 {
+		return
+	}
+	cfg := &rt.cfg.Belief
+	upt := float64(st.chain.Units) / float64(prompt) // this prompt's own units per token
+	old := rt.unitsPerToken()
+	rt.upt.Store(math.Float64bits(old + (upt-old)*unitsPerTokenEWMA))
+	tokens := func(blocks int32) float64 { return float64(min(st.chain.UnitsAt(int(blocks)), st.chain.Units)) / upt }
+	held := func(blocks int32) bool { return float64(cached) >= cfg.ConfirmShare*tokens(blocks) }
+	if fb.trusted > 0 && d.Reason == ReasonPrefix {
+		if held(fb.trusted) {
+			b.belief.confirmed.Add(1)
+			b.prefixRoutes[1].Inc()
+		} else {
+			b.belief.refuted.Add(1)
+			b.prefixRoutes[0].Inc()
+		}
+	}
+	switch {
+	case fb.all > fb.trusted && held(fb.all):
+		b.belief.learn(fb.distAll, true, old, cfg) // kept more than believed
+	case fb.trusted > 0 && !held(fb.trusted):
+		b.belief.learn(fb.distTrust, false, old, cfg) // kept less
+	case fb.trusted > 0:
+		b.belief.learn(fb.distTrust, true, old, cfg)
+	}
+}

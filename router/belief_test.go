@@ -1,0 +1,185 @@
+package router
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvmesh/kvmesh/tree"
+)
+
+func kappaOf(cb *cacheBelief) float64 { return math.Float64frombits(cb.kappa.Load()) }
+
+// The bound moves with what is written: a claim stamped before the last
+// capacity's worth of writes is past the edge, one after it is not; the
+// distance since a time is what was written after it.
+func TestCacheBeliefBound(t *testing.T) {
+	var cb cacheBelief
+	cb.init()
+	cb.capTokens.Store(1000) // 1000 tokens x 4 units per token = 4000 units
+	const upt = 4
+	w := 0.0
+	for ms := int64(1); ms <= 100; ms++ { // 100 units written per ms
+		w += 100
+		cb.refresh(ms, w, upt)
+	}
+	if got := kappaOf(&cb); got != 4000 {
+		t.Fatalf("capacity %v units, want 4000", got)
+	}
+	since := tree.Timestamp(cb.since.Load()).Millis()
+	// 10,000 written by ms 100: the edge (4,000 ago) is about ms 60.
+	if since < 55 || since > 61 {
+		t.Fatalf("bound at ms %d, want about 60", since)
+	}
+	if d := cb.distance(90); d < 900 || d > 1100 {
+		t.Fatalf("distance since ms 90: %v, want about 1000", d)
+	}
+	cfg := DefaultBeliefConfig()
+	if tr := cb.trust(95, &cfg); tr != 1 {
+		t.Fatalf("a fresh claim is trusted %v, want 1", tr)
+	}
+	if tr := cb.trust(62, &cfg); !(tr < 1 && tr >= cfg.EdgeTrust) {
+		t.Fatalf("a claim near the edge is trusted %v, want in [%v, 1)", tr, cfg.EdgeTrust)
+	}
+	// Nothing known about the capacity: no bound, full trust.
+	var none cacheBelief
+	none.init()
+	none.refresh(1, 1e9, upt)
+	if none.since.Load() != 0 || none.trust(0, &cfg) != 1 {
+		t.Fatal("a backend of unknown capacity has a bound")
+	}
+	// The written count never goes back (a late peer snapshot).
+	cb.refresh(101, 5, upt)
+	if got := math.Float64frombits(cb.nowW.Load()); got != 10000 {
+		t.Fatalf("written went back to %v", got)
+	}
+}
+
+// Answers move the capacity: a believed match that was gone lowers it
+// towards its distance; a doubted one that was still there raises it; a
+// backend of unknown capacity gets one from its first refuted match.
+func TestCacheBeliefLearns(t *testing.T) {
+	cfg := DefaultBeliefConfig()
+	var cb cacheBelief
+	cb.init()
+	cb.capTokens.Store(1000)
+	for range 60 {
+		cb.learn(2000, false, 4, &cfg) // matches 2,000 units back were gone
+	}
+	if k := kappaOf(&cb); k > 2000 || k < 1800 {
+		t.Fatalf("after refuted matches at 2000: capacity %v, want just under 2000", k)
+	}
+	for range 60 {
+		cb.learn(6000, true, 4, &cfg) // and ones 6,000 back were held
+	}
+	if k := kappaOf(&cb); k < 6000 || k > 6400 {
+		t.Fatalf("after held matches at 6000: capacity %v, want just over 6000", k)
+	}
+	before := kappaOf(&cb)
+	cb.learn(3000, true, 4, &cfg) // consistent: nothing to learn
+	if kappaOf(&cb) != before {
+		t.Fatal("a consistent answer moved the capacity")
+	}
+	var unknown cacheBelief
+	unknown.init()
+	unknown.learn(5000, true, 4, &cfg)
+	if kappaOf(&unknown) != 0 {
+		t.Fatal("a held match set a capacity where none was known")
+	}
+	unknown.learn(5000, false, 4, &cfg)
+	if k := kappaOf(&unknown); k != 4750 {
+		t.Fatalf("first refuted match at 5000: capacity %v, want 4750", k)
+	}
+}
+
+// Through the router: a conversation's claim is believed until the
+// backend has been sent more than its capacity since, then ignored, as
+// /debug/route and /admin/backends show.
+func TestBeliefIgnoresClaimsPastTheCacheEdge(t *testing.T) {
+	a := newFakeBackend(t, "a")
+	// No usage in the answers: nothing to learn from, the bound alone acts.
+	a.setHook(func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"choices":[{"message":{"role":"assistant","content":"hi"}}]}`)
+	})
+	// A clock that moves 5 ms a reading, so claims and samples get distinct
+	// milliseconds however fast the test runs.
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixMilli())
+	now := func() time.Time { return time.UnixMilli(clock.Add(5)) }
+	g := newRig(t, func(c *Config, d *Deps) {
+		c.Belief.Enabled = true
+		c.Backends[0].KVCapacityTokens = 5000 // 20,000 units at 4 units per token
+		d.Now = now
+	}, a)
+	sys := longText("the edge test system prompt", 3000)
+	conv := chat("m1", sys, "question one")
+	if s, _, _ := g.call("POST", "/v1/chat/completions", conv); s != 200 {
+		t.Fatal(s)
+	}
+	follow := chat("m1", sys, "question one", "answer", "question two")
+	matched := func() (int, float64) {
+		code, body := adminCall(t, g, "POST", "/debug/route", follow)
+		if code != 200 {
+			t.Fatalf("/debug/route: %d %s", code, body)
+		}
+		var x RouteExplanation
+		if err := json.Unmarshal(body, &x); err != nil {
+			t.Fatal(err)
+		}
+		return x.Candidates[0].MatchedBlocks, x.Candidates[0].Discount
+	}
+	if m, disc := matched(); m == 0 || disc != 0 {
+		t.Fatalf("right after: matched %d blocks, discount %v; want a full match", m, disc)
+	}
+	// Other conversations write a few thousand units each: past 20,000 the
+	// first is out of the cache.
+	for i := 0; g.rt.meshWritten(g.rt.backendByName("a")) < 26000; i++ {
+		if i == 100 {
+			t.Fatal("nothing is counted as written")
+		}
+		body := chat("m1", longText(fmt.Sprint("other ", i), 2500), "q")
+		if s, _, _ := g.call("POST", "/v1/chat/completions", body); s != 200 {
+			t.Fatal(s)
+		}
+	}
+	if m, _ := matched(); m != 0 {
+		t.Fatalf("after %0.f units written: the old claim still matches %d blocks", g.rt.meshWritten(g.rt.backendByName("a")), m)
+	}
+	code, body := adminCall(t, g, "GET", "/admin/backends", "")
+	var list []BackendStatus
+	if code != 200 || json.Unmarshal(body, &list) != nil {
+		t.Fatalf("/admin/backends: %d", code)
+	}
+	if b := list[0].Belief; b.CapacityTokens != 5000 || b.CapacityUnits != 20000 || b.HorizonMs == nil || b.WrittenUnits < 20000 {
+		t.Fatalf("belief in /admin/backends: %+v", b)
+	}
+}
+
+// The answers' cached_tokens count as confirming or refuting prefix
+// routes (routing precision, per backend).
+func TestBeliefCountsPrecision(t *testing.T) {
+	a := newFakeBackend(t, "a")
+	cached := 0
+	a.setHook(func(w http.ResponseWriter, r *http.Request, body []byte) {
+		w.Header().Set("Content-Type", "application/json")
+		prompt := len(body) / 4
+		fmt.Fprintf(w, `{"choices":[{"message":{"role":"assistant","content":"hi"}}],"usage":{"prompt_tokens":%d,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":%d}}}`, prompt, cached)
+	})
+	g := newRig(t, func(c *Config, _ *Deps) { c.Belief.Enabled = true }, a)
+	sys := longText("precision system prompt", 3000)
+	g.call("POST", "/v1/chat/completions", chat("m1", sys, "q1"))
+	cached = 700 // the backend held the system prompt: a confirmed prefix route
+	g.call("POST", "/v1/chat/completions", chat("m1", sys, "q1", "a", "q2"))
+	cached = 0 // it lost it: refuted
+	g.call("POST", "/v1/chat/completions", chat("m1", sys, "q1", "a", "q2", "a", "q3"))
+	if c, r := g.counter("kvmesh_router_backend_prefix_routes_total", "backend", "a", "outcome", "confirmed"),
+		g.counter("kvmesh_router_backend_prefix_routes_total", "backend", "a", "outcome", "refuted"); c != 1 || r != 1 {
+		t.Fatalf("prefix routes confirmed %v refuted %v, want 1 and 1", c, r)
+	}
+}
