@@ -308,6 +308,7 @@
             (x.unavailable.length ? ' · unavailable: ' + x.unavailable.join(', ') : '')));
         out.replaceChildren(line, el('div', 'route', 'x-kvmesh-route: ' + x.route_header));
         out.dataset.chosen = x.chosen;
+        out.dataset.deepest = String(x.deepest_blocks);
         candidates(x);
         table.hidden = false;
       })
