@@ -134,7 +134,7 @@
   function renderDecisions(s, x, t0, t1) {
     const seen = REASONS.filter((r) => samples.some((p) => p.dec[r])).concat(Object.keys(x.dec).filter((r) => !REASONS.includes(r)));
     const vis = samples.filter((p) => p.t >= t0);
-    C.stacked($('chart-decisions'), { t0, t1, times: vis.map((p) => p.t), yFormat: (v) => fix(v, v < 10 ? 1 : 0),
+    C.stacked($('chart-decisions'), { t0, t1, times: vis.map((p) => p.t), yFormat: (v) => fix(v, v > 0 && v < 10 ? 1 : 0),
       layers: seen.map((r) => ({ color: C.palette[reasonColor(r)], values: vis.map((p) => p.rates[r] || 0) })) });
     legend('legend-decisions', seen.map((r) => [reasonColor(r), r, int(x.dec[r] || 0) + ' · ' + fix(x.rates[r] || 0, 1) + '/s']));
   }
