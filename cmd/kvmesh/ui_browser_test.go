@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -315,6 +316,11 @@ func TestStatusPageOnAdminListenerOnly(t *testing.T) {
 	if !strings.Contains(state, `"reason":"miss"`) || !strings.Contains(state, `"name":"b1"`) || strings.Contains(state, "terse") {
 		t.Errorf("/ui/state: %s", state)
 	}
+	var doc any
+	if err := json.Unmarshal([]byte(state), &doc); err != nil {
+		t.Fatal(err)
+	}
+	checkSnakeKeys(t, "/ui/state", doc)
 	page, err := http.Get("http://" + s.Admin + "/ui")
 	if err != nil {
 		t.Fatal(err)
