@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"io/fs"
 	"math"
 	"net/http"
@@ -290,4 +291,26 @@ func BenchmarkState(b *testing.B) {
 	perSec := 25 * float64(b.Elapsed().Nanoseconds()) / float64(b.N) // ns of CPU per second of 5 viewers
 	b.ReportMetric(perSec/1e9*100, "%cpu@5viewers")
 	b.ReportMetric(float64(w.Body.Len()), "bytes/doc")
+}
+
+// BenchmarkStateHTTP is BenchmarkState over a loopback connection (client
+// and server in this process: the figure counts both ends).
+func BenchmarkStateHTTP(b *testing.B) {
+	h := realRig(b, 8, 3)
+	h.maxAge = 0
+	srv := httptest.NewServer(mux(h))
+	defer srv.Close()
+	client := srv.Client()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		resp, err := client.Get(srv.URL + StatePath)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	b.StopTimer()
+	b.ReportMetric(25*float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e9*100, "%cpu@5viewers")
 }
