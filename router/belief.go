@@ -38,6 +38,9 @@ type BeliefConfig struct {
 	// LRU, so the edge is fuzzy.
 	EdgeStart float64 `yaml:"edge_start"`
 	EdgeTrust float64 `yaml:"edge_trust"`
+	// IgnoreBeyond: claims with more than this many capacities written
+	// after them are ignored altogether (0: never; they keep EdgeTrust).
+	IgnoreBeyond float64 `yaml:"ignore_beyond"`
 	// ConfirmShare: an answer confirms a match when the backend reports at
 	// least this share of the tokens the router believed matched as cached.
 	// 0.5: a match counts when most of it was there, not for a first block
@@ -56,7 +59,7 @@ type BeliefConfig struct {
 
 // DefaultBeliefConfig returns the defaults documented on BeliefConfig.
 func DefaultBeliefConfig() BeliefConfig {
-	return BeliefConfig{Enabled: true, EdgeStart: 0.7, EdgeTrust: 0.5, ConfirmShare: 0.5, LearnRate: 0.1, UnitsPerToken: 4}
+	return BeliefConfig{Enabled: true, EdgeStart: 0.7, EdgeTrust: 0.5, IgnoreBeyond: 0, ConfirmShare: 0.5, LearnRate: 0.1, UnitsPerToken: 4}
 }
 
 func (c BeliefConfig) validate() []error {
@@ -69,6 +72,9 @@ func (c BeliefConfig) validate() []error {
 	}
 	if !(c.ConfirmShare > 0 && c.ConfirmShare <= 1) {
 		errs = append(errs, fmt.Errorf("router: belief.confirm_share must be in (0, 1], got %v", c.ConfirmShare))
+	}
+	if !(c.IgnoreBeyond == 0 || c.IgnoreBeyond >= 1) || math.IsInf(c.IgnoreBeyond, 0) {
+		errs = append(errs, fmt.Errorf("router: belief.ignore_beyond must be 0 (never) or at least 1, got %v", c.IgnoreBeyond))
 	}
 	if !(c.LearnRate > 0 && c.LearnRate <= 1) {
 		errs = append(errs, fmt.Errorf("router: belief.learn_rate must be in (0, 1], got %v", c.LearnRate))
@@ -126,10 +132,12 @@ func (cb *cacheBelief) capacity(upt float64) float64 {
 	return cb.learned
 }
 
-// refresh records the written count w at nowMs and recomputes the bound.
-// It is cheap to call on every request: within a millisecond of the last
-// refresh it does nothing, and another caller refreshing skips it.
-func (cb *cacheBelief) refresh(nowMs int64, w, upt float64) {
+// refresh records the written count w at nowMs and recomputes the bound
+// (claims with more than ignore capacities written after them are past it;
+// ignore 0: no bound). It is cheap to call on every request: within a
+// millisecond of the last refresh it does nothing, and another caller
+// refreshing skips it.
+func (cb *cacheBelief) refresh(nowMs int64, w, upt, ignore float64) {
 	if cb.updated.Load() == nowMs || !cb.mu.TryLock() {
 		return
 	}
@@ -152,10 +160,10 @@ func (cb *cacheBelief) refresh(nowMs int64, w, upt float64) {
 	}
 	cb.nowW.Store(math.Float64bits(w))
 	var since tree.Timestamp
-	if kappa > 0 {
-		// The newest sample with at least kappa written after it: a claim
-		// stamped before it has been pushed out of the LRU since.
-		if i := cb.lastBefore(w - kappa); i >= 0 {
+	if kappa > 0 && ignore > 0 {
+		// The newest sample with at least ignore x kappa written after it: a
+		// claim stamped before it has been pushed out of the LRU since.
+		if i := cb.lastBefore(w - ignore*kappa); i >= 0 {
 			since = tree.MakeTimestamp(cb.at(i).ms, 0)
 		}
 	}

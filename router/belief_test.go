@@ -26,7 +26,7 @@ func TestCacheBeliefBound(t *testing.T) {
 	w := 0.0
 	for ms := int64(1); ms <= 100; ms++ { // 100 units written per ms
 		w += 100
-		cb.refresh(ms, w, upt)
+		cb.refresh(ms, w, upt, 1)
 	}
 	if got := kappaOf(&cb); got != 4000 {
 		t.Fatalf("capacity %v units, want 4000", got)
@@ -49,12 +49,12 @@ func TestCacheBeliefBound(t *testing.T) {
 	// Nothing known about the capacity: no bound, full trust.
 	var none cacheBelief
 	none.init()
-	none.refresh(1, 1e9, upt)
+	none.refresh(1, 1e9, upt, 1)
 	if none.since.Load() != 0 || none.trust(0, &cfg) != 1 {
 		t.Fatal("a backend of unknown capacity has a bound")
 	}
 	// The written count never goes back (a late peer snapshot).
-	cb.refresh(101, 5, upt)
+	cb.refresh(101, 5, upt, 1)
 	if got := math.Float64frombits(cb.nowW.Load()); got != 10000 {
 		t.Fatalf("written went back to %v", got)
 	}
@@ -113,7 +113,7 @@ func TestBeliefIgnoresClaimsPastTheCacheEdge(t *testing.T) {
 	clock.Store(time.Now().UnixMilli())
 	now := func() time.Time { return time.UnixMilli(clock.Add(5)) }
 	g := newRig(t, func(c *Config, d *Deps) {
-		c.Belief.Enabled = true
+		c.Belief.Enabled, c.Belief.IgnoreBeyond = true, 1
 		c.Backends[0].KVCapacityTokens = 5000 // 20,000 units at 4 units per token
 		d.Now = now
 	}, a)

@@ -207,7 +207,7 @@ func (rt *Router) lookup(st *reqState, now time.Time) {
 	upt := rt.unitsPerToken()
 	st.since = st.since[:0]
 	for _, b := range rt.backends {
-		b.belief.refresh(nowMs, rt.meshWritten(b), upt)
+		b.belief.refresh(nowMs, rt.meshWritten(b), upt, rt.cfg.Belief.IgnoreBeyond)
 		for int(b.id) >= len(st.since) {
 			st.since = append(st.since, 0)
 		}
