@@ -59,6 +59,9 @@ type consumer struct {
 	depths []int32
 	keys   []tree.Key
 	c      counters
+	// resynced: resync invalidated the backend and applied nothing since,
+	// so the stream's first message need not invalidate it again.
+	resynced bool
 }
 
 // counters are a consumer's message-level counts (the Mapper counts blocks).
@@ -108,15 +111,63 @@ func (c *consumer) handle(ctx context.Context, frames [][]byte) {
 		c.invalidateLocked(reasonRestart)
 		c.startLocked(ctx, seq)
 	case SeqFirst:
-		c.invalidateLocked(reasonFirst)
+		if !c.resynced {
+			c.invalidateLocked(reasonFirst)
+		}
 		c.startLocked(ctx, seq)
 	}
+	c.resynced = false
 	if s := c.seq.Observe(seq); s == SeqDuplicate || s == SeqRestart {
 		return // the replay delivered this message already
 	}
 	c.applyLocked(frames[2])
 	c.seq.Applied(seq)
 	c.c.lastSeq = seq
+}
+
+// resync starts a new connection's stream at once (a takeover in
+// particular): what happened before is unknown, so the backend is
+// invalidated and rebuilt from the engine's replay buffer now, without
+// waiting for the engine's next message. An idle engine may send none for
+// long, and what it stored while the stream had no owner (the old owner
+// dead, serf not yet sure) would stay unclaimed meanwhile. The replay is
+// applied from the first message the engine still holds up to its last,
+// stopping at a hole; live messages it covered are then duplicates.
+// Without a replay socket the stream's first message does the resync
+// (handle, SeqFirst).
+func (c *consumer) resync(ctx context.Context) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq.Reset()
+	c.resynced = false
+	if c.replay == nil {
+		return
+	}
+	c.invalidateLocked(reasonFirst)
+	c.c.replayed++
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.ReplayTimeout)
+	defer cancel()
+	next := int64(-1)
+	err := c.replay.Replay(rctx, 0, func(seq int64, payload []byte) bool {
+		switch {
+		case next >= 0 && seq < next:
+			return true // sent twice
+		case next >= 0 && seq > next:
+			return false // a hole: stop; the live stream's next message is a gap
+		}
+		c.applyLocked(payload)
+		c.seq.Replayed(seq)
+		c.c.lastSeq = seq
+		next = seq + 1
+		return true
+	})
+	if err != nil && ctx.Err() == nil {
+		c.c.replayFailed++
+		c.log.Debug().Err(err).Int64("reached", next).Msg("kvevents: resync replay incomplete")
+	} else {
+		c.c.replayOK++
+	}
+	c.resynced = next < 0 // nothing applied: the first live message starts the stream
 }
 
 // startLocked begins a stream whose earlier messages are unknown: the

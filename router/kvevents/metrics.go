@@ -32,13 +32,16 @@ var (
 		[]string{"backend"}, nil)
 	descOwned = prometheus.NewDesc("kvmesh_kvevents_streams_owned",
 		"Engine streams this node consumes in connect mode.", nil, nil)
+	descStreamOwned = prometheus.NewDesc("kvmesh_kvevents_stream_owned",
+		"1 while this node consumes the backend's stream in connect mode (its owner among the mesh's alive members), else 0.",
+		[]string{"backend"}, nil)
 	descLastSeq = prometheus.NewDesc("kvmesh_kvevents_last_sequence",
 		"Sequence number of the last message applied (-1 before any).",
 		[]string{"backend"}, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descMessages, descBlocks, descClaims, descDropped, descInvalidations, descReplays, descMapped, descOwned, descLastSeq} {
+	for _, d := range []*prometheus.Desc{descMessages, descBlocks, descClaims, descDropped, descInvalidations, descReplays, descMapped, descOwned, descStreamOwned, descLastSeq} {
 		ch <- d
 	}
 }
@@ -50,6 +53,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		cs[b] = x
 	}
 	owned := len(c.m.running)
+	running := make(map[string]bool, owned)
+	for b := range c.m.running {
+		running[b] = true
+	}
 	c.m.mu.Unlock()
 	ch <- prometheus.MustNewConstMetric(descOwned, prometheus.GaugeValue, float64(owned))
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
@@ -81,5 +88,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descReplays, cc.replayFailed, b, "incomplete")
 		ch <- prometheus.MustNewConstMetric(descMapped, prometheus.GaugeValue, float64(mapped), b)
 		ch <- prometheus.MustNewConstMetric(descLastSeq, prometheus.GaugeValue, float64(cc.lastSeq), b)
+		if c.m.streams[b].Endpoint != "" {
+			v := 0.0
+			if running[b] {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(descStreamOwned, prometheus.GaugeValue, v, b)
+		}
 	}
 }

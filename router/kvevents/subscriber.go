@@ -223,7 +223,7 @@ func (m *Manager) dialLoop(ctx context.Context, s StreamConfig, c *consumer) {
 			err = sub.Dial(s.Endpoint)
 		}
 		if err == nil {
-			c.restartStream()
+			c.resync(sctx)
 			m.read(sctx, sub, func([]byte) *consumer { return c })
 		} else if ctx.Err() == nil {
 			m.log.Debug().Err(err).Str("backend", s.Backend).Msg("kvevents: cannot reach the publisher")
@@ -245,6 +245,13 @@ func (m *Manager) read(ctx context.Context, sub zmq4.Socket, route func(topic []
 			if ctx.Err() == nil {
 				m.log.Debug().Err(err).Msg("kvevents: receive failed; reconnecting")
 			}
+			return
+		}
+		if ctx.Err() != nil {
+			// Handed over while a message was waiting: the next owner
+			// consumes it. (Applying it here would make this node a second
+			// consumer of the stream for a moment, whose first message
+			// invalidates the backend everywhere.)
 			return
 		}
 		if len(msg.Frames) == 0 {
@@ -280,13 +287,6 @@ func (m *Manager) renewLoop(ctx context.Context) {
 			c.renew()
 		}
 	}
-}
-
-// restartStream marks the next message as the first of a new stream.
-func (c *consumer) restartStream() {
-	c.mu.Lock()
-	c.seq.Reset()
-	c.mu.Unlock()
 }
 
 // zmqReplayer asks an engine's ROUTER socket for missed messages: it sends
