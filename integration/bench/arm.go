@@ -46,17 +46,24 @@ type Arm struct {
 	// (whitespace words: the simulator's own tokens, so router blocks line
 	// up with the backends' KV blocks) instead of byte mode, the default.
 	Tokens bool `json:"tokens,omitempty"`
+	// Precise runs the routers in precise mode against a fleet publishing
+	// KV events (precise.go); the arm spec is "kvmesh-precise".
+	Precise bool `json:"precise,omitempty"`
 }
 
 // ParseArm reads an arm spec: a policy name, optionally with "+words"
-// (token mode, see Arm.Tokens), optionally followed by ":<nodes>" and
-// ":mesh", ":claims" or ":local" (default local), e.g. "kvmesh", "oracle",
-// "kvmesh:8:mesh", "kvmesh:8:claims", "kvmesh:3:local", "kvmesh+words".
+// (token mode, see Arm.Tokens), or "kvmesh-precise" (Arm.Precise),
+// optionally followed by ":<nodes>" and ":mesh", ":claims" or ":local"
+// (default local), e.g. "kvmesh", "oracle", "kvmesh:8:mesh",
+// "kvmesh:8:claims", "kvmesh:3:local", "kvmesh+words", "kvmesh-precise".
 func ParseArm(spec string) (Arm, error) {
 	parts := strings.Split(strings.TrimSpace(spec), ":")
 	a := Arm{Policy: parts[0], Nodes: 1}
 	if p, ok := strings.CutSuffix(a.Policy, "+words"); ok {
 		a.Policy, a.Tokens = p, true
+	}
+	if a.Policy == PolicyPrecise && !a.Tokens {
+		a.Policy, a.Precise = router.PolicyKVMesh, true
 	}
 	if a.Policy != PolicyOracle && !slices.Contains(router.PolicyNames(), a.Policy) {
 		return Arm{}, fmt.Errorf("bench: arm %q: unknown policy %q (want %s or %s)", spec, a.Policy,
@@ -87,6 +94,9 @@ func ParseArm(spec string) (Arm, error) {
 		return Arm{}, fmt.Errorf("bench: arm %q: the oracle runs on one node", spec)
 	}
 	a.Name = a.Policy
+	if a.Precise {
+		a.Name = PolicyPrecise
+	}
 	if a.Tokens {
 		a.Name += "+words"
 	}

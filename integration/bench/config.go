@@ -17,6 +17,10 @@ type Config struct {
 	// Fleet starts a fresh fleet for every run (required). SimFleet gives
 	// in-process simulated backends.
 	Fleet FleetFactory
+	// PreciseFleet starts the fleet of precise arms: Fleet's, with KV
+	// events published (PreciseSimFleet). Default nil: precise arms are
+	// refused.
+	PreciseFleet FleetFactory
 
 	// Models are the model names the backends serve, given to the routers
 	// so they need no discovery. Default ["kvmesh-sim"], the simulator's and
@@ -126,6 +130,9 @@ func (c *Config) Validate() error {
 		}
 		if a.meshed() && c.Mesh == nil {
 			errs = append(errs, fmt.Errorf("bench: arm %q needs a mesh, and Config.Mesh is nil", a.Name))
+		}
+		if _, err := c.fleetFor(a); err != nil && len(c.Fronts) == 0 {
+			errs = append(errs, err)
 		}
 	}
 	if c.Repeats < 1 {

@@ -54,6 +54,8 @@ type deployment struct {
 	shadow *shadowRouter
 	// sharers are the nodes' load channels (mesh arms sharing load).
 	sharers []loadSharer
+	// preciseClose stops the KV-event consumers of a precise arm.
+	preciseClose func()
 }
 
 type routerNode struct {
@@ -180,6 +182,9 @@ func deploy(ctx context.Context, cfg *Config, arm Arm, fleet Fleet) (_ *deployme
 		if arm.Tokens {
 			deps.Tokenizer = router.WordTokenizer{}
 		}
+		if arm.Precise {
+			deps.Precise = preciseRouterConfig(&rc, TreeConfig(cfg))
+		}
 		ls, sharing := learners[i].(loadSharer)
 		if sharing {
 			deps.Peers = ls
@@ -221,6 +226,11 @@ func deploy(ctx context.Context, cfg *Config, arm Arm, fleet Fleet) (_ *deployme
 			_ = n.srv.Serve(ln)
 		}()
 		d.fronts = append(d.fronts, "http://"+ln.Addr().String())
+	}
+	if arm.Precise {
+		if err := d.startPrecise(ctx, cfg, TreeConfig(cfg), arm, fleet, learners); err != nil {
+			return nil, err
+		}
 	}
 	if d.shadow != nil {
 		rts := make([]*router.Router, len(d.nodes))
@@ -266,6 +276,9 @@ func NodeMux(api, admin http.Handler, reg *prometheus.Registry) http.Handler {
 
 // Close stops the nodes' servers and routers and the shared state.
 func (d *deployment) Close() {
+	if d.preciseClose != nil {
+		d.preciseClose()
+	}
 	for _, n := range d.nodes {
 		if n.srv != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

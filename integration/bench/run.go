@@ -53,7 +53,11 @@ func Run(ctx context.Context, cfg Config, w *workload.Workload) (*Report, error)
 // RunOnce is one run: a fresh fleet, arm's routers in front of it, the
 // whole workload replayed, the fleet's counters read.
 func RunOnce(ctx context.Context, cfg *Config, w *workload.Workload, arm Arm, repeat, pos int) (*RunResult, error) {
-	fleet, err := cfg.Fleet(ctx)
+	factory, err := cfg.fleetFor(arm)
+	if err != nil {
+		return nil, err
+	}
+	fleet, err := factory(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("starting the fleet: %w", err)
 	}

@@ -1,0 +1,133 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The precise arm runs end to end: the routers key requests by the
+// simulated backends' own tokens (their /tokenize), the backends' KV events
+// become claims, and routing on them is as good as the approximate arm's on
+// a workload whose shared prefixes fit in the fleet's caches.
+func TestPreciseArm(t *testing.T) {
+	w, sc := prefixHeavy(t)
+	for _, arms := range []string{"kvmesh,kvmesh-precise", "kvmesh-precise:2:mesh"} {
+		cfg := e2eConfig(t, sc, arms)
+		cfg.PreciseFleet = PreciseSimFleet(2, sc)
+		rep, err := Run(context.Background(), cfg, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hit := map[string]float64{}
+		for _, run := range rep.Runs {
+			if run.Errors != 0 || run.OK != len(w.Requests) {
+				t.Fatalf("%s: %d ok, %d errors %v", run.Arm, run.OK, run.Errors, run.ErrorKinds)
+			}
+			hit[run.Arm] = run.HitRate
+		}
+		t.Logf("%s: hit rates %v", arms, hit)
+		for arm, h := range hit {
+			if strings.HasPrefix(arm, "kvmesh-precise") && (h < 0.5 || h < hit["kvmesh"]-0.05) {
+				t.Fatalf("%s: hit rate %.3f (approximate kvmesh %.3f)", arm, h, hit["kvmesh"])
+			}
+		}
+	}
+	// Precise arms need a fleet publishing events.
+	cfg := e2eConfig(t, sc, "kvmesh-precise")
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "PreciseFleet") {
+		t.Fatalf("a precise arm without a precise fleet: %v", err)
+	}
+	if a, err := ParseArm("kvmesh-precise:3:mesh"); err != nil || !a.Precise || a.Policy != "kvmesh" || a.Name != "kvmesh-precise x3 mesh" {
+		t.Fatalf("%+v %v", a, err)
+	}
+}
+
+// A precise deployment keys requests by tokens (16 units per block) and
+// counts them as precise, none falling back.
+func TestPreciseArmKeysByTokens(t *testing.T) {
+	w, sc := prefixHeavy(t)
+	cfg := e2eConfig(t, sc, "kvmesh-precise")
+	cfg.PreciseFleet = PreciseSimFleet(2, sc)
+	fleet, err := cfg.PreciseFleet(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+	d, err := deploy(context.Background(), &cfg, cfg.Arms[0], fleet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for _, r := range w.Requests[:8] {
+		if code := postJSON(t, d.fronts[0]+"/v1/chat/completions", r.BodyBytes()); code != 200 {
+			t.Fatalf("status %d", code)
+		}
+	}
+	mfs, err := d.nodes[0].reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keyed, fallbacks float64
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch mf.GetName() {
+			case "kvmesh_router_precise_keys_total":
+				keyed += m.GetCounter().GetValue()
+			case "kvmesh_router_precise_fallbacks_total":
+				fallbacks += m.GetCounter().GetValue()
+			}
+		}
+	}
+	if keyed != 8 || fallbacks != 0 {
+		t.Fatalf("%v requests keyed by tokens, %v fallbacks", keyed, fallbacks)
+	}
+	// A prompt sent to backend b1 directly (no router learns it) becomes
+	// routable to b1 through its KV events.
+	body := chatBody(words("direct", 400), "q", 1)
+	if code := postJSON(t, fleet.URLs()[1]+"/v1/chat/completions", body); code != 200 {
+		t.Fatalf("b1: %d", code)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		resp, err := http.Post(d.fronts[0]+"/debug/route", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var x struct {
+			Candidates []struct {
+				Backend       string `json:"backend"`
+				MatchedBlocks int    `json:"matched_blocks"`
+			} `json:"candidates"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&x)
+		resp.Body.Close()
+		matched := 0
+		for _, c := range x.Candidates {
+			if c.Backend == "b1" {
+				matched = c.MatchedBlocks
+			}
+		}
+		if err == nil && matched >= 400/16 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("b1's events never made the prompt routable (%d blocks matched)", matched)
+		}
+	}
+}
+
+func postJSON(t *testing.T, url string, body []byte) int {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
