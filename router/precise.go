@@ -390,6 +390,13 @@ func (rt *Router) preciseKeys(st *reqState, ep Endpoint, body []byte, tenant str
 	return true
 }
 
+// exact reports whether b's claims on st's keys are exact: st was keyed by
+// the engine's tokens and b is in precise mode, so its events end what it
+// evicts and the belief's model of its cache (belief.go) is not applied.
+func (rt *Router) exact(st *reqState, b *backend) bool {
+	return st.precise && rt.precise.slots[b.slot]
+}
+
 // tokenize asks the engine for the tokens of sc.body, appending them to
 // dst[:0]. fb is -1 on success, else the fallback reason.
 func (pc *precise) tokenize(rt *Router, model string, sc *preciseScratch, dst []uint32) (_ []uint32, fb int) {

@@ -253,7 +253,10 @@ func TestPreciseFallbacks(t *testing.T) {
 	entered, release2 := make(chan struct{}), make(chan struct{})
 	b.set(func() { entered <- struct{}{}; <-release2 }, nil)
 	done := make(chan struct{})
-	go func() { defer close(done); chainFor(t, g2, EndpointChat, chat("m1", longText("busy 1", 2000), "q"), "") }()
+	go func() {
+		defer close(done)
+		chainFor(t, g2, EndpointChat, chat("m1", longText("busy 1", 2000), "q"), "")
+	}()
 	<-entered
 	if ch := chainFor(t, g2, EndpointChat, chat("m1", longText("busy 2", 2000), "q"), ""); ch.UnitsPerBlock != 64 ||
 		g2.counter("kvmesh_router_precise_fallbacks_total", "reason", "busy") != 1 {

@@ -23,6 +23,9 @@ type reqState struct {
 	since   []tree.Timestamp
 	// filtered: res ignored claims past some backend's cache edge.
 	filtered bool
+	// precise: keyed by the engine's tokens; precise backends' claims are
+	// then exact (their events end what they evict) and not doubted.
+	precise bool
 	// fb is what the answer to the chosen backend is compared with.
 	fb answerCheck
 	req     Request
@@ -87,7 +90,7 @@ func (rt *Router) putState(st *reqState) {
 		st.key = nil // a long tenant header's key is not pinned by the pool
 	}
 	st.body, st.tried = st.body[:0], st.tried[:0]
-	st.routed, st.model = false, ""
+	st.routed, st.model, st.precise = false, "", false
 	st.req = Request{}
 	clear(st.outHeader) // do not pin the last client's header values
 	st.xff[0], st.outURL, st.outReq = "", url.URL{}, http.Request{}
@@ -158,7 +161,7 @@ func (rt *Router) prepare(st *reqState, ep Endpoint, body []byte, tenant string)
 	p := &st.prompt
 	st.model = p.Model
 	st.routed = true
-	if rt.precise != nil && rt.preciseKeys(st, ep, body, tenant) {
+	if st.precise = rt.precise != nil && rt.preciseKeys(st, ep, body, tenant); st.precise {
 		// keyed by the engine's own tokens (precise.go)
 	} else if rt.tokenizer != nil && rt.tokenize(st) {
 		st.seed = rt.seedFor(st, p.Model, tenant, p.CacheSalt, p.Format, true)
@@ -212,6 +215,9 @@ func (rt *Router) lookup(st *reqState, now time.Time) {
 			st.since = append(st.since, 0)
 		}
 		s := tree.Timestamp(b.belief.since.Load())
+		if rt.exact(st, b) {
+			s = 0
+		}
 		st.since[b.id] = s
 		st.filtered = st.filtered || s != 0
 	}
@@ -240,7 +246,7 @@ func (rt *Router) gather(st *reqState, model string, now time.Time) bool {
 		if st.routed {
 			if m, ok := matchOf(&st.res, b.id); ok {
 				c.Matched = m.Blocks
-				if rt.cfg.Belief.Enabled {
+				if rt.cfg.Belief.Enabled && !rt.exact(st, b) {
 					c.Discount = 1 - b.belief.trust(m.Time.Millis(), &rt.cfg.Belief)
 				}
 			}
