@@ -43,6 +43,11 @@ type Config struct {
 	// Tree configures every router node's claim index. Default
 	// tree.DefaultConfig().
 	Tree tree.Config
+	// MeasureAvailable asks the simulated fleet, before each request, how
+	// much of it the best-placed backend holds (RunResult.Reach and
+	// RegretTokens). It reads every backend's cache per request: a few
+	// hundred microseconds of the load generator's CPU. Default true.
+	MeasureAvailable bool
 	// Mesh builds the shared state of multi-node mesh arms; nil refuses
 	// such arms. Default InMemoryMesh().
 	Mesh SharedState
@@ -92,6 +97,7 @@ func DefaultConfig() Config {
 		TimeScale:        1,
 		Router:           router.DefaultConfig(),
 		ScaleRouterTimes: true,
+		MeasureAvailable: true,
 		Tree:             tree.DefaultConfig(),
 		Mesh:             InMemoryMesh(),
 		Arms:             DefaultArms(),

@@ -128,6 +128,7 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	p("Work CV = coefficient of variation of the prompt tokens each backend computed (queries - hits). ")
 	p("Precision = share of the routes made for a prefix the router believed the backend held (reason prefix) that the backend confirmed: its `cached_tokens` reached at least half the tokens the router believed matched.\n\n")
 	writeFloors(ew, CheckFloors(r))
+	writeReach(ew, r)
 	writeMultiNode(ew, r)
 
 	writeDecisions(ew, r)
@@ -278,6 +279,29 @@ func writeMultiNode(ew *errWriter, r *Report) {
 			lb = spreadNum(a.LoadBytesPerRequestPeer, 1)
 		}
 		ew.printf("| %s | %s | %s |\n", a.Arm.Name, spreadPct(a.Agreement), lb)
+	}
+	ew.printf("\n")
+}
+
+// writeReach writes how much of what was reusable each arm reused.
+func writeReach(ew *errWriter, r *Report) {
+	any := false
+	for i := range r.Arms {
+		any = any || r.Arms[i].Reach.N > 0
+	}
+	if !any {
+		return
+	}
+	ew.printf("Reach: before each request was sent, the simulated backends were asked how many of its prompt tokens the ")
+	ew.printf("best-placed one held; *reach* is the share of those the request reused, *regret* the tokens per request ")
+	ew.printf("that some backend held but the request recomputed (a greedy per-request bound: it ignores load and the ")
+	ew.printf("evictions a placement causes).\n\n| arm | reach | regret tokens / request |\n|---|---|---|\n")
+	for i := range r.Arms {
+		a := &r.Arms[i]
+		if a.Reach.N == 0 {
+			continue
+		}
+		ew.printf("| %s | %s | %s |\n", a.Arm.Name, spreadPct(a.Reach), spreadNum(a.RegretTokens, 0))
 	}
 	ew.printf("\n")
 }

@@ -52,6 +52,11 @@ type ReplayConfig struct {
 	// Shadow, if set, is asked where each request should go just before it
 	// is sent (see shadowRouter). Default none.
 	Shadow func(body []byte) (backend, reason string) `json:"-"`
+	// Available, if set, is asked just before each request is sent how many
+	// of its prompt tokens the best-placed backend holds in its cache right
+	// then (the simulator's real caches): the most a router could have
+	// reused (Sample.Available). Default none.
+	Available func(body []byte) int `json:"-"`
 }
 
 // DefaultReplayConfig returns the defaults documented on ReplayConfig.
@@ -148,7 +153,7 @@ func (rp *replayer) one(ctx context.Context, i int, late time.Duration) {
 		defer cancel()
 	}
 	r := &rp.w.Requests[i]
-	send(ctx, rp.client, rp.urls[rp.target[i]], r.AppendBody, rp.rc.Shadow, s)
+	send(ctx, rp.client, rp.urls[rp.target[i]], r.AppendBody, rp.rc.Shadow, rp.rc.Available, s)
 	if rp.done != nil {
 		rp.done()
 	}

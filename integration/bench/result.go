@@ -66,6 +66,12 @@ type RunResult struct {
 	// the backend confirmed: its cached_tokens reached at least half the
 	// tokens the router believed matched. 0 when there were none.
 	Precision float64 `json:"precision,omitempty"`
+	// Reach is the share of the tokens the best-placed backend held when
+	// each request was sent (the simulator's real caches) that the request
+	// reused; RegretTokens the tokens per request that some backend held
+	// but the request recomputed. 0 when not measured.
+	Reach        float64 `json:"reach,omitempty"`
+	RegretTokens float64 `json:"regret_tokens_per_request,omitempty"`
 	// Agreement is, for a multi-node arm, the share of requests the nodes
 	// sent where one router seeing all the traffic (shadowRouter) would
 	// have; 0 for one node.
@@ -96,6 +102,8 @@ type ArmSummary struct {
 	// Agreement and LoadBytesPerRequestPeer: see RunResult (multi-node arms).
 	Agreement               Spread `json:"agreement,omitzero"`
 	Precision               Spread `json:"precision,omitzero"`
+	Reach                   Spread `json:"reach,omitzero"`
+	RegretTokens            Spread `json:"regret_tokens_per_request,omitzero"`
 	LoadBytesPerRequestPeer Spread `json:"load_bytes_per_request_peer,omitzero"`
 }
 
@@ -188,7 +196,7 @@ type Report struct {
 func Summarize(arms []Arm, runs []RunResult) []ArmSummary {
 	out := make([]ArmSummary, 0, len(arms))
 	for _, a := range arms {
-		var hit, t50, t90, t99, e50, e99, rps, tps, wcv, rcv, errs, agree, lbytes, prec []float64
+		var hit, t50, t90, t99, e50, e99, rps, tps, wcv, rcv, errs, agree, lbytes, prec, rch, rgt []float64
 		for i := range runs {
 			r := &runs[i]
 			if r.Arm != a.Name {
@@ -208,6 +216,10 @@ func Summarize(arms []Arm, runs []RunResult) []ArmSummary {
 			if r.Precision > 0 {
 				prec = append(prec, r.Precision)
 			}
+			if r.Reach > 0 {
+				rch = append(rch, r.Reach)
+				rgt = append(rgt, r.RegretTokens)
+			}
 			if a.Nodes > 1 {
 				agree = append(agree, r.Agreement)
 				if r.LoadBytesPerRequestPeer > 0 {
@@ -222,6 +234,7 @@ func Summarize(arms []Arm, runs []RunResult) []ArmSummary {
 			RequestsPerSec: SpreadOf(rps), OutputTokensPerSec: SpreadOf(tps),
 			WorkCV: SpreadOf(wcv), RequestsCV: SpreadOf(rcv), Errors: SpreadOf(errs),
 			Agreement: SpreadOf(agree), LoadBytesPerRequestPeer: SpreadOf(lbytes), Precision: SpreadOf(prec),
+			Reach: SpreadOf(rch), RegretTokens: SpreadOf(rgt),
 		})
 	}
 	return out

@@ -88,6 +88,9 @@ func RunOnce(ctx context.Context, cfg *Config, w *workload.Workload, arm Arm, re
 	if d.shadow != nil {
 		rc.Shadow = d.shadow.decide
 	}
+	if view := fleet.Oracle(); view != nil && cfg.MeasureAvailable {
+		rc.Available = availableIn(view, rc.Path)
+	}
 	cfg.Progress.Begin(fmt.Sprintf("%-22s rep %d/%d", arm.Name, repeat+1, cfg.Repeats), len(w.Requests))
 	samples, wall, rerr := Replay(ctx, w, d.fronts, rc, cfg.Progress.Add)
 	cfg.Progress.End()
@@ -142,6 +145,7 @@ func fillResult(res *RunResult, samples []Sample, counters []BackendCounters, wa
 		res.Agreement = float64(agree) / float64(decided)
 	}
 	res.Precision = precision(samples)
+	res.Reach, res.RegretTokens = reach(samples)
 	for i := range samples {
 		s := &samples[i]
 		res.ClientCachedTokens += int64(s.CachedTokens)
@@ -214,4 +218,44 @@ func precision(samples []Sample) float64 {
 		return 0
 	}
 	return float64(hits) / float64(routes)
+}
+
+// availableIn returns what the best-placed backend of view holds of a
+// request body, in prompt tokens (the most any router could reuse).
+func availableIn(view *OracleView, path string) func([]byte) int {
+	return func(body []byte) int {
+		best := 0
+		for _, b := range view.Backends {
+			if c, _, err := b.CachedPrefix(body, path); err == nil {
+				best = max(best, c)
+			}
+		}
+		return best
+	}
+}
+
+// reach compares what the requests reused (cached_tokens) with what the
+// best-placed backend held when each was sent: reach = reused / available,
+// and regret = the tokens per request that some backend held but the
+// request recomputed. A request may reuse more than was available when it
+// was sent (another request filled the cache meanwhile): then it counts as
+// available. Both are 0 when nothing was measured.
+func reach(samples []Sample) (reach, regretPerRequest float64) {
+	var used, avail float64
+	n, measured := 0, false
+	for i := range samples {
+		s := &samples[i]
+		if !s.OK() {
+			continue
+		}
+		n++
+		measured = measured || s.Available > 0
+		a := max(s.Available, s.CachedTokens)
+		used += float64(s.CachedTokens)
+		avail += float64(a)
+	}
+	if !measured || avail == 0 {
+		return 0, 0
+	}
+	return used / avail, (avail - used) / float64(n)
 }

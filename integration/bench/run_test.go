@@ -233,3 +233,21 @@ func TestPrecision(t *testing.T) {
 		t.Fatalf("precision of nothing %v", p)
 	}
 }
+
+// Reach is what the requests reused over what the best-placed backend
+// held; a request reusing more than was measured counts what it reused.
+func TestReach(t *testing.T) {
+	s := []Sample{
+		{Available: 1000, CachedTokens: 1000}, // all reused
+		{Available: 1000, CachedTokens: 0},    // all recomputed
+		{Available: 0, CachedTokens: 500},     // more than measured (filled meanwhile)
+		{Available: 800, Err: "timeout"},      // failed: not counted
+	}
+	r, regret := reach(s)
+	if r != 1500.0/2500 || regret != 1000.0/3 {
+		t.Fatalf("reach %v regret %v, want 0.6 and 333.3", r, regret)
+	}
+	if r, g := reach([]Sample{{CachedTokens: 5}}); r != 0 || g != 0 {
+		t.Fatalf("unmeasured: reach %v regret %v", r, g)
+	}
+}
