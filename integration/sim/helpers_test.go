@@ -137,11 +137,12 @@ func chat(t testing.TB, url string, body []byte) chatReply {
 	return r
 }
 
-// waitFor polls cond until it holds or 10 s pass. It is a liveness bound,
-// not a timing assertion.
+// waitFor polls cond until it holds or 30 s pass. It is a liveness bound,
+// not a timing assertion: generous, since only broken code reaches it and a
+// loaded machine running -race may stall for seconds.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

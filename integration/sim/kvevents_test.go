@@ -79,6 +79,14 @@ func TestKVEventsMatchTokenizeKeys(t *testing.T) {
 		}
 		t.Cleanup(func() { m.Close() })
 		m.SetOwned([]string{"sim"})
+		// The engine publishes each event once, and a repeated prompt adds
+		// none: a message sent before the subscription reached the engine's
+		// PUB socket (ZMQ's slow joiner: the subscriber has dialled, the
+		// engine does not know its topic yet) would be lost, found only at
+		// a next message that never comes. Once the publisher has the
+		// subscription, each message either precedes the subscriber's
+		// resync (which replays it) or reaches it live.
+		waitFor(t, "the subscription to reach the engine's publisher", in.eng.kv.pub.Subscribed)
 
 		body := chatBody(t, 1, map[string]any{"cache_salt": "tenant-a"}, msg{"system", words("sys", 300)}, msg{"user", words("q", 40)})
 		resp, raw := post(t, srv.URL, "/tokenize", body, nil)
@@ -94,10 +102,8 @@ func TestKVEventsMatchTokenizeKeys(t *testing.T) {
 		}
 		var ch tree.Chain
 		tree.NewKeyer(tree.DefaultConfig()).Tokens(&ch, kvevents.Seed("m", "tenant-a"), tok.Tokens, nil)
-		// Requests until the subscriber has connected and seen the blocks
-		// (a late subscriber replays from 0 anyway).
+		chat(t, srv.URL, body)
 		waitFor(t, "the prompt's blocks to be claimed", func() bool {
-			chat(t, srv.URL, body)
 			held, _, _ := sink.state(ch.Keys)
 			return held == len(ch.Keys)
 		})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"strings"
 	"sync"
 
 	"github.com/go-zeromq/zmq4"
@@ -132,6 +133,23 @@ func (p *Publisher) publish(b *Batch, send bool) (int64, error) {
 		return seq, nil
 	}
 	return seq, p.pub.SendMulti(zmq4.NewMsgFrom([]byte(p.cfg.Topic), AppendSeq(nil, seq), payload))
+}
+
+// Subscribed reports whether a subscription covering the publisher's topic
+// has reached it. A PUB socket drops what it sends before then (ZMQ's slow
+// joiner): a subscriber that has dialled may still miss the next message.
+// Tests wait for it before publishing what must arrive live.
+func (p *Publisher) Subscribed() bool {
+	ts, ok := p.pub.(interface{ Topics() []string })
+	if !ok {
+		return false
+	}
+	for _, t := range ts.Topics() {
+		if strings.HasPrefix(p.cfg.Topic, t) {
+			return true
+		}
+	}
+	return false
 }
 
 // Seq is the next sequence number.
