@@ -73,7 +73,7 @@ func TestGarbageFromMemberIsCounted(t *testing.T) {
 		}
 	}
 	n00 := c.node("n00").n
-	waitFor(t, 5*time.Second, "the garbage to be counted", func() bool {
+	waitFor(t, 20*time.Second, "the garbage to be counted", func() bool {
 		return counterValue(n00.m.decodeErrors) >= float64(len(garbage))
 	})
 	if got := counterValue(n00.m.decodeErrors); got != float64(len(garbage)) {
@@ -117,7 +117,7 @@ func TestNonMemberIsDropped(t *testing.T) {
 	if err := c.node("n01").ep.Send(context.Background(), "n00", forgedDelta(t, "n02", p2, backends[0])); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "both messages to be dropped", func() bool {
+	waitFor(t, 20*time.Second, "both messages to be dropped", func() bool {
 		return counterValue(notMember) == notMember0+1 && counterValue(mismatch) == mismatch0+1
 	})
 	for _, p := range []prompt{p1, p2} {
@@ -131,5 +131,5 @@ func TestNonMemberIsDropped(t *testing.T) {
 	if err := c.node("n01").ep.Send(context.Background(), "n00", forgedDelta(t, "n01", p3, backends[0])); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "a member's delta to apply", func() bool { return n00.depth(p3, backends[0]) == fullDepth(p3) })
+	waitFor(t, 20*time.Second, "a member's delta to apply", func() bool { return n00.depth(p3, backends[0]) == fullDepth(p3) })
 }

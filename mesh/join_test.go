@@ -140,7 +140,7 @@ func TestJoinBeforeSeedsExist(t *testing.T) {
 	c.res = r
 	c.seeds = []string{"kvmesh.test"} // port: the node's own BindPort (7946)
 	n1 := c.start("n01")              // the name does not resolve yet
-	waitFor(t, 5*time.Second, "a few failed join attempts", func() bool {
+	waitFor(t, 20*time.Second, "a few failed join attempts", func() bool {
 		return counterValue(n1.n.m.joins.WithLabelValues("no_address")) >= 2
 	})
 
@@ -170,7 +170,7 @@ func TestJoinBeforeSeedsExist(t *testing.T) {
 	}
 
 	// Once in the mesh, join loops stop: no more lookups.
-	waitFor(t, 5*time.Second, "join loops to stop", func() bool {
+	waitFor(t, 20*time.Second, "join loops to stop", func() bool {
 		r.mu.Lock()
 		before := r.calls
 		r.mu.Unlock()
@@ -192,7 +192,7 @@ func TestJoinBeforeSeedsExist(t *testing.T) {
 func TestJoinSkipsSelf(t *testing.T) {
 	c := newTestCluster(t, nil) // every node's seed is n00's own address
 	n0 := c.start("n00")
-	waitFor(t, 5*time.Second, "a few join attempts", func() bool {
+	waitFor(t, 20*time.Second, "a few join attempts", func() bool {
 		return counterValue(n0.n.m.joins.WithLabelValues("no_address")) >= 2
 	})
 	if ok := counterValue(n0.n.m.joins.WithLabelValues("ok")); ok != 0 {

@@ -202,8 +202,8 @@ func TestFullPartitionHeals(t *testing.T) {
 }
 
 // TestInvalidateSpreads: a backend invalidated on one node stops matching
-// on every node within about a second (a generous bound here: the machine
-// is shared), while other backends' claims keep matching.
+// on every node (within about a second on an idle machine: logged, not
+// asserted), while other backends' claims keep matching.
 func TestInvalidateSpreads(t *testing.T) {
 	c := newTestCluster(t, nil)
 	c.startN(4)
@@ -223,7 +223,7 @@ func TestInvalidateSpreads(t *testing.T) {
 	c.checkRoutable(append(dead, alive...))
 
 	c.node("n03").n.Invalidate(backends[0], false)
-	took := waitFor(t, 5*time.Second, "the invalidation to reach every node", func() bool {
+	took := waitFor(t, 30*time.Second, "the invalidation to reach every node", func() bool {
 		for _, tn := range c.live() {
 			for _, l := range dead {
 				if tn.depth(l.p, l.backend) != 0 {

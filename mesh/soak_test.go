@@ -145,11 +145,14 @@ func runSoak(t *testing.T, r soakRun) {
 				st.FullSyncsStarted, st.DigestMismatches, st.BucketsRepaired, st.Retransmits, drops, floorRaises)
 		}
 	}
-	elapsed := time.Since(start)
-	t.Logf("%d learns in %v (%.0f/s)", learns, elapsed.Round(time.Second), float64(learns)/elapsed.Seconds())
-	if rate := float64(learns) / elapsed.Seconds(); rate < 150 {
-		t.Errorf("the load generator managed only %.0f learns/s (want ~200)", rate)
+	// The load is a count, not a rate: a loaded machine that fell behind
+	// the ticks makes the learns it owes (the test takes longer, the
+	// nodes take as many claims).
+	for due := int(r.duration / (5 * time.Millisecond)); learns < due; learns++ {
+		nodes[learns%len(nodes)].learn(t, requestPrompt(rng), backends[learns%len(backends)], r.ttl)
 	}
+	elapsed := time.Since(start)
+	t.Logf("%d learns in %v (%.0f/s; 200/s planned)", learns, elapsed.Round(time.Second), float64(learns)/elapsed.Seconds())
 
 	var steady []soakSample
 	for _, s := range samples {

@@ -33,7 +33,7 @@ func TestPacketsAndStreams(t *testing.T) {
 		if string(p.Buf) != "ping" || p.From.String() != n.Addr("a") {
 			t.Fatalf("packet %q from %v", p.Buf, p.From)
 		}
-	case <-time.After(time.Second):
+	case <-time.After(20 * time.Second): // a liveness bound, not a deadline
 		t.Fatal("no packet")
 	}
 
@@ -44,7 +44,7 @@ func TestPacketsAndStreams(t *testing.T) {
 	var srv io.ReadWriteCloser
 	select {
 	case srv = <-b.StreamCh():
-	case <-time.After(time.Second):
+	case <-time.After(20 * time.Second): // a liveness bound, not a deadline
 		t.Fatal("no stream")
 	}
 	go func() { _, _ = c.Write([]byte("push-pull")); _ = c.Close() }()
