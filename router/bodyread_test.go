@@ -55,7 +55,10 @@ func TestSlowBodyGets408(t *testing.T) {
 func TestSteadyBodyIsServed(t *testing.T) {
 	a := newFakeBackend(t, "a")
 	g := newRig(t, func(c *Config, _ *Deps) {
-		c.BodyReadTimeout, c.BodyMinRate = 100*time.Millisecond, 100
+		// 100 ms plus a second per 10 bytes: the ~350-byte body sent over
+		// ~200 ms takes longer than BodyReadTimeout alone, far less than
+		// its whole deadline (~35 s), however slow the machine.
+		c.BodyReadTimeout, c.BodyMinRate = 100*time.Millisecond, 10
 	}, a)
 	body := chat("m1", strings.Repeat("s", 300), "hello")
 	conn := rawRequest(t, g, len(body), "")
@@ -81,12 +84,14 @@ func TestSteadyBodyIsServed(t *testing.T) {
 // connection would cancel the request when that read hit it).
 func TestBodyDeadlineLifted(t *testing.T) {
 	a := newFakeBackend(t, "a")
+	// The answer comes a second after the body's deadline (1 s: ample for
+	// a body sent with its headers, even on a loaded machine).
 	a.setHook(func(w http.ResponseWriter, r *http.Request, body []byte) {
-		time.Sleep(600 * time.Millisecond)
+		time.Sleep(2 * time.Second)
 		fmt.Fprint(w, `{"choices":[]}`)
 	})
 	g := newRig(t, func(c *Config, _ *Deps) {
-		c.BodyReadTimeout, c.BodyMinRate = 100*time.Millisecond, 1<<20
+		c.BodyReadTimeout, c.BodyMinRate = time.Second, 1<<20
 	}, a)
 	if status, _, body := g.call("POST", "/v1/chat/completions", chat("m1", "s", "hello")); status != 200 {
 		t.Fatalf("status %d: %s", status, body)

@@ -101,7 +101,7 @@ func preciseRig(t testing.TB, mod func(*PreciseConfig), backends ...*fakeBackend
 	return newRig(t, func(c *Config, d *Deps) {
 		pc := DefaultPreciseConfig()
 		pc.EngineBlockTokens = 32
-		pc.TokenizeTimeout = 2 * time.Second // generous: the race detector is slow
+		pc.TokenizeTimeout = 20 * time.Second // generous: the race detector on a loaded machine is slow
 		for _, b := range backends {
 			pc.Backends = append(pc.Backends, b.name)
 		}
@@ -214,10 +214,14 @@ func TestPreciseConversationPrefixCache(t *testing.T) {
 
 func TestPreciseFallbacks(t *testing.T) {
 	a := newTokenizingBackend(t, "a")
-	g := preciseRig(t, func(pc *PreciseConfig) { pc.TokenizeTimeout = 100 * time.Millisecond }, a.fakeBackend)
+	// The stalled engine never answers, so a short timeout decides its
+	// case; the other answers must beat the timeout to be told apart from
+	// a stall, so their rig keeps the generous default.
+	stalled := preciseRig(t, func(pc *PreciseConfig) { pc.TokenizeTimeout = 100 * time.Millisecond }, a.fakeBackend)
+	g := preciseRig(t, nil, a.fakeBackend)
 	n := 0
 	fresh := func() string { n++; return chat("m1", longText(fmt.Sprint("fallback ", n), 2000), "q") }
-	bytesMode := func(what string, body string, ep Endpoint, tenant, reason string) {
+	bytesModeOn := func(g *testRig, what string, body string, ep Endpoint, tenant, reason string) {
 		t.Helper()
 		before := g.counter("kvmesh_router_precise_fallbacks_total", "reason", reason)
 		if ch := chainFor(t, g, ep, body, tenant); ch.UnitsPerBlock != 64 {
@@ -227,9 +231,13 @@ func TestPreciseFallbacks(t *testing.T) {
 			t.Fatalf("%s: fallback %q counted %v times, want %v", what, reason, got, before+1)
 		}
 	}
+	bytesMode := func(what string, body string, ep Endpoint, tenant, reason string) {
+		t.Helper()
+		bytesModeOn(g, what, body, ep, tenant, reason)
+	}
 	release := make(chan struct{})
 	a.set(func() { <-release }, nil)
-	bytesMode("a stalled engine", fresh(), EndpointChat, "", "timeout")
+	bytesModeOn(stalled, "a stalled engine", fresh(), EndpointChat, "", "timeout")
 	close(release)
 	a.set(nil, func(w http.ResponseWriter, _ []byte) bool { http.Error(w, "nope", 500); return true })
 	bytesMode("an error answer", fresh(), EndpointChat, "", "error")
