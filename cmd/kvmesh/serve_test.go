@@ -96,8 +96,26 @@ func TestServeRoutesAndExplains(t *testing.T) {
 // SIGTERM (here: the context) drains: the node turns unready at once, and a
 // request in flight still completes.
 func TestServeShutdownFinishesInFlight(t *testing.T) {
-	be := fakeBackend(t, 700*time.Millisecond)
-	s, cancel, done := startServe(t, "--backends", "b1="+be.URL, "--shutdown-timeout", "10s")
+	// The backend holds the request until the node is draining: no sleep
+	// guesses when the request has arrived or the shutdown has begun.
+	arrived, release := make(chan struct{}), make(chan struct{})
+	plain := fakeBackend(t, 0)
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/chat/completions" {
+			close(arrived)
+			<-release
+		}
+		plain.Config.Handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(be.Close)
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	s, cancel, done := startServe(t, "--backends", "b1="+be.URL, "--shutdown-timeout", "1m")
 	result := make(chan int, 1)
 	go func() {
 		resp, err := http.Post("http://"+s.API+"/v1/chat/completions", "application/json", strings.NewReader(chatBody))
@@ -109,8 +127,22 @@ func TestServeShutdownFinishesInFlight(t *testing.T) {
 		resp.Body.Close()
 		result <- resp.StatusCode
 	}()
-	time.Sleep(200 * time.Millisecond) // the request is at the backend
+	<-arrived
 	cancel()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		resp, err := http.Get("http://" + s.Admin + "/readyz")
+		if err != nil {
+			t.Fatalf("admin listener gone while a request is in flight: %v", err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			break // draining, the request still held
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("/readyz did not fail after the shutdown began")
+		}
+	}
+	close(release)
 	if code := <-result; code != 200 {
 		t.Fatalf("in-flight request got %d during shutdown", code)
 	}

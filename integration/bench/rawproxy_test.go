@@ -93,12 +93,10 @@ func TestStartProcessThatExits(t *testing.T) {
 		t.Skip("no sh")
 	}
 	port, _ := freePort()
-	start := time.Now()
+	// Noticed through the exit, not by waiting out the health check (whose
+	// error says "no healthy answer"): no clock needed.
 	_, err = startProcess(context.Background(), "failing", t.TempDir(), fmt.Sprintf("http://127.0.0.1:%d", port), "/health", nil, sh, "-c", "echo bad config >&2; exit 3")
 	if err == nil || !strings.Contains(err.Error(), "exited") || !strings.Contains(err.Error(), "bad config") {
 		t.Errorf("err = %v, want the exit and the log", err)
-	}
-	if time.Since(start) > 5*time.Second {
-		t.Errorf("took %v to notice", time.Since(start))
 	}
 }

@@ -210,9 +210,11 @@ func TestReplayCancelled(t *testing.T) {
 		w.Requests[i].At = time.Duration(i) * time.Hour
 	}
 	_, srv := newFakeBackend(t, w, 0)
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	// Cancelled once the first request (due at once) has its answer; the
+	// others are due an hour apart.
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	samples, _, err := Replay(ctx, w, []string{srv.URL}, testReplayConfig(OpenLoop, 4, 1), nil)
+	samples, _, err := Replay(ctx, w, []string{srv.URL}, testReplayConfig(OpenLoop, 4, 1), cancel)
 	if err == nil {
 		t.Fatal("a cancelled replay reported no error")
 	}

@@ -62,7 +62,7 @@ func TestTCPBalancerRoundRobin(t *testing.T) {
 		if err != nil {
 			t.Errorf("Serve: %v", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("Serve did not return after cancel with a connection open")
 	}
 	if _, err := NewTCPBalancer(nil); err == nil {

@@ -82,7 +82,10 @@ func TestRestartOverHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	fresp, fb := post(t, srv.URL, "/sim/fault", []byte(`{"restart":true,"restart_downtime_s":30}`), nil)
+	// 500 simulated seconds are 5 s of wall time at this scale: the checks
+	// below must run while the engine is down, so the window is ample even
+	// for a loaded machine running -race.
+	fresp, fb := post(t, srv.URL, "/sim/fault", []byte(`{"restart":true,"restart_downtime_s":500}`), nil)
 	var status faultStatus
 	if fresp.StatusCode != 200 || json.Unmarshal(fb, &status) != nil || !status.Restarting || status.Restarts != 1 {
 		t.Fatalf("fault reply %d %s", fresp.StatusCode, fb)
