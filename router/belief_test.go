@@ -40,6 +40,7 @@ func TestCacheBeliefBound(t *testing.T) {
 		t.Fatalf("distance since ms 90: %v, want about 1000", d)
 	}
 	cfg := DefaultBeliefConfig()
+	cfg.EdgeTrust = 0.5 // the default doubts nothing
 	if tr := cb.trust(95, &cfg); tr != 1 {
 		t.Fatalf("a fresh claim is trusted %v, want 1", tr)
 	}
