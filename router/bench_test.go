@@ -17,10 +17,18 @@ import (
 // holds claims of many other prompts plus the benchmark prompt's system
 // prompt on one backend.
 func benchRouter(b *testing.B, n int, body []byte) *Router {
+	return benchRouterWith(b, n, body, nil)
+}
+
+// benchRouterWith is benchRouter with the configuration adjusted by mod.
+func benchRouterWith(b *testing.B, n int, body []byte, mod func(*Config)) *Router {
 	b.Helper()
 	cfg := DefaultConfig()
 	for i := 0; i < n; i++ {
 		cfg.Backends = append(cfg.Backends, BackendConfig{Name: fmt.Sprintf("gpu-%d", i), URL: fmt.Sprintf("http://127.0.0.1:%d", 9000+i), Models: []string{"meta-llama/Llama-3.1-8B-Instruct"}})
+	}
+	if mod != nil {
+		mod(&cfg)
 	}
 	ix, err := tree.New(tree.DefaultConfig())
 	if err != nil {
@@ -51,10 +59,23 @@ func benchRouter(b *testing.B, n int, body []byte) *Router {
 
 // BenchmarkRouteDecision16K is the whole routing decision for a 16 KiB chat
 // body: JSON parsing, canonical rendering, block hashing, the index lookup
-// and the kvmesh policy over 8 backends.
+// and the kvmesh policy over 8 backends; with the claim belief (each
+// backend's cache model: refresh, two lookups when it bounds claims) and
+// without.
 func BenchmarkRouteDecision16K(b *testing.B) {
+	for _, belief := range []bool{true, false} {
+		b.Run(fmt.Sprintf("belief=%v", belief), func(b *testing.B) {
+			benchRouteDecision(b, func(c *Config) {
+				c.Belief.Enabled = belief
+				c.Backends[1].KVCapacityTokens = 1 << 20 // a bound exists: the belief's full path
+			})
+		})
+	}
+}
+
+func benchRouteDecision(b *testing.B, mod func(*Config)) {
 	body := chatBody(16 << 10)
-	rt := benchRouter(b, 8, body)
+	rt := benchRouterWith(b, 8, body, mod)
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	var d Decision
