@@ -16,18 +16,18 @@ import (
 // lookup, candidates, scores and buffers. It is pooled, so a steady stream
 // of requests reuses the same memory.
 type reqState struct {
-	prompt  Prompt
-	chain   tree.Chain
-	res     tree.Result // the lookup that routes (claims past a backend's cache edge ignored)
-	resAll  tree.Result // every unexpired claim, when the belief filtered some (filtered)
-	since   []tree.Timestamp
+	prompt Prompt
+	chain  tree.Chain
+	res    tree.Result // the lookup that routes (claims past a backend's cache edge ignored)
+	resAll tree.Result // every unexpired claim, when the belief filtered some (filtered)
+	since  []tree.Timestamp
 	// filtered: res ignored claims past some backend's cache edge.
 	filtered bool
 	// precise: keyed by the engine's tokens; precise backends' claims are
 	// then exact (their events end what they evict) and not doubted.
 	precise bool
 	// fb is what the answer to the chosen backend is compared with.
-	fb answerCheck
+	fb      answerCheck
 	req     Request
 	cands   []Candidate
 	backs   []*backend // parallel to cands
