@@ -28,6 +28,7 @@ type runFlags struct {
 	nodes         int
 	localNodes    int
 	repeats       int
+	retries       int
 	mode          string
 	concurrency   int
 	out           string
@@ -67,6 +68,7 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
 	fs.IntVar(&f.nodes, "nodes", 0, "add the arm kvmesh:<nodes>:mesh (router nodes sharing claims through the mesh)")
 	fs.IntVar(&f.localNodes, "local-nodes", 0, "add the arm kvmesh:<local-nodes>:local (nodes with independent claims)")
 	fs.IntVar(&f.repeats, "repeats", 3, "runs per arm (arm order rotates between repeats)")
+	fs.IntVar(&f.retries, "retries", bench.DefaultConfig().Retries, "how often a run during which the machine fell behind (not trusted) is run again before it is kept, marked; 0 keeps every run")
 	fs.StringVar(&f.mode, "mode", "open", "open (arrivals at the workload's times) or closed (-concurrency clients)")
 	fs.IntVar(&f.concurrency, "concurrency", 2048, "closed loop: clients; open loop: most requests in flight")
 	fs.StringVar(&f.out, "out", "", "write README.md, results.json and the SVG charts into this directory")
@@ -97,6 +99,8 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
 		return nil, fmt.Errorf("-backend-urls needs -cache-blocks (the processes' -cache-blocks)")
 	case f.fronts != "" && f.backendURLs == "":
 		return nil, fmt.Errorf("-fronts needs -backend-urls (where the hits are counted)")
+	case f.retries < 0:
+		return nil, fmt.Errorf("-retries must be at least 0")
 	}
 	return f, nil
 }
@@ -163,6 +167,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	cfg.TimeScale = f.timeScale
 	cfg.Repeats = f.repeats
+	cfg.Retries = f.retries
 	cfg.Replay.Mode = bench.Mode(f.mode)
 	cfg.Replay.Concurrency = f.concurrency
 	cfg.KeepSamples = f.keepSamples
@@ -207,6 +212,9 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if floors := bench.CheckFloors(rep); len(floors) > 0 {
 		fmt.Fprintln(stderr, bench.FloorsSummary(floors))
 	}
+	for _, c := range trustCaveats(rep, cfg.MaxLag) {
+		fmt.Fprintln(stderr, c)
+	}
 	out := f.out
 	if f.publish != "" {
 		out = filepath.Join(repoRoot(), "docs", "bench", f.publish)
@@ -218,6 +226,28 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintf(stderr, "results written to %s\n", out)
 	}
 	return nil
+}
+
+// trustCaveats lists, for the terminal, the runs kept although the machine
+// fell behind during them (their figures are in the report, marked "NO" in
+// the trusted column) and the runs that were run again for it. None when
+// every run was trusted at the first attempt.
+func trustCaveats(rep *bench.Report, maxLag time.Duration) []string {
+	var out []string
+	for i := range rep.Runs {
+		if r := &rep.Runs[i]; r.Invalid != "" {
+			out = append(out, fmt.Sprintf("caveat: %s repeat %d is NOT TRUSTED: %s (more than %v behind); its figures count in the medians",
+				r.Arm, r.Repeat+1, r.Invalid, maxLag))
+		}
+	}
+	for i := range rep.Discarded {
+		r := &rep.Discarded[i]
+		out = append(out, fmt.Sprintf("note: %s repeat %d was run again (%s); the discarded attempt is listed apart, not counted", r.Arm, r.Repeat+1, r.Invalid))
+	}
+	if len(out) > 0 {
+		out = append(out, "(the machine was too busy for the time scale during those runs: a lower -time-scale, or an idle machine, makes them trustworthy)")
+	}
+	return out
 }
 
 // autoCacheBlocks sizes each backend's KV cache so that the fleet holds

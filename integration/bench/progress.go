@@ -76,6 +76,21 @@ func (p *Progress) Grow(n int) {
 	p.mu.Unlock()
 }
 
+// Rerun says, on a line of its own, that the phase just ended is not
+// trusted (why) and runs again, and adds its n requests to the whole
+// experiment's count: the overall share drops, and the line says why.
+func (p *Progress) Rerun(label, why string, n int) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.allTotal > 0 {
+		p.allTotal += n
+	}
+	fmt.Fprintf(p.w, "%s: not trusted (%s); running it again with a fresh fleet (+%d requests to do)\n", strings.TrimSpace(label), why, n)
+}
+
 // Begin starts a phase of total requests.
 func (p *Progress) Begin(label string, total int) {
 	if p == nil {

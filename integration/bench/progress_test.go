@@ -93,3 +93,27 @@ func TestNilProgressIsANoOp(t *testing.T) {
 	p.Add()
 	p.End()
 }
+
+// A rerun is announced on its own line, with why, and counted in the
+// whole experiment's total.
+func TestProgressRerunIsAnnounced(t *testing.T) {
+	var out syncBuffer
+	p := NewProgress(&out)
+	p.Every = time.Hour
+	p.Expect(10)
+	p.Begin("km rep 1/1", 10)
+	for range 10 {
+		p.Add()
+	}
+	p.End()
+	p.Rerun("km rep 1/1", "an engine fell 0.300 s behind its model clock", 10)
+	p.Begin("km rep 1/1", 10)
+	p.End()
+	s := out.String()
+	if !strings.Contains(s, "km rep 1/1: not trusted (an engine fell 0.300 s behind its model clock); running it again") {
+		t.Errorf("the rerun is not announced:\n%s", s)
+	}
+	if lines := strings.Split(strings.TrimSpace(s), "\n"); !strings.Contains(lines[len(lines)-1], "all 50%") {
+		t.Errorf("after a rerun 10 of 20 requests are done in all: %q", lines[len(lines)-1])
+	}
+}

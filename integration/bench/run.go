@@ -37,7 +37,7 @@ func Run(ctx context.Context, cfg Config, w *workload.Workload) (*Report, error)
 				}
 				cfg.Logger.Warn().Str("arm", arm.Name).Int("repeat", r+1).Str("why", res.Invalid).Msg("untrusted run; running it again")
 				rep.Discarded = append(rep.Discarded, *res)
-				cfg.Progress.Grow(len(w.Requests))
+				cfg.Progress.Rerun(fmt.Sprintf("%s rep %d/%d", arm.Name, r+1, cfg.Repeats), res.Invalid, len(w.Requests))
 			}
 			cfg.Logger.Info().Str("arm", arm.Name).Int("repeat", r+1).Float64("hit_rate", res.HitRate).
 				Float64("ttft_p50_s", res.TTFT.P50).Float64("ttft_p99_s", res.TTFT.P99).Int("errors", res.Errors).
