@@ -49,13 +49,17 @@ type RouteExplanation struct {
 	Seed          string `json:"seed"`            // hex
 	Units         int    `json:"units"`           // prompt length in units
 	UnitsPerBlock int    `json:"units_per_block"` // block size in units
-	Blocks        int    `json:"blocks"`          // full blocks (keys)
-	LearnDepths   []int  `json:"learn_depths"`    // depths (blocks) where claims are learned
-	Deepest       int    `json:"deepest_blocks"`  // deepest match among the candidates
-	Chosen        string `json:"chosen"`
-	Reason        string `json:"reason"`
-	Learn         bool   `json:"learn"` // whether dispatching would learn claims on Chosen
-	RouteHeader   string `json:"route_header"`
+	// Keys is how the prompt was keyed: "bytes" (its canonical rendering),
+	// "tokens" (the configured tokenizer's) or "precise" (the engine's own
+	// tokens, matching its KV events' claims).
+	Keys        string `json:"keys"`
+	Blocks      int    `json:"blocks"`         // full blocks (keys)
+	LearnDepths []int  `json:"learn_depths"`   // depths (blocks) where claims are learned
+	Deepest     int    `json:"deepest_blocks"` // deepest match among the candidates
+	Chosen      string `json:"chosen"`
+	Reason      string `json:"reason"`
+	Learn       bool   `json:"learn"` // whether dispatching would learn claims on Chosen
+	RouteHeader string `json:"route_header"`
 	// Candidates are the backends in rotation serving the model, in
 	// configuration order; Unavailable those serving it but ejected.
 	Candidates  []CandidateExplanation `json:"candidates"`
@@ -142,6 +146,14 @@ func (rt *Router) explain(st *reqState, ep Endpoint, path string, body []byte, t
 		Policy: rt.policy.Name(), Endpoint: path, Model: st.model, Tenant: tenant, CacheSalt: st.prompt.CacheSalt,
 		Seed: strconv.FormatUint(uint64(st.seed), 16), Units: st.chain.Units, UnitsPerBlock: st.chain.UnitsPerBlock,
 		Blocks: st.chain.Blocks(), LearnDepths: []int{}, Candidates: []CandidateExplanation{}, Unavailable: []string{},
+	}
+	switch {
+	case st.precise:
+		x.Keys = "precise"
+	case st.chain.UnitsPerBlock == rt.ix.Keyer().BlockTokens():
+		x.Keys = "tokens"
+	default:
+		x.Keys = "bytes"
 	}
 	for _, d := range st.chain.Learn {
 		x.LearnDepths = append(x.LearnDepths, int(d))

@@ -89,8 +89,8 @@ func TestServePreciseAlone(t *testing.T) {
 	}
 	matched := func() int {
 		x := explain()
-		if x.UnitsPerBlock != 16 {
-			t.Fatalf("the request is keyed by %d units per block, not the engine's tokens", x.UnitsPerBlock)
+		if x.UnitsPerBlock != 16 || x.Keys != "precise" {
+			t.Fatalf("the request is keyed by %d units per block (%q), not the engine's tokens", x.UnitsPerBlock, x.Keys)
 		}
 		return x.Candidates[0].MatchedBlocks
 	}
