@@ -83,3 +83,13 @@ func finishSynthetic(name string, reqs []Request, rate float64, r *rng) *Workloa
 	w.summarize()
 	return w
 }
+
+// finishOnDemand is finishSynthetic without materialising: for generators
+// whose defaults render to hundreds of MB, bodies are rendered when sent
+// (Request.AppendBody), as for the Mooncake trace.
+func finishOnDemand(name string, reqs []Request, rate float64, r *rng) *Workload {
+	poissonArrivals(reqs, rate, r)
+	w := &Workload{Name: name, Requests: reqs}
+	w.summarize()
+	return w
+}

@@ -12,7 +12,14 @@
 //     infinite-cache bound and working set (bound.go);
 //   - synthetic generators modelled on common benchmarks: MultiTurn (vLLM
 //     multi-turn), SharedPrefix (SGLang generated-shared-prefix), LongDocument
-//     (vLLM / LMCache long-document QA) and HotPrefix (Zipf-skewed groups).
+//     (vLLM / LMCache long-document QA) and HotPrefix (Zipf-skewed groups);
+//   - two shapes of production traffic: Customers (llm-d's "KV-cache wins"
+//     study: 150 customers with 6,000-token contexts, 5 users each, growing
+//     conversations of 1,200-token queries; infinite-cache bound 83% at the
+//     defaults) and Agent (coding agents: 8k-100k-token contexts growing by a
+//     tool result per step, ~95% of each prompt the previous step's,
+//     input:output ~100:1; bound 92%), whose Rate can be raised run by run
+//     until a fleet saturates.
 //
 // Tokenization rule (kvmesh-sim): tokens are the whitespace-separated words of
 // the prompt after its chat template; each chat message adds 2 tokens (a role
@@ -23,8 +30,9 @@
 // Memory: a Request holds a compact recipe (a few spans of block ids per
 // message) rather than its text; Request.BodyBytes and Request.AppendBody
 // render the body on demand. Synthetic generators materialise every Body (tens
-// of MB at their defaults); LoadMooncake does not unless asked, because the
-// whole Mooncake trace renders to 824 MB of JSON (its recipes take ~7 MB).
+// of MB at their defaults) except Customers and Agent (155 and 245 MB);
+// LoadMooncake does not unless asked, because the whole Mooncake trace renders
+// to 824 MB of JSON (its recipes take ~7 MB).
 //
 // This package must not be imported by kvmesh's own packages (tree, crdt,
 // transport, mesh, router) and imports nothing from kvmesh itself: it only

@@ -89,6 +89,13 @@ const (
 	nsLongDocQuestion
 	nsHotPrefixPrefix
 	nsHotPrefixSuffix
+	nsCustomersContext
+	nsCustomersQuery
+	nsCustomersAnswer
+	nsAgentSystem
+	nsAgentRepository
+	nsAgentAction
+	nsAgentResult
 )
 
 // zipf samples ranks 0..n-1 with P(k) proportional to 1/(k+1)^s, by binary
