@@ -116,9 +116,32 @@ func (f *workloadFlags) build() (*workload.Workload, error) {
 			o.Requests = f.requests
 		}
 		return workload.HotPrefix(o)
+	case "customers":
+		o := workload.DefaultCustomersOptions()
+		o.Seed, o.Body = f.seed, body
+		if f.rate > 0 {
+			o.Rate = f.rate
+		}
+		if f.requests > 0 {
+			o.Requests = f.requests
+		}
+		return workload.Customers(o)
+	case "agent":
+		o := workload.DefaultAgentOptions()
+		o.Seed, o.Body = f.seed, body
+		if f.rate > 0 {
+			o.Rate = f.rate
+		}
+		if f.requests > 0 {
+			o.Requests = f.requests
+		}
+		return workload.Agent(o)
 	}
-	return nil, fmt.Errorf("unknown -workload %q (want mooncake, multiturn, sharedprefix, longdoc or hotprefix)", f.kind)
+	return nil, fmt.Errorf("unknown -workload %q (want %s)", f.kind, workloadNames)
 }
+
+// workloadNames lists the -workload values.
+const workloadNames = "mooncake, multiturn, sharedprefix, longdoc, hotprefix, customers or agent"
 
 // limit keeps the first n requests of a synthetic workload (0 = all).
 func limit(w *workload.Workload, err error) func(n int) (*workload.Workload, error) {
