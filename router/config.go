@@ -207,6 +207,11 @@ type Config struct {
 	// cache turnover (see BeliefConfig).
 	Belief BeliefConfig `yaml:"belief"`
 
+	// Admission caps the requests in flight per node and per backend, with
+	// a bounded, tenant-fair wait queue (see AdmissionConfig; off by
+	// default).
+	Admission AdmissionConfig `yaml:"admission"`
+
 	// KVMesh, ConsistentHash and SGLang configure their policies.
 	KVMesh         KVMeshConfig         `yaml:"kvmesh"`
 	ConsistentHash ConsistentHashConfig `yaml:"consistent_hash"`
@@ -252,6 +257,7 @@ func DefaultConfig() Config {
 		ForwardPaths: []string{"/v1/", "/v2/", "/tokenize", "/detokenize", "/pooling", "/classify",
 			"/score", "/rerank", "/invocations", "/version"},
 		Belief:         DefaultBeliefConfig(),
+		Admission:      DefaultAdmissionConfig(),
 		KVMesh:         DefaultKVMeshConfig(),
 		ConsistentHash: DefaultConsistentHashConfig(),
 		SGLang:         DefaultSGLangConfig(),
@@ -377,6 +383,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.Belief.validate()...)
+	errs = append(errs, c.Admission.validate()...)
 	errs = append(errs, c.KVMesh.validate()...)
 	errs = append(errs, c.ConsistentHash.validate()...)
 	errs = append(errs, c.SGLang.validate()...)

@@ -132,6 +132,12 @@ func (rt *Router) fail(w http.ResponseWriter, kind errKind, e *APIError) int {
 // serveRouted handles a request with a prompt: read, render, key, look up,
 // choose, forward.
 func (rt *Router) serveRouted(w http.ResponseWriter, r *http.Request, ep Endpoint, start time.Time) int {
+	if rt.adm.nodeCap > 0 { // admission.go: before the body is read
+		if status := rt.enterNode(w, r); status != 0 {
+			return status
+		}
+		defer rt.adm.leaveNode()
+	}
 	st := rt.getState()
 	defer rt.putState(st)
 	body, aerr := rt.readClientBody(w, st, r)
@@ -151,7 +157,10 @@ func (rt *Router) serveRouted(w http.ResponseWriter, r *http.Request, ep Endpoin
 		return rt.fail(w, errNoBackend, NewAPIError(http.StatusServiceUnavailable, "",
 			"no healthy backend serves model %q; try again shortly", st.model))
 	}
-	d := rt.decide(st, ep, now, 0, false)
+	d, status := rt.decideAdmitted(w, r, st, ep, now, 0)
+	if status != 0 {
+		return status
+	}
 	rt.metrics.decisionTime.Observe(rt.now().Sub(t0).Seconds())
 	return rt.forward(w, r, st, ep, start, d)
 }
@@ -160,6 +169,12 @@ func (rt *Router) serveRouted(w http.ResponseWriter, r *http.Request, ep Endpoin
 // the least loaded backend in rotation serving the body's model, if the
 // body names one.
 func (rt *Router) serveForward(w http.ResponseWriter, r *http.Request, start time.Time) int {
+	if rt.adm.nodeCap > 0 {
+		if status := rt.enterNode(w, r); status != 0 {
+			return status
+		}
+		defer rt.adm.leaveNode()
+	}
 	st := rt.getState()
 	defer rt.putState(st)
 	body, aerr := rt.readClientBody(w, st, r)
@@ -177,7 +192,10 @@ func (rt *Router) serveForward(w http.ResponseWriter, r *http.Request, start tim
 	if len(st.cands) == 0 {
 		return rt.fail(w, errNoBackend, NewAPIError(http.StatusServiceUnavailable, "", "no healthy backend is available"))
 	}
-	d := rt.decide(st, endpointNone, now, 0, false)
+	d, status := rt.decideAdmitted(w, r, st, endpointNone, now, 0)
+	if status != 0 {
+		return status
+	}
 	return rt.forward(w, r, st, endpointNone, start, d)
 }
 

@@ -55,7 +55,10 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, st *reqState, 
 			if len(st.cands) == 0 {
 				break
 			}
-			d = rt.decide(st, ep, now, attempt, false)
+			var status int
+			if d, status = rt.decideAdmitted(w, r, st, ep, now, attempt); status != 0 {
+				return status
+			}
 			d.Reason, d.Learn = ReasonRetry, learnFirst && d.Learn
 			rt.metrics.retries.Inc()
 		}
@@ -68,7 +71,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, st *reqState, 
 			rt.learner.Learn(&st.chain, b.id, rt.cfg.ProvisionalTTL)
 			rt.metrics.learned[0].Inc()
 		}
-		last = rt.attempt(w, r, st, b, d, matched, attempt >= rt.cfg.Retries || len(st.cands) <= 1, start, ep)
+		last = rt.runAttempt(w, r, st, b, d, matched, attempt >= rt.cfg.Retries || len(st.cands) <= 1, start, ep)
 		switch last.out {
 		case outDone:
 			if last.ok && learn {

@@ -73,6 +73,7 @@ type Router struct {
 	forwardPolicy leastLoadedPolicy
 	tokenizer     Tokenizer
 	precise       *precise // nil without precise mode
+	adm           *admission
 	now           func() time.Time
 	transport     http.RoundTripper
 	owned         *http.Transport // the default transport, closed by Close
@@ -160,6 +161,9 @@ func New(cfg Config, deps Deps) (*Router, error) {
 		rt.backends = append(rt.backends, b)
 	}
 	rt.models.rebuild(rt.backends)
+	if rt.adm, err = newAdmission(cfg.Admission, rt.now, deps.Registerer); err != nil {
+		return nil, fmt.Errorf("router: registering metrics: %w", err)
+	}
 	upt := cfg.Belief.UnitsPerToken
 	if deps.Tokenizer != nil {
 		upt = 1 // keys over tokens

@@ -180,6 +180,12 @@ var serveSettings = []setting{
 	int64Setting("body-min-rate", "router.body_min_bytes_per_second", "slowest rate, in bytes per second, a request body may arrive at after --body-read-timeout", func(c *ServeConfig) *int64 { return &c.Router.BodyMinRate }),
 	intSetting("max-connections", "router.max_connections", "most open client connections on the API listener (0: no bound)", func(c *ServeConfig) *int { return &c.Router.MaxConnections }),
 
+	// Admission control (off unless a cap is set).
+	intSetting("max-in-flight", "router.admission.max_in_flight", "most requests this node works on at once; more wait in the admission queue (0: no cap)", func(c *ServeConfig) *int { return &c.Router.Admission.MaxInFlight }),
+	intSetting("max-in-flight-per-backend", "router.admission.max_in_flight_per_backend", "most requests this node has at one backend at once, times its weight; more go elsewhere or wait (0: no cap)", func(c *ServeConfig) *int { return &c.Router.Admission.MaxInFlightPerBackend }),
+	intSetting("max-queued", "router.admission.max_queued", "most requests waiting for a cap, fair across tenants (429 beyond)", func(c *ServeConfig) *int { return &c.Router.Admission.MaxQueued }),
+	durationSetting("queue-timeout", "router.admission.queue_timeout", "longest wait for a cap (429 with Retry-After beyond)", func(c *ServeConfig) *time.Duration { return &c.Router.Admission.QueueTimeout }),
+
 	// Tuning of the policies.
 	floatSetting("cache-weight", "router.kvmesh.cache_weight", "kvmesh policy: price of a prompt unit the chosen backend must write to its cache", func(c *ServeConfig) *float64 { return &c.Router.KVMesh.CacheWeight }),
 	floatSetting("load-override-factor", "router.kvmesh.load_override_factor", "kvmesh policy: how much busier than the median a prefix holder may be before it loses the prefix", func(c *ServeConfig) *float64 { return &c.Router.KVMesh.LoadOverrideFactor }),

@@ -1,0 +1,687 @@
+package router
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// AdmissionConfig bounds how much work a node takes on at once (admission
+// control). A request past a cap waits in a bounded queue, in FIFO order
+// within its tenant and round-robin across tenants, for at most
+// QueueTimeout; a full queue or a wait that times out is answered 429 with
+// Retry-After. Both caps are off by default: nothing waits and nothing is
+// refused unless an operator sets one.
+type AdmissionConfig struct {
+	// MaxInFlight caps the requests this node works on at once (routed and
+	// forwarded; from before the body is read until the answer's last
+	// byte). 0, the default, is no cap: a router cannot know what its fleet
+	// can take, the engines queue what they cannot run yet, and a cap set
+	// without measuring turns working traffic into 429s. Set it to protect
+	// the node (memory, goroutines) or to move queueing from the engines to
+	// the router, where a request still goes to the best backend free when
+	// its turn comes.
+	MaxInFlight int `yaml:"max_in_flight"`
+	// MaxInFlightPerBackend caps the attempts this node has outstanding at
+	// one backend, scaled by the backend's weight (at least 1). A backend at
+	// its cap is no candidate; when every backend serving a request's model
+	// is at its cap, the request waits for the first that frees a slot. 0,
+	// the default, is no cap, for the reason above; vLLM runs 256 sequences
+	// at once by default (max_num_seqs), so 256 divided by the number of
+	// router nodes keeps each engine's own queue empty.
+	MaxInFlightPerBackend int `yaml:"max_in_flight_per_backend"`
+	// MaxQueued bounds the requests waiting for either cap, together; past
+	// it a request is answered 429 at once, unless its tenant has fewer
+	// waiting than the tenant with the most, whose newest waiter then gives
+	// up its place (one tenant cannot fill the queue). 0 refuses at once
+	// what a cap does not admit. 1,024: a few seconds of a busy node's
+	// arrivals, each waiter a goroutine and a connection (a request waiting
+	// for the node's cap has not had its body read yet).
+	MaxQueued int `yaml:"max_queued"`
+	// QueueTimeout bounds each wait; then the request is answered 429. 30 s
+	// absorbs a burst several completions long, and answers a client before
+	// the usual 60 s gateway and client timeouts would give up on it.
+	QueueTimeout time.Duration `yaml:"queue_timeout"`
+	// RetryAfter is the Retry-After of a 429, rounded up to whole seconds:
+	// OpenAI's clients wait that long before trying again. 1 s: a queue
+	// that overflowed moves on within a completion or two.
+	RetryAfter time.Duration `yaml:"retry_after"`
+}
+
+// DefaultAdmissionConfig returns the defaults documented on each field:
+// no caps, so admission changes nothing.
+func DefaultAdmissionConfig() AdmissionConfig {
+	return AdmissionConfig{MaxQueued: 1024, QueueTimeout: 30 * time.Second, RetryAfter: time.Second}
+}
+
+func (c *AdmissionConfig) validate() []error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("router: admission: "+format, args...))
+	}
+	if c.MaxInFlight < 0 {
+		bad("max_in_flight must not be negative (0: no cap), got %d", c.MaxInFlight)
+	}
+	if c.MaxInFlightPerBackend < 0 {
+		bad("max_in_flight_per_backend must not be negative (0: no cap), got %d", c.MaxInFlightPerBackend)
+	}
+	if c.MaxQueued < 0 {
+		bad("max_queued must not be negative (0: refuse at once past a cap), got %d", c.MaxQueued)
+	}
+	if c.QueueTimeout <= 0 {
+		bad("queue_timeout must be positive, got %v", c.QueueTimeout)
+	}
+	if c.RetryAfter <= 0 {
+		bad("retry_after must be positive, got %v", c.RetryAfter)
+	}
+	return errs
+}
+
+// admStage is where a request waits: for the node's cap (before its body
+// is read) or for a backend's (after the decision).
+type admStage uint8
+
+const (
+	stageNode admStage = iota
+	stageBackend
+	numAdmStages
+)
+
+var admStageNames = [numAdmStages]string{"node", "backend"}
+
+// admReason is why a request was refused.
+type admReason uint8
+
+const (
+	rejectQueueFull admReason = iota // the queue was full
+	rejectTimeout                    // it waited QueueTimeout
+	rejectDisplaced                  // a tenant with fewer waiting took its place
+	numAdmReasons
+)
+
+var admReasonNames = [numAdmReasons]string{"queue_full", "timeout", "displaced"}
+
+// waiter is one request in an admission queue. Its fields after ready are
+// written under admission.mu before ready is closed.
+type waiter struct {
+	tenant string
+	stage  admStage
+	slots  []int // stageBackend: the backends it can use
+	since  time.Time
+	ready  chan struct{}
+
+	done     bool      // granted or refused; no longer queued
+	refused  bool      // done without a slot
+	reason   admReason // refused: why
+	slot     int       // stageBackend, granted: the backend slot reserved for it
+	canceled bool      // the client went away while it waited
+}
+
+func (w *waiter) wants(slot int) bool { return slot < 0 || slices.Contains(w.slots, slot) }
+
+// tenantQueue is one tenant's waiters, oldest first.
+type tenantQueue struct {
+	name string
+	ws   []*waiter
+}
+
+// fairQueue serves waiters in FIFO order within a tenant and round-robin
+// across the tenants with waiters.
+type fairQueue struct {
+	byTenant map[string]*tenantQueue
+	ring     []*tenantQueue // tenants with waiters, in the order they are served
+	next     int            // ring index served next
+	n        int
+}
+
+func (q *fairQueue) push(w *waiter) {
+	tq := q.byTenant[w.tenant]
+	if tq == nil {
+		if q.byTenant == nil {
+			q.byTenant = make(map[string]*tenantQueue)
+		}
+		tq = &tenantQueue{name: w.tenant}
+		q.byTenant[w.tenant] = tq
+		q.ring = append(q.ring, tq)
+	}
+	tq.ws = append(tq.ws, w)
+	q.n++
+}
+
+// count is how many waiters tenant has in q.
+func (q *fairQueue) count(tenant string) int {
+	if tq := q.byTenant[tenant]; tq != nil {
+		return len(tq.ws)
+	}
+	return 0
+}
+
+// remove takes w out of q; it reports whether w was there.
+func (q *fairQueue) remove(w *waiter) bool {
+	tq := q.byTenant[w.tenant]
+	if tq == nil {
+		return false
+	}
+	j := slices.Index(tq.ws, w)
+	if j < 0 {
+		return false
+	}
+	q.take(slices.Index(q.ring, tq), j)
+	return true
+}
+
+// take removes the j-th waiter of the ring's i-th tenant, dropping the
+// tenant from the ring when it has no waiter left.
+func (q *fairQueue) take(i, j int) *waiter {
+	tq := q.ring[i]
+	w := tq.ws[j]
+	tq.ws = slices.Delete(tq.ws, j, j+1)
+	q.n--
+	if len(tq.ws) == 0 {
+		delete(q.byTenant, tq.name)
+		q.ring = slices.Delete(q.ring, i, i+1)
+		if q.next > i {
+			q.next--
+		}
+	}
+	if q.next >= len(q.ring) {
+		q.next = 0
+	}
+	return w
+}
+
+// pop removes and returns the next waiter, in fair order, that can use
+// slot (any, when slot < 0), or nil when none can. The tenant served is
+// the first, from the ring's cursor on, with such a waiter; the cursor
+// then moves past it.
+func (q *fairQueue) pop(slot int) *waiter {
+	n := len(q.ring)
+	for k := 0; k < n; k++ {
+		i := (q.next + k) % n
+		tq := q.ring[i]
+		for j, w := range tq.ws {
+			if !w.wants(slot) {
+				continue
+			}
+			if len(tq.ws) > 1 {
+				q.next = i + 1 // past the tenant served (take wraps it)
+			} else {
+				q.next = i // the tenant leaves the ring: its successor moves to i
+			}
+			return q.take(i, j)
+		}
+	}
+	return nil
+}
+
+// slotCount is a capped count of slots in use, taken without a lock.
+type slotCount struct {
+	used  atomic.Int64
+	limit atomic.Int64 // a backend's: its cap, kept by hasRoom
+}
+
+func (s *slotCount) tryTake(limit int64) bool {
+	for {
+		u := s.used.Load()
+		if u >= limit {
+			return false
+		}
+		if s.used.CompareAndSwap(u, u+1) {
+			return true
+		}
+	}
+}
+
+// admission is the router's admission control. With no cap configured it
+// is never consulted beyond one comparison. With caps, a request that finds
+// room takes its slot with one compare-and-swap; the lock is taken only to
+// wait, to leave while others wait, or to hand a slot to a waiter.
+type admission struct {
+	cfg        AdmissionConfig
+	nodeCap    int64     // 0: no node cap
+	perBackend int64     // MaxInFlightPerBackend; 0: no backend caps
+	node       slotCount // node slots in use (counted only with a node cap)
+	// back is each backend slot's count (backends.go keeps a name's slot
+	// for the router's life), grown under mu as slots appear.
+	back       atomic.Pointer[[]*slotCount]
+	retryAfter []string // the Retry-After value (shared, never modified)
+	now        func() time.Time
+	// after starts a wait's timer (tests replace it to fire timeouts at will).
+	after func(time.Duration) (<-chan time.Time, func() bool)
+
+	mu                       sync.Mutex
+	nodeQ, backQ             fairQueue
+	nodeWaiting, backWaiting atomic.Int64 // nodeQ.n and backQ.n, readable without mu
+
+	queued   [numAdmStages]prometheus.Counter
+	rejected [numAdmStages][numAdmReasons]prometheus.Counter
+	wait     [numAdmStages]prometheus.Observer
+}
+
+func realAfter(d time.Duration) (<-chan time.Time, func() bool) {
+	t := time.NewTimer(d)
+	return t.C, t.Stop
+}
+
+// newAdmission builds the admission control and registers its metrics
+// (kvmesh_router_admission_*) with reg, if not nil.
+func newAdmission(cfg AdmissionConfig, now func() time.Time, reg prometheus.Registerer) (*admission, error) {
+	a := &admission{cfg: cfg, nodeCap: int64(cfg.MaxInFlight), perBackend: int64(cfg.MaxInFlightPerBackend), now: now, after: realAfter}
+	a.back.Store(new([]*slotCount))
+	a.retryAfter = []string{strconv.Itoa(max(1, int(math.Ceil(cfg.RetryAfter.Seconds()))))}
+
+	const ns, sub = "kvmesh", "router"
+	queued := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "admission_queued_total",
+		Help: "Requests that found the node's cap (stage node) or every backend serving their model at its cap (stage backend) and waited in the admission queue."}, []string{"stage"})
+	rejected := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "admission_rejected_total",
+		Help: "Requests answered 429 by admission control, by reason: queue_full (no room to wait), timeout (waited queue_timeout), displaced (gave its place to a tenant with fewer waiting)."}, []string{"stage", "reason"})
+	wait := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "admission_wait_seconds",
+		Help:    "Time requests spent in the admission queue, whatever the outcome (requests that found room at once are not counted).",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14)}, []string{"stage"})
+	waiting := prometheus.NewDesc("kvmesh_router_admission_waiting_requests",
+		"Requests waiting in the admission queue now.", []string{"stage"}, nil)
+	for s := admStage(0); s < numAdmStages; s++ {
+		a.queued[s] = queued.WithLabelValues(admStageNames[s])
+		a.wait[s] = wait.WithLabelValues(admStageNames[s])
+		for r := admReason(0); r < numAdmReasons; r++ {
+			a.rejected[s][r] = rejected.WithLabelValues(admStageNames[s], admReasonNames[r])
+		}
+	}
+	if reg == nil {
+		return a, nil
+	}
+	inFlight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "admission_in_flight_requests",
+		Help: "Requests holding one of the node's admission slots (max_in_flight; 0 without a node cap)."},
+		func() float64 { return float64(a.node.used.Load()) })
+	for _, c := range []prometheus.Collector{queued, rejected, wait, inFlight, &waitingCollector{a: a, desc: waiting}} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+// waitingCollector reports the queues' lengths at scrape time.
+type waitingCollector struct {
+	a    *admission
+	desc *prometheus.Desc
+}
+
+func (c *waitingCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *waitingCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(c.a.nodeWaiting.Load()), admStageNames[stageNode])
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(c.a.backWaiting.Load()), admStageNames[stageBackend])
+}
+
+// ---- the node's cap ----
+
+// enterNode takes one of the node's slots for r, waiting for one if
+// needed. It returns 0 when r may go on (the caller must leaveNode when it
+// is done) or the status it answered (429, or 499 when the client left).
+// Only called with a node cap.
+func (rt *Router) enterNode(w http.ResponseWriter, r *http.Request) int {
+	a := rt.adm
+	if a.nodeWaiting.Load() == 0 && a.node.tryTake(a.nodeCap) {
+		return 0
+	}
+	wt := &waiter{tenant: rt.tenant(r), stage: stageNode}
+	return rt.admissionWait(w, r, wt)
+}
+
+// leaveNode gives back a node slot: to the next waiter in fair order, if
+// any, else to the pool.
+func (a *admission) leaveNode() {
+	if a.nodeWaiting.Load() > 0 {
+		a.mu.Lock()
+		if w := a.nodeQ.pop(-1); w != nil {
+			a.grant(w, -1) // the slot passes on as it is
+			a.nodeWaiting.Store(int64(a.nodeQ.n))
+		} else {
+			a.node.used.Add(-1)
+		}
+		a.mu.Unlock()
+		return
+	}
+	a.node.used.Add(-1)
+	// A request may have queued between the check and the release: it
+	// looked for room after queueing (see enqueue), or it is seen here.
+	if a.nodeWaiting.Load() > 0 {
+		a.mu.Lock()
+		a.grantNode()
+		a.mu.Unlock()
+	}
+}
+
+// grantNode hands free node slots to waiters, in fair order. mu is held.
+func (a *admission) grantNode() {
+	for a.nodeQ.n > 0 && a.node.tryTake(a.nodeCap) {
+		a.grant(a.nodeQ.pop(-1), -1)
+	}
+	a.nodeWaiting.Store(int64(a.nodeQ.n))
+}
+
+// ---- the backends' caps ----
+
+// decideAdmitted is decide under the backends' caps: backends at their cap
+// are no candidates, and when every candidate is at its cap the request
+// waits (fairly, bounded) for the first slot freed on one of them. The
+// chosen backend's slot is taken for the attempt (runAttempt gives it
+// back). status is 0 when d is the decision, else the status already
+// answered (429 from admission, 499 when the client left, 503 when no
+// backend is left in rotation after a wait). st.cands must not be empty.
+func (rt *Router) decideAdmitted(w http.ResponseWriter, r *http.Request, st *reqState, ep Endpoint, now time.Time, attempt int) (d Decision, status int) {
+	a := rt.adm
+	if a.perBackend == 0 {
+		return rt.decide(st, ep, now, attempt, false), 0
+	}
+	held := -1 // a slot handed to this request while it waited
+	for {
+		if held >= 0 && !slices.ContainsFunc(st.backs, func(b *backend) bool { return b.slot == held }) {
+			a.leaveBackend(held) // the backend left rotation while the request waited
+			held = -1
+		}
+		if slots := a.filterFull(st, held); slots != nil {
+			wt := &waiter{tenant: rt.tenant(r), stage: stageBackend, slots: slots}
+			if status := rt.admissionWait(w, r, wt); status != 0 {
+				return Decision{}, status
+			}
+			held, now = wt.slot, rt.now()
+			rt.gather(st, st.model, now)
+			if len(st.cands) == 0 {
+				a.leaveBackend(held)
+				return Decision{}, rt.fail(w, errNoBackend, NewAPIError(http.StatusServiceUnavailable, "",
+					"no healthy backend serves model %q; try again shortly", st.model))
+			}
+			continue
+		}
+		d = rt.decide(st, ep, now, attempt, false)
+		slot := st.backs[d.Index].slot
+		switch {
+		case slot == held:
+			return d, 0
+		case a.takeBackend(st.backs[d.Index]):
+			if held >= 0 {
+				a.leaveBackend(held)
+			}
+			return d, 0
+		}
+		// Another request took the last slot since filterFull: decide again
+		// without that backend.
+	}
+}
+
+// filterFull removes from st.cands the backends at their cap, except
+// keep (a slot the request holds). When that would leave none, it leaves
+// st.cands as it was and returns the slots the request could wait for.
+func (a *admission) filterFull(st *reqState, keep int) []int {
+	room := 0
+	for _, b := range st.backs {
+		if b.slot == keep || a.hasRoom(b) {
+			room++
+		}
+	}
+	if room == len(st.backs) {
+		return nil
+	}
+	if room == 0 {
+		slots := make([]int, len(st.backs))
+		for i, b := range st.backs {
+			slots[i] = b.slot
+		}
+		return slots
+	}
+	n := 0
+	for i, b := range st.backs {
+		if b.slot == keep || a.hasRoom(b) {
+			st.cands[n], st.backs[n] = st.cands[i], b
+			n++
+		}
+	}
+	clear(st.backs[n:])
+	st.cands, st.backs = st.cands[:n], st.backs[:n]
+	return nil
+}
+
+// hasRoom reports whether b is below its cap.
+func (a *admission) hasRoom(b *backend) bool {
+	sc := a.backSlot(b.slot)
+	limit := max(1, int64(math.Round(float64(a.perBackend)*b.weight)))
+	if sc.limit.Load() != limit {
+		sc.limit.Store(limit)
+	}
+	return sc.used.Load() < limit
+}
+
+// backSlot is the count of slot, made when first asked for.
+func (a *admission) backSlot(slot int) *slotCount {
+	if s := *a.back.Load(); slot < len(s) {
+		return s[slot]
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := *a.back.Load()
+	if slot < len(s) {
+		return s[slot]
+	}
+	grown := make([]*slotCount, max(slot+1, 2*len(s), 8))
+	copy(grown, s)
+	for i := len(s); i < len(grown); i++ {
+		grown[i] = new(slotCount)
+	}
+	a.back.Store(&grown)
+	return grown[slot]
+}
+
+// takeBackend takes a slot at b, if it has room.
+func (a *admission) takeBackend(b *backend) bool {
+	sc := a.backSlot(b.slot)
+	return sc.tryTake(sc.limit.Load())
+}
+
+// leaveBackend gives back a slot at the backend: to the next waiter in
+// fair order that can use it, if any, else to the pool.
+func (a *admission) leaveBackend(slot int) {
+	if a.perBackend == 0 {
+		return
+	}
+	sc := (*a.back.Load())[slot] // it exists: the slot was taken
+	if a.backWaiting.Load() > 0 {
+		a.mu.Lock()
+		if w := a.backQ.pop(slot); w != nil {
+			a.grant(w, slot)
+			a.backWaiting.Store(int64(a.backQ.n))
+		} else {
+			sc.used.Add(-1)
+		}
+		a.mu.Unlock()
+		return
+	}
+	sc.used.Add(-1)
+	if a.backWaiting.Load() > 0 { // see leaveNode
+		a.mu.Lock()
+		a.grantBackend(slot)
+		a.mu.Unlock()
+	}
+}
+
+// grantBackend hands free slots of the backend to waiters that can use
+// it, in fair order. mu is held.
+func (a *admission) grantBackend(slot int) {
+	sc := (*a.back.Load())[slot] // it exists: hasRoom made it
+	for a.backQ.n > 0 && sc.tryTake(sc.limit.Load()) {
+		w := a.backQ.pop(slot)
+		if w == nil {
+			sc.used.Add(-1)
+			break
+		}
+		a.grant(w, slot)
+	}
+	a.backWaiting.Store(int64(a.backQ.n))
+}
+
+// ---- waiting ----
+
+// admissionWait queues wt and waits for its slot, QueueTimeout at most.
+// It returns 0 once wt holds its slot, else the status it answered.
+func (rt *Router) admissionWait(w http.ResponseWriter, r *http.Request, wt *waiter) int {
+	a := rt.adm
+	wt.since = a.now()
+	wt.ready = make(chan struct{})
+	a.mu.Lock()
+	if !a.enqueue(wt) {
+		a.mu.Unlock()
+		return rt.refuse(w, wt.stage, rejectQueueFull)
+	}
+	done := wt.done
+	a.mu.Unlock()
+	a.queued[wt.stage].Inc()
+	if !done {
+		timeout, stop := a.after(a.cfg.QueueTimeout)
+		select {
+		case <-wt.ready:
+		case <-timeout:
+		case <-r.Context().Done():
+		}
+		stop()
+		a.mu.Lock()
+		if !wt.done {
+			a.queueOf(wt.stage).remove(wt)
+			a.syncWaiting()
+			wt.done, wt.refused, wt.reason = true, true, rejectTimeout
+			wt.canceled = r.Context().Err() != nil
+		}
+		a.mu.Unlock()
+	}
+	a.wait[wt.stage].Observe(a.now().Sub(wt.since).Seconds())
+	switch {
+	case !wt.refused:
+		return 0
+	case wt.canceled:
+		rt.metrics.errors[errClientCanceled].Inc()
+		return 499
+	}
+	return rt.refuse(w, wt.stage, wt.reason)
+}
+
+func (a *admission) queueOf(s admStage) *fairQueue {
+	if s == stageNode {
+		return &a.nodeQ
+	}
+	return &a.backQ
+}
+
+func (a *admission) syncWaiting() {
+	a.nodeWaiting.Store(int64(a.nodeQ.n))
+	a.backWaiting.Store(int64(a.backQ.n))
+}
+
+// enqueue queues wt, making room by displacing the newest waiter of the
+// tenant with the most waiting when wt's tenant has at least two fewer;
+// it reports false when there is no room. A slot free by now (released
+// between the caller's look and the queueing) is handed out at once, in
+// fair order, possibly to wt (wt.done). mu is held.
+func (a *admission) enqueue(wt *waiter) bool {
+	if a.nodeQ.n+a.backQ.n >= a.cfg.MaxQueued {
+		victim := a.victim(wt.tenant)
+		if victim == nil {
+			return false
+		}
+		a.queueOf(victim.stage).remove(victim)
+		victim.done, victim.refused, victim.reason = true, true, rejectDisplaced
+		close(victim.ready)
+	}
+	a.queueOf(wt.stage).push(wt)
+	a.syncWaiting()
+	if wt.stage == stageNode {
+		a.grantNode()
+	} else {
+		for _, s := range wt.slots {
+			a.grantBackend(s)
+		}
+	}
+	return true
+}
+
+// victim is the waiter that gives its place to a waiter of tenant: the
+// newest of the tenant with the most waiting (the newest waiting for the
+// node, which has done no work yet, before one waiting for a backend), if
+// that tenant has at least two more waiting than tenant. mu is held.
+func (a *admission) victim(tenant string) *waiter {
+	mine := a.nodeQ.count(tenant) + a.backQ.count(tenant)
+	most, top := mine+1, ""
+	for _, q := range []*fairQueue{&a.nodeQ, &a.backQ} {
+		for _, tq := range q.ring {
+			if c := a.nodeQ.count(tq.name) + a.backQ.count(tq.name); c > most {
+				most, top = c, tq.name
+			}
+		}
+	}
+	if most == mine+1 {
+		return nil
+	}
+	if tq := a.nodeQ.byTenant[top]; tq != nil {
+		return tq.ws[len(tq.ws)-1]
+	}
+	tq := a.backQ.byTenant[top]
+	return tq.ws[len(tq.ws)-1]
+}
+
+// grant tells w it holds its slot (slot: the backend's, for a backend
+// waiter). w has left its queue. mu is held.
+func (a *admission) grant(w *waiter, slot int) {
+	w.done, w.slot = true, slot
+	close(w.ready)
+}
+
+// refuse answers 429 with Retry-After for a request admission refused.
+func (rt *Router) refuse(w http.ResponseWriter, stage admStage, reason admReason) int {
+	a := rt.adm
+	a.rejected[stage][reason].Inc()
+	what := "this router node is at its limit of requests in flight (max_in_flight)"
+	if stage == stageBackend {
+		what = "every backend serving the model is at its limit of requests in flight (max_in_flight_per_backend)"
+	}
+	var msg, code string
+	switch reason {
+	case rejectQueueFull:
+		msg, code = what+" and its queue of waiting requests is full; retry after "+a.retryAfter[0]+" s.", "queue_full"
+	case rejectDisplaced:
+		msg, code = what+"; this request gave its place in the full queue to another tenant's; retry after "+a.retryAfter[0]+" s.", "queue_full"
+	default:
+		msg, code = what+"; the request waited "+a.cfg.QueueTimeout.String()+" (queue_timeout) without getting a slot; retry after "+a.retryAfter[0]+" s.", "queue_timeout"
+	}
+	w.Header()["Retry-After"] = a.retryAfter
+	e := &APIError{Status: http.StatusTooManyRequests, Type: TypeRateLimit, Code: code, Message: msg}
+	e.WriteTo(w)
+	return e.Status
+}
+
+// runAttempt is one attempt at b (see attempt), giving back the backend
+// slot decideAdmitted took for it when it ends.
+func (rt *Router) runAttempt(w http.ResponseWriter, r *http.Request, st *reqState, b *backend, d Decision, matched int, last bool, start time.Time, ep Endpoint) attemptResult {
+	defer rt.adm.leaveBackend(b.slot)
+	return rt.attempt(w, r, st, b, d, matched, last, start, ep)
+}
+
+// idle reports whether nothing waits and no slot is held (tests).
+func (a *admission) idle() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.nodeQ.n != 0 || a.backQ.n != 0 || len(a.nodeQ.byTenant) != 0 || len(a.backQ.byTenant) != 0 || a.node.used.Load() != 0 {
+		return false
+	}
+	for _, sc := range *a.back.Load() {
+		if sc.used.Load() != 0 {
+			return false
+		}
+	}
+	return true
+}
