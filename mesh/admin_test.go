@@ -15,9 +15,9 @@ import (
 func TestAdminHandler(t *testing.T) {
 	c := newTestCluster(t, nil)
 	c.startN(3)
-	c.waitMesh(20 * time.Second)
+	c.waitMesh(time.Minute)
 	ls := c.learnRandom(newRand(1), 10)
-	c.waitConverged(20 * time.Second)
+	c.waitConverged(time.Minute)
 	c.checkRoutable(ls)
 
 	views := map[string]AdminView{}
@@ -102,9 +102,9 @@ func TestFormatMembers(t *testing.T) {
 func TestMetrics(t *testing.T) {
 	c := newTestCluster(t, nil)
 	c.startN(3)
-	c.waitMesh(20 * time.Second)
+	c.waitMesh(time.Minute)
 	ls := c.learnRandom(newRand(2), 30)
-	c.waitConverged(20 * time.Second)
+	c.waitConverged(time.Minute)
 	c.checkRoutable(ls)
 	tn := c.node("n00")
 	// One anti-entropy round with each peer marks them converged.

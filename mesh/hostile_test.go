@@ -48,10 +48,10 @@ func forgedDelta(t testing.TB, from string, p prompt, backend string) []byte {
 func TestGarbageFromMemberIsCounted(t *testing.T) {
 	c := newTestCluster(t, nil)
 	c.startN(3)
-	c.waitMesh(20 * time.Second)
+	c.waitMesh(time.Minute)
 	rng := rand.New(rand.NewPCG(13, 13))
 	ls := c.learnRandom(rng, 20)
-	c.waitConverged(20 * time.Second)
+	c.waitConverged(time.Minute)
 	before := c.node("n00").n.StateDigest()
 
 	valid := forgedDelta(t, "n01", randomPrompt(rng, 8), backends[0])
@@ -84,7 +84,7 @@ func TestGarbageFromMemberIsCounted(t *testing.T) {
 	}
 	// Replication still works.
 	more := c.learnRandom(rng, 5)
-	c.waitConverged(20 * time.Second)
+	c.waitConverged(time.Minute)
 	c.checkRoutable(append(ls, more...))
 }
 
@@ -94,7 +94,7 @@ func TestGarbageFromMemberIsCounted(t *testing.T) {
 func TestNonMemberIsDropped(t *testing.T) {
 	c := newTestCluster(t, nil)
 	c.startN(3)
-	c.waitMesh(20 * time.Second)
+	c.waitMesh(time.Minute)
 	rng := rand.New(rand.NewPCG(17, 17))
 	n00 := c.node("n00")
 

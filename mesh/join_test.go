@@ -148,7 +148,7 @@ func TestJoinBeforeSeedsExist(t *testing.T) {
 	ip := func(name string) string { h, _, _ := net.SplitHostPort(c.mnet.Addr(name)); return h }
 	r.set("kvmesh.test", ip("n00"), ip("n01"))
 	n0 := c.start("n00")
-	c.waitMesh(20 * time.Second)
+	c.waitMesh(time.Minute)
 
 	// n02 finds them through SRV records only.
 	c.seeds = []string{"_serf._tcp.kvmesh.test"}
@@ -156,7 +156,7 @@ func TestJoinBeforeSeedsExist(t *testing.T) {
 	r.set("n00.kvmesh.test", ip("n00"))
 	r.set("n01.kvmesh.test", ip("n01"))
 	n2 := c.start("n02")
-	c.waitMesh(20 * time.Second)
+	c.waitMesh(time.Minute)
 	// The mesh can form while n02's Join call is still returning: wait for
 	// the count rather than read it at once.
 	waitFor(t, 10*time.Second, "n02's join through SRV to be counted", func() bool {
@@ -182,7 +182,7 @@ func TestJoinBeforeSeedsExist(t *testing.T) {
 
 	rng := newRand(21)
 	ls := c.learnRandom(rng, 20)
-	c.waitConverged(20 * time.Second)
+	c.waitConverged(time.Minute)
 	c.checkRoutable(ls)
 }
 
@@ -199,7 +199,7 @@ func TestJoinSkipsSelf(t *testing.T) {
 		t.Fatalf("n00 joined %v times with only itself to join", ok)
 	}
 	c.start("n01")
-	c.waitMesh(20 * time.Second)
+	c.waitMesh(time.Minute)
 }
 
 // TestMockNetworkTransport: memberlist's own MockNetwork plugs in as the

@@ -12,7 +12,7 @@ import (
 func TestLearnDoesNotWaitForBusyReplica(t *testing.T) {
 	c := newTestCluster(t, func(cfg *Config) { cfg.LearnQueue = 8 })
 	c.startN(2)
-	c.waitMesh(20 * time.Second)
+	c.waitMesh(time.Minute)
 	tn := c.node("n00")
 	rng := newRand(3)
 	p1 := randomPrompt(rng, 70) // 4 learn depths: half, 32, 64, end
@@ -74,7 +74,7 @@ func TestEncryptedGossip(t *testing.T) {
 		}
 	})
 	c.startN(3)
-	c.waitMesh(20 * time.Second)
+	c.waitMesh(time.Minute)
 	for _, tn := range c.live() {
 		if s := tn.n.serf.Load(); !s.EncryptionEnabled() {
 			t.Fatalf("%s gossips in the clear", tn.name)

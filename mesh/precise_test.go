@@ -15,7 +15,7 @@ import (
 func TestEndAndInvalidateReachEveryNode(t *testing.T) {
 	c := newTestCluster(t, nil)
 	c.startN(3)
-	c.waitMesh(20 * time.Second)
+	c.waitMesh(time.Minute)
 	rng := newRand(13)
 	p, q := randomPrompt(rng, 8), randomPrompt(rng, 8)
 	owner := c.node(nodeName(1))
@@ -49,7 +49,7 @@ func TestEndAndInvalidateReachEveryNode(t *testing.T) {
 	id, _ := owner.ix.BackendByName("e0")
 	owner.n.End(keys[len(keys)-3:], id)
 	everywhere("the removal", p, fullDepth(p)-3)
-	c.waitConverged(20 * time.Second)
+	c.waitConverged(time.Minute)
 	// Stored again: claimed again.
 	learnAll(p)
 	everywhere("the re-store", p, fullDepth(p))
@@ -57,5 +57,5 @@ func TestEndAndInvalidateReachEveryNode(t *testing.T) {
 	owner.n.Invalidate("e0", false)
 	everywhere("the clear (p)", p, 0)
 	everywhere("the clear (q)", q, 0)
-	c.waitConverged(20 * time.Second)
+	c.waitConverged(time.Minute)
 }
