@@ -560,7 +560,18 @@ func (rt *Router) admissionWait(w http.ResponseWriter, r *http.Request, wt *wait
 		}
 		a.mu.Unlock()
 	}
-	a.wait[wt.stage].Observe(a.now().Sub(wt.since).Seconds())
+	waited := a.now().Sub(wt.since)
+	a.wait[wt.stage].Observe(waited.Seconds())
+	if rt.otel != nil {
+		outcome := "admitted"
+		switch {
+		case wt.canceled:
+			outcome = "client_gone"
+		case wt.refused:
+			outcome = admReasonNames[wt.reason]
+		}
+		rt.traceAdmission(r, wt.stage, outcome, waited)
+	}
 	switch {
 	case !wt.refused:
 		return 0
@@ -664,10 +675,14 @@ func (rt *Router) refuse(w http.ResponseWriter, stage admStage, reason admReason
 	return e.Status
 }
 
-// runAttempt is one attempt at b (see attempt), giving back the backend
-// slot decideAdmitted took for it when it ends.
+// runAttempt is one attempt at b (see attempt; traced when tracing is
+// on), giving back the backend slot decideAdmitted took for it when it
+// ends.
 func (rt *Router) runAttempt(w http.ResponseWriter, r *http.Request, st *reqState, b *backend, d Decision, matched int, last bool, start time.Time, ep Endpoint) attemptResult {
 	defer rt.adm.leaveBackend(b.slot)
+	if rt.otel != nil {
+		return rt.tracedAttempt(w, r, st, b, d, matched, last, start, ep, len(st.tried))
+	}
 	return rt.attempt(w, r, st, b, d, matched, last, start, ep)
 }
 

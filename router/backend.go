@@ -16,7 +16,7 @@ import (
 // it. Fields read on the request path are atomics; health transitions take
 // mu.
 type backend struct {
-	slot int    // index in Router.backends, stable for the router's life
+	slot int    // stable per name for the router's life (backends.go), < tree MaxBackends
 	name string // BackendConfig.Name (or URL)
 	base string // URL without a trailing slash
 	// url is base parsed: proxied requests copy it and append the client's
@@ -46,8 +46,12 @@ type backend struct {
 
 	// healthy is false while the backend is ejected.
 	healthy atomic.Bool
-	mu      sync.Mutex // guards the health fields below
-	health  healthState
+	// draining: out of rotation (drained by an operator, or no longer
+	// listed and being removed) while its requests in flight finish;
+	// removing: the latter (backends.go).
+	draining, removing atomic.Bool
+	mu                 sync.Mutex // guards the health fields below
+	health             healthState
 
 	// orca is the last in-band report (endpoint-load-metrics), scrape the
 	// last scraped /metrics page.

@@ -43,7 +43,7 @@ func benchRouterWith(b *testing.B, n int, body []byte, mod func(*Config)) *Route
 	for i := 0; i < 20000; i++ {
 		text := []byte(longText(fmt.Sprint("other prompt ", i), 2048))
 		ix.Keyer().Bytes(&ch, tree.NewSeed("meta-llama/Llama-3.1-8B-Instruct", "", ""), text, []int{len(text) / 2, len(text)})
-		rt.learner.Learn(&ch, rt.backends[i%n].id, time.Hour)
+		rt.learner.Learn(&ch, rt.backends()[i%n].id, time.Hour)
 	}
 	// The benchmark prompt's first half is held by backend 1.
 	st := rt.getState()
@@ -52,7 +52,7 @@ func benchRouterWith(b *testing.B, n int, body []byte, mod func(*Config)) *Route
 	}
 	var half tree.Chain
 	ix.Keyer().Bytes(&half, st.seed, st.prompt.Units[:len(st.prompt.Units)/2], nil)
-	rt.learner.Learn(&half, rt.backends[1].id, time.Hour)
+	rt.learner.Learn(&half, rt.backends()[1].id, time.Hour)
 	rt.putState(st)
 	return rt
 }

@@ -39,8 +39,12 @@ type BackendConfig struct {
 // Config configures a Router. Start from DefaultConfig; the serve command
 // loads YAML (snake_case keys, durations as "30s") on top of it.
 type Config struct {
-	// Backends are the servers requests are routed to.
+	// Backends are the servers requests are routed to (discovery mode
+	// static; empty with the other modes).
 	Backends []BackendConfig `yaml:"backends"`
+	// Discovery says where the backends come from: this list, DNS or
+	// Kubernetes EndpointSlices (see DiscoveryConfig).
+	Discovery DiscoveryConfig `yaml:"discovery"`
 
 	// Policy names the selection policy: one of PolicyNames(). "kvmesh" is
 	// the cache- and load-aware default; the others exist to be compared
@@ -257,6 +261,7 @@ func DefaultConfig() Config {
 		ForwardPaths: []string{"/v1/", "/v2/", "/tokenize", "/detokenize", "/pooling", "/classify",
 			"/score", "/rerank", "/invocations", "/version"},
 		Belief:         DefaultBeliefConfig(),
+		Discovery:      DefaultDiscoveryConfig(),
 		Admission:      DefaultAdmissionConfig(),
 		KVMesh:         DefaultKVMeshConfig(),
 		ConsistentHash: DefaultConsistentHashConfig(),
@@ -268,8 +273,13 @@ func DefaultConfig() Config {
 func (c *Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("router: "+format, args...)) }
-	if len(c.Backends) == 0 {
-		bad("backends: at least one backend is required")
+	switch {
+	case c.Discovery.Mode != DiscoveryStatic:
+		if len(c.Backends) > 0 {
+			bad("backends: must be empty with discovery mode %s (the discovery source lists the backends)", c.Discovery.Mode)
+		}
+	case len(c.Backends) == 0:
+		bad("backends: at least one backend is required (or a discovery mode: dns, kubernetes)")
 	}
 	names := make(map[string]int, len(c.Backends))
 	for i, b := range c.Backends {
@@ -383,6 +393,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.Belief.validate()...)
+	errs = append(errs, c.Discovery.validate()...)
 	errs = append(errs, c.Admission.validate()...)
 	errs = append(errs, c.KVMesh.validate()...)
 	errs = append(errs, c.ConsistentHash.validate()...)

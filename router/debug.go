@@ -18,6 +18,9 @@ import (
 //     header is honoured), without forwarding anything, as a
 //     RouteExplanation;
 //   - GET /admin/backends: a BackendStatus per backend;
+//   - POST /admin/backends/{name}/drain and /undrain: take a backend out
+//     of rotation on this node (in-flight requests finish) and put it back
+//     (SetDrained); the answer is its BackendStatus;
 //   - GET /healthz: 200 while the process serves;
 //   - GET /readyz: 200 when at least one backend is in rotation, else 503.
 func (rt *Router) AdminHandler() http.Handler {
@@ -26,6 +29,8 @@ func (rt *Router) AdminHandler() http.Handler {
 	mux.HandleFunc("GET /admin/backends", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, rt.Backends())
 	})
+	mux.HandleFunc("POST /admin/backends/{name}/drain", rt.serveDrain(true))
+	mux.HandleFunc("POST /admin/backends/{name}/undrain", rt.serveDrain(false))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -159,7 +164,7 @@ func (rt *Router) explain(st *reqState, ep Endpoint, path string, body []byte, t
 		x.LearnDepths = append(x.LearnDepths, int(d))
 	}
 	for _, b := range rt.models.lookup(st.model) {
-		if !b.healthy.Load() {
+		if !b.inRotation() {
 			x.Unavailable = append(x.Unavailable, b.name)
 		}
 	}
@@ -210,9 +215,14 @@ func (rt *Router) serveDebugRoute(w http.ResponseWriter, r *http.Request) {
 
 // BackendStatus is one backend's state in GET /admin/backends.
 type BackendStatus struct {
-	Name                string      `json:"name"`
-	URL                 string      `json:"url"`
-	Healthy             bool        `json:"healthy"`
+	Name    string `json:"name"`
+	URL     string `json:"url"`
+	Healthy bool   `json:"healthy"`
+	// Draining: out of rotation, drained by an operator or (Removing) no
+	// longer listed by the discovery source, while its in-flight requests
+	// finish.
+	Draining            bool        `json:"draining"`
+	Removing            bool        `json:"removing"`
 	EjectedForMs        int64       `json:"ejected_for_ms"` // 0 while in rotation
 	ConsecutiveFailures int         `json:"consecutive_failures"`
 	Ejections           int         `json:"ejections"`
@@ -289,10 +299,12 @@ func signalJSON(s *signal, now time.Time) *SignalJSON {
 		KVUsage: opt(HasKVCacheUsage, v.KVUsage), AgeMs: now.Sub(time.Unix(0, at)).Milliseconds()}
 }
 
-// Backends returns the state of every backend, in configuration order.
+// Backends returns the state of every backend (draining ones included), in
+// slot order (configuration order, then the order they were added).
 func (rt *Router) Backends() []BackendStatus {
 	now := rt.now()
-	out := make([]BackendStatus, 0, len(rt.backends))
+	all := rt.backends()
+	out := make([]BackendStatus, 0, len(all))
 	age := func(t time.Time) *int64 {
 		if t.IsZero() {
 			return nil
@@ -300,9 +312,9 @@ func (rt *Router) Backends() []BackendStatus {
 		ms := now.Sub(t).Milliseconds()
 		return &ms
 	}
-	for _, b := range rt.backends {
+	for _, b := range all {
 		gen, _ := rt.ix.Generation(b.id)
-		s := BackendStatus{Name: b.name, URL: b.base, Healthy: b.healthy.Load(), Generation: gen, Weight: b.weight,
+		s := BackendStatus{Name: b.name, URL: b.base, Healthy: b.healthy.Load(), Draining: b.draining.Load(), Removing: b.removing.Load(), Generation: gen, Weight: b.weight,
 			Models: []string{}, Load: loadJSON(b.loadView(now, &rt.cfg, rt.peers)), ORCA: signalJSON(&b.orca, now),
 			Scrape: signalJSON(&b.scrape, now)}
 		for _, m := range b.models() {

@@ -33,8 +33,12 @@ const endpointNone Endpoint = 255
 // connection, so the client sees a broken answer rather than a clean end.
 func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := rt.now()
+	if rt.otel != nil {
+		r = rt.startRequestSpan(r) // tracing.go
+	}
 	path := r.URL.Path
 	var status int
+	var model *modelMetrics // the request metrics' model ("other" if nil)
 	label := epOther
 	switch ep, routed := EndpointForPath(path); {
 	case hasDotSegment(path):
@@ -48,7 +52,7 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			status = methodNotAllowed(w, http.MethodPost)
 			break
 		}
-		status = rt.serveRouted(w, r, ep, start)
+		status = rt.serveRouted(w, r, ep, start, &model)
 	case path == "/v1/models":
 		label = epModels
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -60,7 +64,7 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		label = epModels
 		status = rt.serveModel(w, strings.TrimPrefix(path, "/v1/models/"))
 	case rt.forwardable(path):
-		status = rt.serveForward(w, r, start)
+		status = rt.serveForward(w, r, start, &model)
 	default:
 		rt.metrics.errors[errPathNotFound].Inc()
 		e := &APIError{Status: http.StatusNotFound, Type: TypeNotFound, Code: "unknown_url",
@@ -68,11 +72,14 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		e.WriteTo(w)
 		status = e.Status
 	}
+	if rt.otel != nil {
+		rt.endRequestSpan(r, label, status)
+	}
 	if status == statusAborted {
-		rt.metrics.request(label, http.StatusBadGateway, rt.now().Sub(start))
+		rt.metrics.request(label, model, http.StatusBadGateway, rt.now().Sub(start))
 		panic(http.ErrAbortHandler)
 	}
-	rt.metrics.request(label, status, rt.now().Sub(start))
+	rt.metrics.request(label, model, status, rt.now().Sub(start))
 }
 
 // hasDotSegment reports whether a request path (as decoded by net/http)
@@ -130,8 +137,9 @@ func (rt *Router) fail(w http.ResponseWriter, kind errKind, e *APIError) int {
 }
 
 // serveRouted handles a request with a prompt: read, render, key, look up,
-// choose, forward.
-func (rt *Router) serveRouted(w http.ResponseWriter, r *http.Request, ep Endpoint, start time.Time) int {
+// choose, forward. It sets *model to the model's request metrics once the
+// body names one.
+func (rt *Router) serveRouted(w http.ResponseWriter, r *http.Request, ep Endpoint, start time.Time, model **modelMetrics) int {
 	if rt.adm.nodeCap > 0 { // admission.go: before the body is read
 		if status := rt.enterNode(w, r); status != 0 {
 			return status
@@ -148,6 +156,7 @@ func (rt *Router) serveRouted(w http.ResponseWriter, r *http.Request, ep Endpoin
 	if aerr = rt.prepare(st, ep, body, rt.tenant(r)); aerr != nil {
 		return rt.fail(w, kindOf(aerr), aerr)
 	}
+	*model = rt.modelMetricsFor(st.model)
 	now := rt.now()
 	rt.lookup(st, now)
 	if !rt.gather(st, st.model, now) {
@@ -167,8 +176,8 @@ func (rt *Router) serveRouted(w http.ResponseWriter, r *http.Request, ep Endpoin
 
 // serveForward handles a path without a prompt: it is sent, unchanged, to
 // the least loaded backend in rotation serving the body's model, if the
-// body names one.
-func (rt *Router) serveForward(w http.ResponseWriter, r *http.Request, start time.Time) int {
+// body names one. It sets *model as serveRouted does.
+func (rt *Router) serveForward(w http.ResponseWriter, r *http.Request, start time.Time, model **modelMetrics) int {
 	if rt.adm.nodeCap > 0 {
 		if status := rt.enterNode(w, r); status != 0 {
 			return status
@@ -182,6 +191,7 @@ func (rt *Router) serveForward(w http.ResponseWriter, r *http.Request, start tim
 		return rt.fail(w, kindOf(aerr), aerr)
 	}
 	st.model = modelOf(body)
+	*model = rt.modelMetricsFor(st.model)
 	if len(st.model) > rt.cfg.MaxModelBytes {
 		return rt.fail(w, errLimit, errStringTooLong("model", len(st.model), rt.cfg.MaxModelBytes))
 	}

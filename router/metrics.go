@@ -198,7 +198,7 @@ func (c *backendCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 	now := c.rt.now()
-	for _, b := range c.rt.backends {
+	for _, b := range c.rt.backends() {
 		lv := b.loadView(now, &c.rt.cfg, c.rt.peers)
 		age := lv.SignalAge.Seconds()
 		if lv.Has == 0 {

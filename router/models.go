@@ -25,11 +25,13 @@ type modelTable struct {
 	ids     []string              // sorted model ids
 }
 
-func (s *modelSet) rebuild(backends []*backend) {
+// rebuild builds the table from the backends src returns, which it calls
+// under s.mu: the last rebuild sees the last backend set.
+func (s *modelSet) rebuild(src func() []*backend) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := &modelTable{byModel: make(map[string][]*backend)}
-	for _, b := range backends {
+	for _, b := range src() {
 		for _, m := range b.models() {
 			if !slices.Contains(t.byModel[m.ID], b) {
 				t.byModel[m.ID] = append(t.byModel[m.ID], b)
@@ -100,7 +102,7 @@ func (rt *Router) serveModel(w http.ResponseWriter, id string) int {
 // backend, or nil when no backend in rotation serves it.
 func (rt *Router) modelObject(t *modelTable, id string) []byte {
 	for _, b := range t.byModel[id] {
-		if !b.healthy.Load() {
+		if !b.inRotation() {
 			continue
 		}
 		for _, m := range b.models() {
@@ -147,7 +149,7 @@ func (rt *Router) discover(ctx context.Context, b *backend) {
 	if old != nil && slices.EqualFunc(*old, models, func(x, y modelEntry) bool { return x.ID == y.ID }) {
 		return // the same models, new objects (vLLM stamps "created" on every answer): nothing to rebuild or tell
 	}
-	rt.models.rebuild(rt.backends)
+	rt.models.rebuild(rt.listedBackends)
 	ids := make([]string, len(models))
 	for i, m := range models {
 		ids[i] = m.ID

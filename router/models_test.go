@@ -112,7 +112,7 @@ func TestDiscoveryLogsChangesOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 3; i++ {
-		rt.discover(context.Background(), rt.backends[0])
+		rt.discover(context.Background(), rt.backends()[0])
 	}
 	if n := strings.Count(logs.String(), "backend models discovered"); n != 1 {
 		t.Errorf("discovered logged %d times at info, want 1:\n%s", n, logs.String())

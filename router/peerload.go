@@ -32,7 +32,7 @@ type PeerLoad interface {
 // compute since it started. The mesh's load channel reads it to tell the
 // peers.
 func (rt *Router) LocalLoad(fn func(id tree.BackendID, units, requests, inFlight, written int64)) {
-	for _, b := range rt.backends {
+	for _, b := range rt.backends() {
 		fn(b.id, b.pendingUnits.Load(), b.pendingRequests.Load(), b.inFlight.Load(), b.written.Load())
 	}
 }

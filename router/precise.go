@@ -238,6 +238,10 @@ func newPrecise(cfg PreciseConfig, backends []*backend, blockTokens int, rtrip h
 	return pc, nil
 }
 
+// on reports whether b is in precise mode (a backend added after New,
+// whose slot is past the tables, is not).
+func (pc *precise) on(b *backend) bool { return b.slot < len(pc.slots) && pc.slots[b.slot] }
+
 // close waits for the background tokenizations (each bounded by
 // TokenizeTimeout).
 func (pc *precise) close() {
@@ -258,7 +262,7 @@ func (pc *precise) cacheTokens() float64 {
 // servesModel reports whether a backend in precise mode serves model.
 func (pc *precise) servesModel(rt *Router, model string) bool {
 	for _, b := range rt.models.lookup(model) {
-		if pc.slots[b.slot] {
+		if pc.on(b) {
 			return true
 		}
 	}
@@ -276,7 +280,7 @@ func (pc *precise) target(rt *Router, model string) *url.URL {
 	start := pc.next.Add(1)
 	for i := uint64(0); i < n; i++ {
 		b := bs[(start+i)%n]
-		if pc.slots[b.slot] && b.healthy.Load() {
+		if pc.on(b) && b.healthy.Load() {
 			return pc.urls[b.slot]
 		}
 	}
@@ -394,7 +398,7 @@ func (rt *Router) preciseKeys(st *reqState, ep Endpoint, body []byte, tenant str
 // the engine's tokens and b is in precise mode, so its events end what it
 // evicts and the belief's model of its cache (belief.go) is not applied.
 func (rt *Router) exact(st *reqState, b *backend) bool {
-	return st.precise && rt.precise.slots[b.slot]
+	return st.precise && rt.precise.on(b)
 }
 
 // tokenize asks the engine for the tokens of sc.body, appending them to
@@ -552,6 +556,6 @@ func (rt *Router) initPrecise(deps Deps) error {
 	if deps.Precise == nil || len(deps.Precise.Backends) == 0 {
 		return nil
 	}
-	rt.precise, err = newPrecise(*deps.Precise, rt.backends, rt.ix.Keyer().BlockTokens(), rt.transport, m)
+	rt.precise, err = newPrecise(*deps.Precise, rt.backends(), rt.ix.Keyer().BlockTokens(), rt.transport, m)
 	return err
 }

@@ -46,7 +46,7 @@ func BenchmarkPreparePrecise(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer rt.Close()
-			rt.backends[0].healthy.Store(true)
+			rt.backends()[0].healthy.Store(true)
 			st := rt.getState()
 			if aerr := rt.prepare(st, EndpointChat, body, ""); aerr != nil || st.chain.UnitsPerBlock != 16 {
 				b.Fatalf("%v, %d units per block", aerr, st.chain.UnitsPerBlock)

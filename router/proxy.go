@@ -269,7 +269,7 @@ func (rt *Router) copyBody(w http.ResponseWriter, body io.Reader, st *reqState, 
 			if first {
 				first = false
 				pending.release()
-				rt.metrics.ttfb[labelOf(ep)].Observe(rt.now().Sub(start).Seconds())
+				rt.modelMetricsFor(st.model).firstBytes(labelOf(ep)).Observe(rt.now().Sub(start).Seconds())
 			}
 			st.usage.write(st.buf[:n])
 			if _, werr = w.Write(st.buf[:n]); werr != nil {

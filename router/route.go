@@ -209,7 +209,7 @@ func (rt *Router) lookup(st *reqState, now time.Time) {
 	}
 	upt := rt.unitsPerToken()
 	st.since = st.since[:0]
-	for _, b := range rt.backends {
+	for _, b := range rt.set.Load().listed {
 		b.belief.refresh(nowMs, rt.meshWritten(b), upt, rt.cfg.Belief.IgnoreBeyond)
 		for int(b.id) >= len(st.since) {
 			st.since = append(st.since, 0)
@@ -231,7 +231,7 @@ func (rt *Router) lookup(st *reqState, now time.Time) {
 // in rotation and not tried yet. It reports whether any backend serves the
 // model at all, healthy or not.
 func (rt *Router) gather(st *reqState, model string, now time.Time) bool {
-	bs := rt.backends
+	bs := rt.set.Load().listed
 	if model != "" {
 		if bs = rt.models.lookup(model); len(bs) == 0 {
 			return false
@@ -239,7 +239,7 @@ func (rt *Router) gather(st *reqState, model string, now time.Time) bool {
 	}
 	st.cands, st.backs = st.cands[:0], st.backs[:0]
 	for _, b := range bs {
-		if !b.healthy.Load() || st.triedSlot(b.slot) {
+		if !b.inRotation() || st.triedSlot(b.slot) {
 			continue
 		}
 		c := Candidate{Name: b.name, Slot: b.slot, ID: b.id, Hash: b.hash, Weight: b.weight, Load: b.loadView(now, &rt.cfg, rt.peers)}

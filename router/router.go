@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kvmesh/kvmesh/tree"
 )
@@ -51,6 +52,15 @@ type Deps struct {
 	// models they serve are keyed by the engines' own tokens (precise.go),
 	// matching the claims their KV events make. nil: approximate only.
 	Precise *PreciseConfig
+	// TracerProvider, if set, turns OpenTelemetry tracing on: a span per
+	// request with the decision, one per attempt, the W3C trace context
+	// sent to the backend (tracing.go). nil: no tracing, nothing added to
+	// the request path.
+	TracerProvider trace.TracerProvider
+	// Discoverer, if set, finds the backends instead of
+	// Config.Discovery's mode (required in kubernetes mode: package
+	// router/kubediscovery builds one).
+	Discoverer Discoverer
 }
 
 // Router is one kvmesh node's OpenAI-compatible, cache-aware proxy.
@@ -74,14 +84,26 @@ type Router struct {
 	tokenizer     Tokenizer
 	precise       *precise // nil without precise mode
 	adm           *admission
+	otel          *otelTracing // nil: tracing off
 	now           func() time.Time
 	transport     http.RoundTripper
 	owned         *http.Transport // the default transport, closed by Close
 	client        *http.Client    // probes, scrapes and discovery
 	metrics       *metrics
 
-	backends []*backend
-	models   modelSet
+	// set is the backend set now, read lock-free on the request path;
+	// setMu serializes its changes (backends.go).
+	set       atomic.Pointer[backendSet]
+	setMu     sync.Mutex
+	members   map[string]*member // by name; guarded by setMu
+	slots     map[string]int     // every name ever in the set -> its slot; guarded by setMu
+	runCtx    context.Context    // the loops' context once started; guarded by setMu
+	setClosed bool               // guarded by setMu
+	disc      *discoveryMetrics
+	// discoverer finds the backends (nil: the static list, changed only
+	// by SetBackends).
+	discoverer Discoverer
+	models     modelSet
 
 	tenantHeader string   // canonical
 	orcaFormat   []string // the endpoint-load-metrics-format value sent (shared, never modified); nil = none
@@ -114,6 +136,7 @@ func New(cfg Config, deps Deps) (*Router, error) {
 		transport:    deps.Transport,
 		tokenizer:    deps.Tokenizer,
 		tenantHeader: canonicalHeader(cfg.TenantHeader),
+		otel:         newOTel(deps.TracerProvider),
 	}
 	if rt.now == nil {
 		rt.now = time.Now
@@ -150,17 +173,15 @@ func New(cfg Config, deps Deps) (*Router, error) {
 		return nil, fmt.Errorf("router: registering metrics: %w", err)
 	}
 	rt.metrics = m
-	for i, bc := range cfg.Backends {
-		b, err := newBackend(i, bc, deps.Index, m)
-		if err != nil {
-			return nil, fmt.Errorf("router: backends[%d]: %w", i, err)
-		}
-		if rt.peers != nil {
-			b.booked = rt.peers.BookingsChanged
-		}
-		rt.backends = append(rt.backends, b)
+	if rt.disc, err = newDiscoveryMetrics(deps.Registerer, cfg.Discovery.Mode); err != nil {
+		return nil, fmt.Errorf("router: registering metrics: %w", err)
 	}
-	rt.models.rebuild(rt.backends)
+	if rt.discoverer, err = newDiscoverer(&cfg, &deps); err != nil {
+		return nil, err
+	}
+	if err := rt.initBackends(cfg.Backends); err != nil {
+		return nil, err
+	}
 	if rt.adm, err = newAdmission(cfg.Admission, rt.now, deps.Registerer); err != nil {
 		return nil, fmt.Errorf("router: registering metrics: %w", err)
 	}
@@ -184,7 +205,7 @@ func newTransport(cfg *Config) *http.Transport {
 	return &http.Transport{
 		Proxy:                 nil, // backends are addressed directly, never through HTTP_PROXY
 		DialContext:           d.DialContext,
-		MaxIdleConns:          cfg.MaxIdleConnsPerBackend * max(len(cfg.Backends), 1),
+		MaxIdleConns:          maxIdleConns(cfg),
 		MaxIdleConnsPerHost:   cfg.MaxIdleConnsPerBackend,
 		IdleConnTimeout:       90 * time.Second,
 		DisableCompression:    true,
@@ -194,10 +215,23 @@ func newTransport(cfg *Config) *http.Transport {
 	}
 }
 
+// maxIdleConns bounds the transport's idle connections: per backend times
+// the configured backends, none with discovery (the set changes; the
+// per-backend bound still holds).
+func maxIdleConns(cfg *Config) int {
+	if cfg.Discovery.Mode != DiscoveryStatic && cfg.Discovery.Mode != "" {
+		return 0
+	}
+	return cfg.MaxIdleConnsPerBackend * max(len(cfg.Backends), 1)
+}
+
 // Start launches the background loops: per backend, health probes, load
-// scrapes and model discovery. It runs the first discovery and probe round
-// before returning (bounded by ProbeTimeout), so models are known when it
-// returns. The loops stop when ctx ends or Close is called.
+// scrapes and model discovery; the backend discovery source (Discovery);
+// the drain of removed backends. It runs the first model discovery and
+// probe round of the backends it has before returning (bounded by
+// ProbeTimeout), so their models are known when it returns; backends
+// found later join after their own first round. The loops stop when ctx
+// ends or Close is called.
 func (rt *Router) Start(ctx context.Context) error {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
@@ -210,12 +244,25 @@ func (rt *Router) Start(ctx context.Context) error {
 	rt.started = true
 	ctx, rt.cancel = context.WithCancel(ctx)
 	var first sync.WaitGroup
-	for _, b := range rt.backends {
+	rt.setMu.Lock()
+	rt.runCtx = ctx
+	for _, m := range rt.members {
 		first.Add(1)
+		rt.startLocked(m, first.Done)
+	}
+	rt.setMu.Unlock()
+	rt.wg.Add(1)
+	go func() {
+		defer rt.wg.Done()
+		rt.maintain(ctx)
+	}()
+	if d := rt.discoverer; d != nil {
+		sink := NewDiscoverySink(rt.cfg.Discovery.Mode, func(list []BackendConfig) { _ = rt.SetBackends(list) }, rt.log)
+		sink.m = rt.disc
 		rt.wg.Add(1)
 		go func() {
 			defer rt.wg.Done()
-			rt.watch(ctx, b, first.Done)
+			rt.runDiscovery(ctx, d, sink)
 		}()
 	}
 	first.Wait()
@@ -233,6 +280,9 @@ func (rt *Router) Close() error {
 	rt.closed = true
 	cancel := rt.cancel
 	rt.mu.Unlock()
+	rt.setMu.Lock()
+	rt.setClosed = true
+	rt.setMu.Unlock()
 	if cancel != nil {
 		cancel()
 	}
@@ -254,19 +304,10 @@ func (rt *Router) Config() Config { return rt.cfg }
 
 // Ready reports whether at least one backend is in rotation.
 func (rt *Router) Ready() bool {
-	for _, b := range rt.backends {
-		if b.healthy.Load() {
+	for _, b := range rt.set.Load().listed {
+		if b.inRotation() {
 			return true
 		}
 	}
 	return false
-}
-
-func (rt *Router) backendByName(name string) *backend {
-	for _, b := range rt.backends {
-		if b.name == name {
-			return b
-		}
-	}
-	return nil
 }

@@ -73,11 +73,12 @@ func (rt *Router) ReadStatus(s *Status) {
 	}
 	readHistogram(rt.metrics.matchedRatio, &m, &s.Matched)
 
-	if cap(s.Backends) < len(rt.backends) {
-		s.Backends = make([]BackendSnapshot, len(rt.backends))
+	all := rt.backends()
+	if cap(s.Backends) < len(all) {
+		s.Backends = make([]BackendSnapshot, len(all))
 	}
-	s.Backends = s.Backends[:len(rt.backends)]
-	for i, b := range rt.backends {
+	s.Backends = s.Backends[:len(all)]
+	for i, b := range all {
 		bs := &s.Backends[i]
 		bs.Name, bs.Healthy = b.name, b.healthy.Load()
 		bs.Generation, _ = rt.ix.Generation(b.id)

@@ -28,6 +28,9 @@ type ServeConfig struct {
 	Mesh   MeshConfig    `yaml:"mesh"`
 	// Precise is precise mode: engines' KV events (precise.go).
 	Precise PreciseConfig `yaml:"precise"`
+	// Tracing is OpenTelemetry tracing over OTLP (tracing.go; off by
+	// default).
+	Tracing TracingConfig `yaml:"tracing"`
 	// ShutdownTimeout bounds the graceful shutdown: in-flight requests get
 	// this long to finish after SIGTERM. 60 s lets most streamed
 	// completions end; a Kubernetes pod's terminationGracePeriodSeconds
@@ -129,6 +132,7 @@ func DefaultServeConfig() ServeConfig {
 		// 7946 is serf's and memberlist's conventional port; QUIC on 7947.
 		Mesh:            MeshConfig{Bind: defaultBind, QUIC: defaultQUIC},
 		Precise:         defaultPrecise(),
+		Tracing:         defaultTracing(),
 		ShutdownTimeout: 60 * time.Second,
 		DrainDelay:      5 * time.Second,
 		StateInterval:   30 * time.Second,
@@ -204,6 +208,9 @@ func (c *ServeConfig) Validate() error {
 		add("state_interval must be positive")
 	}
 	if err := c.Precise.validate(c); err != nil {
+		add("%v", err)
+	}
+	if err := c.Tracing.validate(); err != nil {
 		add("%v", err)
 	}
 	if c.Mesh.Enabled {

@@ -160,7 +160,7 @@ func TestDeployExampleConfigLoads(t *testing.T) {
 	def := DefaultServeConfig()
 	if cfg.Node.Name != "router-1" || len(cfg.Router.Backends) != 2 || cfg.Router.ConfirmedTTL != 10*time.Minute || cfg.Index.Capacity != 1_000_000 ||
 		cfg.Router.MaxMessages != def.Router.MaxMessages || cfg.Router.KVMesh != def.Router.KVMesh || cfg.DrainDelay != def.DrainDelay ||
-		cfg.Router.Admission != def.Router.Admission {
+		cfg.Router.Admission != def.Router.Admission || cfg.Tracing != def.Tracing {
 		t.Fatalf("the example's values are not the defaults it claims: %+v", cfg)
 	}
 	s, cancel, done := startServe(t, "--config", example)

@@ -186,6 +186,10 @@ var serveSettings = []setting{
 	intSetting("max-queued", "router.admission.max_queued", "most requests waiting for a cap, fair across tenants (429 beyond)", func(c *ServeConfig) *int { return &c.Router.Admission.MaxQueued }),
 	durationSetting("queue-timeout", "router.admission.queue_timeout", "longest wait for a cap (429 with Retry-After beyond)", func(c *ServeConfig) *time.Duration { return &c.Router.Admission.QueueTimeout }),
 
+	// Tracing.
+	strSetting("otlp-endpoint", "tracing.otlp_endpoint", "OpenTelemetry collector's OTLP/HTTP endpoint, e.g. http://otel-collector:4318: a span per request and per attempt (empty: no tracing)", func(c *ServeConfig) *string { return &c.Tracing.OTLPEndpoint }),
+	floatSetting("trace-sample-ratio", "tracing.sample_ratio", "share of new traces recorded (a request's traceparent decides for its own)", func(c *ServeConfig) *float64 { return &c.Tracing.SampleRatio }),
+
 	// Tuning of the policies.
 	floatSetting("cache-weight", "router.kvmesh.cache_weight", "kvmesh policy: price of a prompt unit the chosen backend must write to its cache", func(c *ServeConfig) *float64 { return &c.Router.KVMesh.CacheWeight }),
 	floatSetting("load-override-factor", "router.kvmesh.load_override_factor", "kvmesh policy: how much busier than the median a prefix holder may be before it loses the prefix", func(c *ServeConfig) *float64 { return &c.Router.KVMesh.LoadOverrideFactor }),

@@ -139,8 +139,13 @@ func serve(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, ready chan
 		local = router.NewLocalLearner(ix, "local") // the router's and the events' (what New would make)
 		learner = local
 	}
+	tp, stopTracing, err := startTracing(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing() // last: flushes the spans of the requests drained below
 	rt, err := router.New(cfg.Router, router.Deps{Index: ix, Learner: learner, Peers: peers, Logger: log, Registerer: reg,
-		Precise: cfg.Precise.routerConfig()})
+		Precise: cfg.Precise.routerConfig(), TracerProvider: tp})
 	if err != nil {
 		return err
 	}
