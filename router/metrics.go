@@ -69,9 +69,10 @@ type metrics struct {
 	decisions      *prometheus.CounterVec
 	decisionByWhy  [numReasons]prometheus.Counter // for the configured policy
 	matchedRatio   prometheus.Histogram
-	requests       [numEndpointLabels][6]prometheus.Counter // [endpoint][status/100]
-	duration       [numEndpointLabels]prometheus.Observer
-	ttfb           [numEndpointLabels]prometheus.Observer
+	requests       *prometheus.CounterVec   // by endpoint, code and model: children per model in models
+	duration       *prometheus.HistogramVec // by endpoint and model
+	ttfb           *prometheus.HistogramVec // by endpoint and model
+	models         modelLabels              // the models served and their children (metrics_model.go)
 	decisionTime   prometheus.Histogram
 	learned        [2]prometheus.Counter // provisional, confirmed
 	cachedTokens   *prometheus.CounterVec
@@ -99,21 +100,15 @@ func newMetrics(reg prometheus.Registerer, policy string, rt *Router) (*metrics,
 		Name: "matched_prefix_ratio", Help: "Share of the prompt matched by the chosen backend's claims (0 = miss, 1 = whole prompt).",
 		Buckets: []float64{0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1}})
 	requests := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-		Name: "requests_total", Help: "Requests by endpoint and status class (2xx, 4xx, ...)."}, []string{"endpoint", "code"})
+		Name: "requests_total", Help: "Requests by endpoint, status class (2xx, 4xx, ...) and model (one a backend serves, else \"other\")."}, []string{"endpoint", "code", "model"})
 	duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
-		Name: "request_duration_seconds", Help: "Time from request arrival to the last byte of the answer.",
-		Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14)}, []string{"endpoint"})
+		Name: "request_duration_seconds", Help: "Time from request arrival to the last byte of the answer, by endpoint and model.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14)}, []string{"endpoint", "model"})
 	ttfb := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
-		Name: "time_to_first_byte_seconds", Help: "Time from request arrival to the first body byte sent to the client (the first token of a stream).",
-		Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14)}, []string{"endpoint"})
-	for e := endpointLabel(0); e < numEndpointLabels; e++ {
-		for c := 1; c <= 5; c++ {
-			m.requests[e][c] = requests.WithLabelValues(endpointLabelNames[e], string(rune('0'+c))+"xx")
-		}
-		m.requests[e][0] = m.requests[e][5]
-		m.duration[e] = duration.WithLabelValues(endpointLabelNames[e])
-		m.ttfb[e] = ttfb.WithLabelValues(endpointLabelNames[e])
-	}
+		Name: "time_to_first_byte_seconds", Help: "Time from request arrival to the first body byte sent to the client (the first token of a stream), by endpoint and model.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14)}, []string{"endpoint", "model"})
+	m.requests, m.duration, m.ttfb = requests, duration, ttfb
+	m.models.init(m)
 	m.decisionTime = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
 		Name: "decision_duration_seconds", Help: "Time to parse, render, hash, look up and choose a backend for one request.",
 		Buckets: prometheus.ExponentialBuckets(1e-6, 2, 16)})
@@ -156,13 +151,18 @@ func newMetrics(reg prometheus.Registerer, policy string, rt *Router) (*metrics,
 	return m, nil
 }
 
-func (m *metrics) request(ep endpointLabel, status int, d time.Duration) {
+// request counts a request to ep for model (nil: "other") answered status
+// after d.
+func (m *metrics) request(ep endpointLabel, model *modelMetrics, status int, d time.Duration) {
 	c := status / 100
 	if c < 1 || c > 5 {
 		c = 5
 	}
-	m.requests[ep][c].Inc()
-	m.duration[ep].Observe(d.Seconds())
+	if model == nil {
+		model = m.models.other
+	}
+	model.requests(ep, c).Inc()
+	model.durations(ep).Observe(d.Seconds())
 }
 
 // backendCollector reports per-backend state at scrape time from the
