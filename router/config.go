@@ -279,7 +279,7 @@ func (c *Config) Validate() error {
 			bad("backends: must be empty with discovery mode %s (the discovery source lists the backends)", c.Discovery.Mode)
 		}
 	case len(c.Backends) == 0:
-		bad("backends: at least one backend is required (or a discovery mode: dns, kubernetes)")
+		bad("backends: at least one backend is required")
 	}
 	names := make(map[string]int, len(c.Backends))
 	for i, b := range c.Backends {

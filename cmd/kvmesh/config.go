@@ -53,6 +53,10 @@ type ServeConfig struct {
 	// what a crash loses is what 30 s of traffic taught, which claims
 	// relearn within their TTL anyway.
 	StateInterval time.Duration `yaml:"state_interval"`
+
+	// reload reads the configuration again as it was first read (file,
+	// environment, flags): SIGHUP's backend list (discovery.go).
+	reload func() (*ServeConfig, error)
 }
 
 // NodeConfig names this router node.

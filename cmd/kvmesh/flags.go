@@ -190,6 +190,24 @@ var serveSettings = []setting{
 	strSetting("otlp-endpoint", "tracing.otlp_endpoint", "OpenTelemetry collector's OTLP/HTTP endpoint, e.g. http://otel-collector:4318: a span per request and per attempt (empty: no tracing)", func(c *ServeConfig) *string { return &c.Tracing.OTLPEndpoint }),
 	floatSetting("trace-sample-ratio", "tracing.sample_ratio", "share of new traces recorded (a request's traceparent decides for its own)", func(c *ServeConfig) *float64 { return &c.Tracing.SampleRatio }),
 
+	// Where the backends come from.
+	strSetting("discovery", "router.discovery.mode", "where the backends come from: static (--backends or the config file; SIGHUP reloads it), dns or kubernetes", func(c *ServeConfig) *string { return &c.Router.Discovery.Mode }),
+	durationSetting("discovery-interval", "router.discovery.interval", "how often DNS is re-resolved (and the Kubernetes informers' resync period)", func(c *ServeConfig) *time.Duration { return &c.Router.Discovery.Interval }),
+	strSetting("discovery-scheme", "router.discovery.scheme", "scheme of discovered backends' URLs: http or https", func(c *ServeConfig) *string { return &c.Router.Discovery.Scheme }),
+	{name: "discovery-models", key: "router.discovery.models", usage: "comma-separated models every discovered backend serves (default: each one's GET /v1/models)",
+		get:   func(c *ServeConfig) string { return strings.Join(c.Router.Discovery.Models, ",") },
+		apply: func(c *ServeConfig, v string) error { c.Router.Discovery.Models = list(v); return nil }},
+	durationSetting("backend-drain-timeout", "router.discovery.drain_timeout", "how long a removed backend's in-flight requests are waited for before its claims are invalidated", func(c *ServeConfig) *time.Duration { return &c.Router.Discovery.DrainTimeout }),
+	strSetting("dns-name", "router.discovery.dns.name", "dns: the name to resolve (a headless Service; _http._tcp.<service> for its SRV records)", func(c *ServeConfig) *string { return &c.Router.Discovery.DNS.Name }),
+	strSetting("dns-record", "router.discovery.dns.record", "dns: A (A and AAAA) or SRV (default: SRV when the name starts with _)", func(c *ServeConfig) *string { return &c.Router.Discovery.DNS.Record }),
+	intSetting("dns-port", "router.discovery.dns.port", "dns: the backends' port (required with A records; replaces the SRV records' port)", func(c *ServeConfig) *int { return &c.Router.Discovery.DNS.Port }),
+	strSetting("dns-server", "router.discovery.dns.server", "dns: a DNS server host:port to ask instead of the system's resolver", func(c *ServeConfig) *string { return &c.Router.Discovery.DNS.Server }),
+	strSetting("kube-selector", "router.discovery.kubernetes.selector", "kubernetes: label selector of the EndpointSlices, e.g. kubernetes.io/service-name=vllm", func(c *ServeConfig) *string { return &c.Router.Discovery.Kubernetes.Selector }),
+	strSetting("kube-namespace", "router.discovery.kubernetes.namespace", "kubernetes: namespace to watch (default: the pod's own)", func(c *ServeConfig) *string { return &c.Router.Discovery.Kubernetes.Namespace }),
+	strSetting("kube-port", "router.discovery.kubernetes.port", "kubernetes: the backends' port, by name or number (default: the slice's only port)", func(c *ServeConfig) *string { return &c.Router.Discovery.Kubernetes.Port }),
+	strSetting("kube-model-label", "router.discovery.kubernetes.model_label", "kubernetes: the slice label (copied from its Service) naming the model its endpoints serve", func(c *ServeConfig) *string { return &c.Router.Discovery.Kubernetes.ModelLabel }),
+	strSetting("kubeconfig", "router.discovery.kubernetes.kubeconfig", "kubernetes: kubeconfig file when running outside the cluster (default: in-cluster service account)", func(c *ServeConfig) *string { return &c.Router.Discovery.Kubernetes.Kubeconfig }),
+
 	// Tuning of the policies.
 	floatSetting("cache-weight", "router.kvmesh.cache_weight", "kvmesh policy: price of a prompt unit the chosen backend must write to its cache", func(c *ServeConfig) *float64 { return &c.Router.KVMesh.CacheWeight }),
 	floatSetting("load-override-factor", "router.kvmesh.load_override_factor", "kvmesh policy: how much busier than the median a prefix holder may be before it loses the prefix", func(c *ServeConfig) *float64 { return &c.Router.KVMesh.LoadOverrideFactor }),
@@ -270,6 +288,7 @@ func loadServeConfig(args []string, getenv func(string) string, out io.Writer) (
 	if err := cfg.Validate(); err != nil {
 		return nil, annotate(err, from)
 	}
+	cfg.reload = func() (*ServeConfig, error) { return loadServeConfig(args, getenv, io.Discard) }
 	return &cfg, nil
 }
 

@@ -144,7 +144,11 @@ func serve(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, ready chan
 		return err
 	}
 	defer stopTracing() // last: flushes the spans of the requests drained below
-	rt, err := router.New(cfg.Router, router.Deps{Index: ix, Learner: learner, Peers: peers, Logger: log, Registerer: reg,
+	disc, err := discoverer(cfg)
+	if err != nil {
+		return fmt.Errorf("discovery: %w", err)
+	}
+	rt, err := router.New(cfg.Router, router.Deps{Discoverer: disc, Index: ix, Learner: learner, Peers: peers, Logger: log, Registerer: reg,
 		Precise: cfg.Precise.routerConfig(), TracerProvider: tp})
 	if err != nil {
 		return err
@@ -206,6 +210,7 @@ func serve(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, ready chan
 	if err := rt.Start(runCtx); err != nil {
 		return err
 	}
+	watchReload(runCtx, cfg, rt, log) // SIGHUP: the config file's backend list again
 	if node != nil {
 		if err := node.Start(runCtx); err != nil {
 			return fmt.Errorf("mesh: %w", err)
@@ -226,7 +231,7 @@ func serve(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, ready chan
 	go func() { errc <- apiSrv.Serve(apiLn) }()
 	go func() { errc <- adminSrv.Serve(adminLn) }()
 	log.Info().Str("api", apiAddr).Str("admin", adminAddr).
-		Int("backends", len(cfg.Router.Backends)).Str("policy", cfg.Router.Policy).Bool("mesh", node != nil).
+		Int("backends", len(cfg.Router.Backends)).Str("discovery", cfg.Router.Discovery.Mode).Str("policy", cfg.Router.Policy).Bool("mesh", node != nil).
 		Str("version", version).Msg("kvmesh serving")
 	hurry := make(chan struct{})
 	var hurryOnce sync.Once

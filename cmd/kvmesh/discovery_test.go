@@ -1,0 +1,161 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/kvmesh/kvmesh/router"
+)
+
+// backendNames returns the names GET /admin/backends lists, with "~" after
+// those draining.
+func backendNames(t *testing.T, admin string) []string {
+	t.Helper()
+	var list []router.BackendStatus
+	if err := json.Unmarshal([]byte(get(t, "http://"+admin+"/admin/backends")), &list); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, b := range list {
+		n := b.Name
+		if b.Draining {
+			n += "~"
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+func waitForBackends(t *testing.T, admin, want string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second) // a liveness bound
+	for {
+		got := strings.Join(backendNames(t, admin), ",")
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("backends %q, want %q", got, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// SIGHUP reloads the config file's backend list: a backend added joins, one
+// removed drains and goes, and a file that no longer loads changes nothing.
+func TestServeReloadsBackendsOnSIGHUP(t *testing.T) {
+	b1, b2 := fakeBackend(t, 0), fakeBackend(t, 0)
+	path := filepath.Join(t.TempDir(), "kvmesh.yaml")
+	write := func(s string) {
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(fmt.Sprintf("router:\n  backends:\n    - {name: b1, url: %q}\n", b1.URL))
+	s, cancel, done := startServe(t, "--config", path, "--shutdown-timeout", "5s")
+	defer func() { cancel(); <-done }()
+	waitForBackends(t, s.Admin, "b1")
+
+	write(fmt.Sprintf("router:\n  backends:\n    - {name: b1, url: %q}\n    - {name: b2, url: %q}\n", b1.URL, b2.URL))
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitForBackends(t, s.Admin, "b1,b2")
+
+	write(fmt.Sprintf("router:\n  backends:\n    - {name: b2, url: %q}\n", b2.URL))
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitForBackends(t, s.Admin, "b2")
+	metrics := get(t, "http://"+s.Admin+"/metrics")
+	if !strings.Contains(metrics, "kvmesh_router_discovery_backends_removed_total 1") {
+		t.Error("the removal is not counted")
+	}
+
+	// A broken file: logged, nothing changes.
+	write("router:\n  backendz: []\n")
+	cfg, err := loadServeConfig([]string{"--config", path}, env(nil), io.Discard)
+	if err == nil || cfg != nil {
+		t.Fatal("the broken file loads")
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitForBackends(t, s.Admin, "b2")
+}
+
+// reloadBackends applies the reloaded list in static mode only.
+func TestReloadBackendsModes(t *testing.T) {
+	var got [][]router.BackendConfig
+	rt := setterFunc(func(l []router.BackendConfig) error { got = append(got, l); return nil })
+	cfg := DefaultServeConfig()
+	cfg.Router.Discovery.Mode = router.DiscoveryDNS
+	reloadBackends(&cfg, rt, zerolog.Nop())
+	cfg.Router.Discovery.Mode = router.DiscoveryStatic
+	reloadBackends(&cfg, rt, zerolog.Nop()) // no reload function
+	cfg.reload = func() (*ServeConfig, error) {
+		nc := DefaultServeConfig()
+		nc.Router.Discovery.Mode = router.DiscoveryKubernetes
+		return &nc, nil
+	}
+	reloadBackends(&cfg, rt, zerolog.Nop()) // a mode change needs a restart
+	if len(got) != 0 {
+		t.Fatalf("applied %v", got)
+	}
+	cfg.reload = func() (*ServeConfig, error) {
+		nc := DefaultServeConfig()
+		nc.Router.Backends = []router.BackendConfig{{Name: "x", URL: "http://x:1"}}
+		return &nc, nil
+	}
+	reloadBackends(&cfg, rt, zerolog.Nop())
+	if len(got) != 1 || got[0][0].Name != "x" {
+		t.Fatalf("applied %v", got)
+	}
+}
+
+type setterFunc func([]router.BackendConfig) error
+
+func (f setterFunc) SetBackends(l []router.BackendConfig) error { return f(l) }
+
+// The discovery settings come from flags, variables and the file like the
+// others; a mode without its source is refused with the flag to set.
+func TestDiscoveryFlags(t *testing.T) {
+	cfg, err := loadServeConfig([]string{"--discovery", "dns", "--dns-name", "_http._tcp.vllm.llm.svc.cluster.local",
+		"--discovery-interval", "5s", "--backend-drain-timeout", "1m", "--discovery-models", "a,b"}, env(map[string]string{"KVMESH_DNS_SERVER": "10.0.0.10:53"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := cfg.Router.Discovery
+	if d.Mode != "dns" || d.DNS.Name != "_http._tcp.vllm.llm.svc.cluster.local" || d.DNS.Server != "10.0.0.10:53" ||
+		d.Interval != 5*time.Second || d.DrainTimeout != time.Minute || strings.Join(d.Models, ",") != "a,b" {
+		t.Errorf("discovery %+v", d)
+	}
+	_, err = loadServeConfig([]string{"--discovery", "kubernetes"}, env(nil), io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--kube-selector") {
+		t.Errorf("kubernetes without a selector: %v", err)
+	}
+	_, err = loadServeConfig([]string{"--discovery", "dns", "--dns-name", "x", "--backends", "http://a:1"}, env(nil), io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "must be empty") {
+		t.Errorf("dns with backends: %v", err)
+	}
+	path := filepath.Join(t.TempDir(), "k.yaml")
+	if err := os.WriteFile(path, []byte("router:\n  discovery:\n    mode: kubernetes\n    kubernetes: {selector: app=vllm, port: http, model_label: model}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err = loadServeConfig([]string{"--config", path}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := cfg.Router.Discovery.Kubernetes; k.Selector != "app=vllm" || k.Port != "http" || k.ModelLabel != "model" {
+		t.Errorf("kubernetes %+v", k)
+	}
+}
