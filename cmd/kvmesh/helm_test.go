@@ -39,6 +39,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -123,6 +124,8 @@ type kubeObjects struct {
 	certificates    []*cmCertificate
 	issuers         []*cmIssuer
 	serviceMonitors []*promServiceMonitor
+	roles           []*rbacv1.Role
+	roleBindings    []*rbacv1.RoleBinding
 }
 
 var kubeDocSep = regexp.MustCompile(`(?m)^---[ \t]*$`)
@@ -172,6 +175,12 @@ func decodeKubeManifests(src, namespace string) (*kubeObjects, error) {
 		case "cert-manager.io/v1 Issuer":
 			o := &cmIssuer{}
 			objs.issuers, target = append(objs.issuers, o), o
+		case "rbac.authorization.k8s.io/v1 Role":
+			o := &rbacv1.Role{}
+			objs.roles, target = append(objs.roles, o), o
+		case "rbac.authorization.k8s.io/v1 RoleBinding":
+			o := &rbacv1.RoleBinding{}
+			objs.roleBindings, target = append(objs.roleBindings, o), o
 		case "monitoring.coreos.com/v1 ServiceMonitor":
 			o := &promServiceMonitor{}
 			objs.serviceMonitors, target = append(objs.serviceMonitors, o), o
@@ -260,9 +269,7 @@ func checkKubeDeployment(t *testing.T, objs *kubeObjects) {
 
 	// Pod Security "restricted", as the admission controller evaluates it.
 	checkPodSecurityRestricted(t, sts.Name, &pod.ObjectMeta, &pod.Spec)
-	if pod.Spec.AutomountServiceAccountToken == nil || *pod.Spec.AutomountServiceAccountToken {
-		t.Errorf("StatefulSet %s: the pod mounts a service account token it does not use", sts.Name)
-	}
+	// The service account token: checked per node (checkKubeNode), against the discovery mode.
 	if len(pod.Spec.Containers) != 1 {
 		t.Fatalf("StatefulSet %s: want one container, got %d", sts.Name, len(pod.Spec.Containers))
 	}
@@ -650,6 +657,14 @@ func checkKubeNode(t *testing.T, objs *kubeObjects, sts *appsv1.StatefulSet, ord
 		t.Errorf("pod %s: joins %v, want the headless Service's SRV name %s", podName, cfg.Mesh.Join, wantSeed)
 	}
 
+	// A service account token only for EndpointSlice discovery, with exactly the access it needs.
+	mounted := spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken
+	if k8s := cfg.Router.Discovery.Mode == "kubernetes"; mounted != k8s {
+		t.Errorf("pod %s: service account token mounted %v with discovery mode %s", podName, mounted, cfg.Router.Discovery.Mode)
+	} else if k8s && len(objs.roles) > 0 {
+		checkDiscoveryRBAC(t, objs, spec.ServiceAccountName, cfg.Router.Discovery.Kubernetes.Namespace)
+	}
+
 	// Termination: the grace period covers the preStop delay and the whole shutdown timeout.
 	delay := time.Duration(0)
 	if h := c.Lifecycle; h == nil || h.PreStop == nil || h.PreStop.Sleep == nil {
@@ -706,6 +721,33 @@ func checkKubeNode(t *testing.T, objs *kubeObjects, sts *appsv1.StatefulSet, ord
 		default:
 			t.Errorf("pod %s: TLS volume %s is neither a Secret, a projection of Secrets nor the cert-manager csi-driver", podName, vol.Name)
 		}
+	}
+}
+
+// checkDiscoveryRBAC: a Role in the watched namespace grants get, list and watch on EndpointSlices and nothing
+// else, and a RoleBinding gives it to the pods' service account.
+func checkDiscoveryRBAC(t *testing.T, objs *kubeObjects, sa, namespace string) {
+	t.Helper()
+	if len(objs.roles) != 1 || len(objs.roleBindings) != 1 {
+		t.Fatalf("%d Roles and %d RoleBindings, want one each", len(objs.roles), len(objs.roleBindings))
+	}
+	role, rb := objs.roles[0], objs.roleBindings[0]
+	if role.Namespace != namespace || rb.Namespace != namespace {
+		t.Errorf("Role in %q, RoleBinding in %q; discovery watches %q", role.Namespace, rb.Namespace, namespace)
+	}
+	if len(role.Rules) != 1 {
+		t.Fatalf("Role %s has %d rules, want 1", role.Name, len(role.Rules))
+	}
+	r := role.Rules[0]
+	verbs := slices.Clone(r.Verbs)
+	slices.Sort(verbs)
+	if !slices.Equal(r.APIGroups, []string{"discovery.k8s.io"}) || !slices.Equal(r.Resources, []string{"endpointslices"}) ||
+		!slices.Equal(verbs, []string{"get", "list", "watch"}) || len(r.ResourceNames) != 0 {
+		t.Errorf("Role %s grants %+v, want get/list/watch on discovery.k8s.io endpointslices", role.Name, r)
+	}
+	if rb.RoleRef.Kind != "Role" || rb.RoleRef.Name != role.Name || len(rb.Subjects) != 1 ||
+		rb.Subjects[0].Kind != "ServiceAccount" || rb.Subjects[0].Name != sa || rb.Subjects[0].Namespace != objs.namespace {
+		t.Errorf("RoleBinding %s: %+v -> %+v, want Role %s to ServiceAccount %s/%s", rb.Name, rb.RoleRef, rb.Subjects, role.Name, objs.namespace, sa)
 	}
 }
 
@@ -815,6 +857,32 @@ func TestHelmChartRendersAValidMesh(t *testing.T) {
 				}
 			}
 		}},
+		{name: "EndpointSlice discovery", release: "kvmesh", vals: map[string]any{
+			"discovery": map[string]any{"mode": "kubernetes", "kubernetes": map[string]any{"selector": "kubernetes.io/service-name=vllm", "port": "http", "modelLabel": "model"}},
+		}, check: func(t *testing.T, objs *kubeObjects) {
+			cfg := objs.configMaps[0].Data["kvmesh.yaml"]
+			for _, want := range []string{"mode: kubernetes", "selector: kubernetes.io/service-name=vllm", "namespace: llm", "model_label: model"} {
+				if !strings.Contains(cfg, want) {
+					t.Errorf("config lacks %q:\n%s", want, cfg)
+				}
+			}
+			if strings.Contains(cfg, "vllm-0") {
+				t.Errorf("config keeps the static backends with discovery:\n%s", cfg)
+			}
+			if len(objs.roles) != 1 {
+				t.Errorf("%d Roles, want the discovery Role", len(objs.roles))
+			}
+		}},
+		{name: "DNS discovery", release: "kvmesh", vals: map[string]any{
+			"discovery": map[string]any{"mode": "dns", "interval": "5s", "dns": map[string]any{"name": "_http._tcp.vllm.llm.svc.cluster.local"}},
+		}, check: func(t *testing.T, objs *kubeObjects) {
+			if cfg := objs.configMaps[0].Data["kvmesh.yaml"]; !strings.Contains(cfg, "name: _http._tcp.vllm.llm.svc.cluster.local") || !strings.Contains(cfg, "interval: 5s") {
+				t.Errorf("config:\n%s", cfg)
+			}
+			if len(objs.roles)+len(objs.roleBindings) != 0 {
+				t.Error("RBAC rendered without EndpointSlice discovery")
+			}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs := renderHelmObjects(t, tc.release, "llm", tc.vals)
@@ -841,6 +909,9 @@ func TestHelmChartRefusesBadValues(t *testing.T) {
 		{"short gossip key", map[string]any{"gossip": map[string]any{"key": "c2hvcnQ="}}, "key"},
 		{"backend without scheme", map[string]any{"backends": []any{map[string]any{"name": "b", "url": "vllm:8000"}}}, "url"},
 		{"no backends", map[string]any{"backends": []any{}}, "backends"},
+		{"kubernetes discovery without a selector", map[string]any{"discovery": map[string]any{"mode": "kubernetes"}}, "selector"},
+		{"dns discovery without a name", map[string]any{"discovery": map[string]any{"mode": "dns"}}, "dns.name"},
+		{"unknown discovery mode", map[string]any{"discovery": map[string]any{"mode": "consul"}}, "mode"},
 		{"bad anti-affinity", map[string]any{"podAntiAffinity": "always"}, "podAntiAffinity"},
 		{"TLS Secret with cert-manager", map[string]any{"tls": map[string]any{"mode": "csi", "existingSecret": "x"}}, "tls.existingSecret"},
 	} {

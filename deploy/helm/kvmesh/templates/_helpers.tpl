@@ -41,6 +41,32 @@ ready or not. Fully qualified so that no search path is needed. */}}
 {{- printf "_serf._tcp.%s.%s.svc.%s" (include "kvmesh.meshService" .) .Release.Namespace .Values.clusterDomain -}}
 {{- end -}}
 
+{{/* The router's backends: the static list, or the discovery source. */}}
+{{- define "kvmesh.routerConfig" -}}
+{{- $d := .Values.discovery -}}
+{{- if eq $d.mode "static" -}}
+{{- if not .Values.backends }}{{ fail "backends must list at least one backend with discovery.mode static" }}{{ end -}}
+{{- dict "backends" .Values.backends | toYaml -}}
+{{- else -}}
+{{- $disc := dict "mode" $d.mode "interval" $d.interval -}}
+{{- with $d.models }}{{ $_ := set $disc "models" . }}{{ end -}}
+{{- if eq $d.mode "dns" -}}
+{{- if not $d.dns.name }}{{ fail "discovery.dns.name is required with discovery.mode dns" }}{{ end -}}
+{{- $dns := dict "name" $d.dns.name -}}
+{{- if $d.dns.port }}{{ $_ := set $dns "port" (int $d.dns.port) }}{{ end -}}
+{{- $_ := set $disc "dns" $dns -}}
+{{- else -}}
+{{- if not $d.kubernetes.selector }}{{ fail "discovery.kubernetes.selector is required with discovery.mode kubernetes" }}{{ end -}}
+{{- $_ := set $disc "kubernetes" (dict "selector" $d.kubernetes.selector "namespace" (include "kvmesh.discoveryNamespace" .) "port" (toString $d.kubernetes.port) "model_label" $d.kubernetes.modelLabel) -}}
+{{- end -}}
+{{- dict "discovery" $disc | toYaml -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "kvmesh.discoveryNamespace" -}}
+{{- default .Release.Namespace .Values.discovery.kubernetes.namespace -}}
+{{- end -}}
+
 {{- define "kvmesh.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
 {{- default (include "kvmesh.fullname" .) .Values.serviceAccount.name -}}
