@@ -144,7 +144,7 @@ func serve(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, ready chan
 		return err
 	}
 	defer stopTracing() // last: flushes the spans of the requests drained below
-	disc, err := discoverer(cfg)
+	disc, err := discoverer(cfg, log)
 	if err != nil {
 		return fmt.Errorf("discovery: %w", err)
 	}

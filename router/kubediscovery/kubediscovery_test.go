@@ -332,3 +332,27 @@ func TestBackendsSkipsGarbage(t *testing.T) {
 		t.Error("a bad selector was accepted")
 	}
 }
+
+// client-go's logs become zerolog lines: errors at warn, the rest at debug
+// (hidden at info).
+func TestSetLogger(t *testing.T) {
+	var buf strings.Builder
+	var mu sync.Mutex
+	w := zerolog.SyncWriter(writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return buf.Write(p) }))
+	SetLogger(zerolog.New(w).Level(zerolog.InfoLevel))
+	defer SetLogger(zerolog.Nop())
+	sink := &zerologSink{log: zerolog.New(w).Level(zerolog.InfoLevel)}
+	sink.WithName("reflector").Info(2, "listing", "resource", "endpointslices")
+	sink.WithValues("k", 1).Error(fmt.Errorf("connection refused"), "failed to watch", "resource", "endpointslices")
+	mu.Lock()
+	out := buf.String()
+	mu.Unlock()
+	if strings.Contains(out, "listing") || !strings.Contains(out, `"level":"warn"`) || !strings.Contains(out, "connection refused") ||
+		!strings.Contains(out, `"resource":"endpointslices"`) || !strings.Contains(out, `"k":"1"`) {
+		t.Errorf("log:\n%s", out)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
