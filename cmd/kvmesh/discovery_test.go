@@ -4,13 +4,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/miekg/dns"
 	"github.com/rs/zerolog"
 
 	"github.com/kvmesh/kvmesh/router"
@@ -158,4 +162,63 @@ func TestDiscoveryFlags(t *testing.T) {
 	if k := cfg.Router.Discovery.Kubernetes; k.Selector != "app=vllm" || k.Port != "http" || k.ModelLabel != "model" {
 		t.Errorf("kubernetes %+v", k)
 	}
+}
+
+// serve with --discovery dns finds its backends in DNS (a server on
+// loopback) and follows the records.
+func TestServeDNSDiscovery(t *testing.T) {
+	b0, b1 := fakeBackend(t, 0), fakeBackend(t, 0)
+	port := func(u string) string { return u[strings.LastIndexByte(u, ':')+1:] }
+	var mu sync.Mutex
+	srv := map[string][]string{ // SRV targets of the name
+		"_http._tcp.vllm.test.": {"0 0 " + port(b0.URL) + " b0.test."},
+	}
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(req)
+		q := req.Question[0]
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case q.Qtype == dns.TypeSRV && srv[q.Name] != nil:
+			for _, r := range srv[q.Name] {
+				rr, _ := dns.NewRR(q.Name + " 5 IN SRV " + r)
+				m.Answer = append(m.Answer, rr)
+			}
+		case q.Qtype == dns.TypeA && strings.HasSuffix(q.Name, ".test.") && !strings.HasPrefix(q.Name, "_"):
+			rr, _ := dns.NewRR(q.Name + " 5 IN A 127.0.0.1")
+			m.Answer = append(m.Answer, rr)
+		case q.Qtype == dns.TypeAAAA:
+		default:
+			m.Rcode = dns.RcodeNameError
+		}
+		_ = w.WriteMsg(m)
+	})}
+	started := make(chan struct{})
+	ds.NotifyStartedFunc = func() { close(started) }
+	go func() { _ = ds.ActivateAndServe() }()
+	<-started
+	defer ds.Shutdown()
+
+	s, cancel, done := startServe(t, "--discovery", "dns", "--dns-name", "_http._tcp.vllm.test.", "--dns-server", pc.LocalAddr().String(),
+		"--discovery-interval", "50ms", "--shutdown-timeout", "5s")
+	defer func() { cancel(); <-done }()
+	n0, n1 := "b0.test:"+port(b0.URL), "b1.test:"+port(b1.URL)
+	waitForBackends(t, s.Admin, n0)
+	resp, err := http.Post("http://"+s.API+"/v1/chat/completions", "application/json", strings.NewReader(chatBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(resp.Header.Get("X-Kvmesh-Route"), "backend="+n0) {
+		t.Fatalf("status %d, route %q", resp.StatusCode, resp.Header.Get("X-Kvmesh-Route"))
+	}
+	mu.Lock()
+	srv["_http._tcp.vllm.test."] = []string{"0 0 " + port(b1.URL) + " b1.test."}
+	mu.Unlock()
+	waitForBackends(t, s.Admin, n1)
 }
