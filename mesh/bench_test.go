@@ -108,6 +108,34 @@ func BenchmarkLearnToRoutable(b *testing.B) {
 		c.waitMesh(30 * time.Second)
 		measureLearnToRoutable(b, c)
 	})
+	// The same with the load channel busy: every node books and releases
+	// prefill at 500 changes a second, each shipped to its peers at once.
+	b.Run("quic-3-load", func(b *testing.B) {
+		c := newTestCluster(b, nil)
+		c.newTransport = quicTransports(b)
+		c.startN(3)
+		c.waitMesh(30 * time.Second)
+		stop := make(chan struct{})
+		defer close(stop)
+		for _, tn := range c.live() {
+			f := newFakeLoad(b, tn.ix)
+			tn.n.SetLoadSource(f)
+			go func() {
+				t := time.NewTicker(2 * time.Millisecond)
+				defer t.Stop()
+				for i := int64(0); ; i++ {
+					select {
+					case <-stop:
+						return
+					case <-t.C:
+						f.book(int(i%4), 1000*(i%7), i%3, i%5)
+						tn.n.BookingsChanged()
+					}
+				}
+			}()
+		}
+		measureLearnToRoutable(b, c)
+	})
 	b.Run("memnet-32", func(b *testing.B) {
 		c := newTestCluster(b, nil)
 		c.startN(32)
