@@ -47,13 +47,21 @@ type PeerView struct {
 // Admin returns the node's current admin view.
 func (n *Node) Admin() AdminView {
 	digest := n.StateDigest()
+	v := n.adminView()
+	v.StateDigest = digest
+	return v
+}
+
+// adminView is the admin view without the state digest (which walks every
+// claim).
+func (n *Node) adminView() AdminView {
 	n.mu.Lock()
 	peers := n.rep.Peers()
 	st := addStats(n.base, n.rep.Stats())
 	inc, overlay := n.inc, n.overlay
 	n.mu.Unlock()
 	v := AdminView{
-		Node: n.cfg.Name, Incarnation: inc, Topology: "full-mesh", StateDigest: digest,
+		Node: n.cfg.Name, Incarnation: inc, Topology: "full-mesh",
 		Members: n.Members(), Replica: st, Index: n.ix.Stats(), Load: n.loadView(),
 		Peers: make([]PeerView, 0, len(peers)),
 	}

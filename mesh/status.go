@@ -22,23 +22,7 @@ type Status struct {
 // Status returns the node's current status (see Status). It is safe for
 // concurrent use.
 func (n *Node) Status() Status {
-	n.mu.Lock()
-	peers := n.rep.Peers()
-	st := addStats(n.base, n.rep.Stats())
-	inc, overlay := n.inc, n.overlay
-	n.mu.Unlock()
-	s := Status{AdminView: AdminView{
-		Node: n.cfg.Name, Incarnation: inc, Topology: "full-mesh",
-		Members: n.Members(), Replica: st, Index: n.ix.Stats(), Load: n.loadView(),
-		Peers: make([]PeerView, 0, len(peers)),
-	}}
-	if overlay {
-		s.Topology = "overlay"
-	}
-	for _, p := range peers {
-		s.Peers = append(s.Peers, PeerView{Name: p.Name, Backlog: p.Backlog, InFullSync: p.InFullSync,
-			Converged: p.Converged, LastMatch: msTime(p.LastMatch), LastHeard: msTime(p.LastHeard)})
-	}
+	s := Status{AdminView: n.adminView()}
 	if n.m != nil && n.m.applyLag != nil {
 		var m dto.Metric
 		if n.m.applyLag.Write(&m) == nil && m.GetHistogram() != nil {

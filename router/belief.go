@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sort"
 	"sync"
 	"sync/atomic"
 
@@ -189,16 +190,7 @@ func (cb *cacheBelief) at(i int) writeSample {
 // lastBefore is the index of the newest sample whose count is at most w,
 // -1 when none is.
 func (cb *cacheBelief) lastBefore(w float64) int {
-	lo, hi := 0, cb.n // invariant: samples < lo are <= w, samples >= hi are > w
-	for lo < hi {
-		mid := (lo + hi) / 2
-		if cb.at(mid).w <= w {
-			lo = mid + 1
-		} else {
-			hi = mid
-		}
-	}
-	return lo - 1
+	return sort.Search(cb.n, func(i int) bool { return cb.at(i).w > w }) - 1
 }
 
 // distance is how many units the mesh has written to the backend since
@@ -209,15 +201,7 @@ func (cb *cacheBelief) distanceLocked(ms int64) float64 {
 		return 0
 	}
 	now := math.Float64frombits(cb.nowW.Load())
-	lo, hi := 0, cb.n // the first sample after ms
-	for lo < hi {
-		mid := (lo + hi) / 2
-		if cb.at(mid).ms <= ms {
-			lo = mid + 1
-		} else {
-			hi = mid
-		}
-	}
+	lo := sort.Search(cb.n, func(i int) bool { return cb.at(i).ms > ms }) // the first sample after ms
 	if lo == 0 {
 		return now - cb.at(0).w
 	}

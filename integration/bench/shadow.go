@@ -102,7 +102,7 @@ func (s *shadowRouter) PeerWritten(id tree.BackendID) (w float64) {
 	}
 	return w
 }
-func (s *shadowRouter) BookingsChanged()   {}
+func (s *shadowRouter) BookingsChanged() {}
 
 func (s *shadowRouter) Close() { _ = s.rt.Close() }
 
