@@ -88,56 +88,45 @@ func (f *workloadFlags) build() (*workload.Workload, error) {
 	case "multiturn":
 		o := workload.DefaultMultiTurnOptions()
 		o.Seed, o.Body = f.seed, body
-		if f.rate > 0 {
-			o.Rate = f.rate
-		}
+		override(&o.Rate, f.rate)
 		return limit(workload.MultiTurn(o))(f.requests)
 	case "sharedprefix":
 		o := workload.DefaultSharedPrefixOptions()
 		o.Seed, o.Body = f.seed, body
-		if f.rate > 0 {
-			o.Rate = f.rate
-		}
+		override(&o.Rate, f.rate)
 		return limit(workload.SharedPrefix(o))(f.requests)
 	case "longdoc":
 		o := workload.DefaultLongDocumentOptions()
 		o.Seed, o.Body = f.seed, body
-		if f.rate > 0 {
-			o.Rate = f.rate
-		}
+		override(&o.Rate, f.rate)
 		return limit(workload.LongDocument(o))(f.requests)
 	case "hotprefix":
 		o := workload.DefaultHotPrefixOptions()
 		o.Seed, o.Body = f.seed, body
-		if f.rate > 0 {
-			o.Rate = f.rate
-		}
-		if f.requests > 0 {
-			o.Requests = f.requests
-		}
+		override(&o.Rate, f.rate)
+		override(&o.Requests, f.requests)
 		return workload.HotPrefix(o)
 	case "customers":
 		o := workload.DefaultCustomersOptions()
 		o.Seed, o.Body = f.seed, body
-		if f.rate > 0 {
-			o.Rate = f.rate
-		}
-		if f.requests > 0 {
-			o.Requests = f.requests
-		}
+		override(&o.Rate, f.rate)
+		override(&o.Requests, f.requests)
 		return workload.Customers(o)
 	case "agent":
 		o := workload.DefaultAgentOptions()
 		o.Seed, o.Body = f.seed, body
-		if f.rate > 0 {
-			o.Rate = f.rate
-		}
-		if f.requests > 0 {
-			o.Requests = f.requests
-		}
+		override(&o.Rate, f.rate)
+		override(&o.Requests, f.requests)
 		return workload.Agent(o)
 	}
 	return nil, fmt.Errorf("unknown -workload %q (want %s)", f.kind, workloadNames)
+}
+
+// override sets *dst to v when the flag was given (v > 0).
+func override[T int | float64](dst *T, v T) {
+	if v > 0 {
+		*dst = v
+	}
 }
 
 // workloadNames lists the -workload values.

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -92,14 +91,7 @@ func TestTokenModeArm(t *testing.T) {
 	_, sc := prefixHeavy(t)
 	for spec, want := range map[string]float64{"kvmesh+words": 16, "kvmesh": 64} {
 		cfg := e2eConfig(t, sc, spec)
-		fleet, err := cfg.Fleet(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, err := deploy(context.Background(), &cfg, cfg.Arms[0], fleet)
-		if err != nil {
-			t.Fatal(err)
-		}
+		d, _, done := deployArm(t, &cfg, cfg.Fleet, cfg.Arms[0])
 		resp, err := http.Post(d.fronts[0]+"/debug/route", "application/json", bytes.NewReader(chatBody(words("w", 100), "q", 1)))
 		if err != nil {
 			t.Fatal(err)
@@ -107,8 +99,7 @@ func TestTokenModeArm(t *testing.T) {
 		var ex map[string]any
 		err = json.NewDecoder(resp.Body).Decode(&ex)
 		resp.Body.Close()
-		d.Close()
-		fleet.Close()
+		done()
 		if err != nil || ex["units_per_block"] != want {
 			t.Errorf("%s: units_per_block %v (err %v), want %v", spec, ex["units_per_block"], err, want)
 		}

@@ -16,16 +16,8 @@ func TestMeshArmSharesClaims(t *testing.T) {
 	w, sc := prefixHeavy(t)
 	held := func(arm string) []int {
 		cfg := e2eConfig(t, sc, arm)
-		fleet, err := cfg.Fleet(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer fleet.Close()
-		d, err := deploy(context.Background(), &cfg, cfg.Arms[0], fleet)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer d.Close()
+		d, _, done := deployArm(t, &cfg, cfg.Fleet, cfg.Arms[0])
+		defer done()
 		rc := cfg.Replay
 		rc.TimeScale = cfg.TimeScale
 		samples, _, err := Replay(context.Background(), w, d.fronts, rc, nil)
@@ -67,16 +59,8 @@ func TestMeshArmSharesClaims(t *testing.T) {
 func TestMeshArmServesAdminMesh(t *testing.T) {
 	_, sc := prefixHeavy(t)
 	cfg := e2eConfig(t, sc, "kvmesh:2:mesh")
-	fleet, err := cfg.Fleet(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fleet.Close()
-	d, err := deploy(context.Background(), &cfg, cfg.Arms[0], fleet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d, _, done := deployArm(t, &cfg, cfg.Fleet, cfg.Arms[0])
+	defer done()
 	resp, err := http.Get(d.fronts[1] + "/admin/mesh")
 	if err != nil {
 		t.Fatal(err)

@@ -139,17 +139,9 @@ func TestOracleArmThroughTheRouter(t *testing.T) {
 	cfg.TimeScale = 2000
 	cfg.Fleet = SimFleet(3, fastSimConfig())
 	cfg.LagSampleEvery = 0
-	fleet, err := cfg.Fleet(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fleet.Close()
 	arm, _ := ParseArm(PolicyOracle)
-	d, err := deploy(context.Background(), &cfg, arm, fleet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d, fleet, done := deployArm(t, &cfg, cfg.Fleet, arm)
+	defer done()
 	system := words("doc", 600)
 	resp, err := http.Post(fleet.URLs()[1]+sim.ChatPath, "application/json", strings.NewReader(string(chatBody(system, "warm", 1))))
 	if err != nil {

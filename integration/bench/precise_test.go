@@ -54,16 +54,8 @@ func TestPreciseArmKeysByTokens(t *testing.T) {
 	w, sc := prefixHeavy(t)
 	cfg := e2eConfig(t, sc, "kvmesh-precise")
 	cfg.PreciseFleet = PreciseSimFleet(2, sc)
-	fleet, err := cfg.PreciseFleet(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fleet.Close()
-	d, err := deploy(context.Background(), &cfg, cfg.Arms[0], fleet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d, fleet, done := deployArm(t, &cfg, cfg.PreciseFleet, cfg.Arms[0])
+	defer done()
 	for _, r := range w.Requests[:8] {
 		if code := postJSON(t, d.fronts[0]+"/v1/chat/completions", r.BodyBytes()); code != 200 {
 			t.Fatalf("status %d", code)

@@ -251,3 +251,19 @@ func TestReach(t *testing.T) {
 		t.Fatalf("unmeasured: reach %v regret %v", r, g)
 	}
 }
+
+// deployArm starts a fleet from factory and arm's routers in front of it;
+// done closes both.
+func deployArm(t testing.TB, cfg *Config, factory FleetFactory, arm Arm) (d *deployment, fleet Fleet, done func()) {
+	t.Helper()
+	fleet, err := factory(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err = deploy(context.Background(), cfg, arm, fleet)
+	if err != nil {
+		fleet.Close()
+		t.Fatal(err)
+	}
+	return d, fleet, func() { d.Close(); fleet.Close() }
+}
