@@ -41,6 +41,10 @@ type Request struct {
 	// alone): what it counts itself, divided by this, estimates the mesh's
 	// count.
 	MeshShare float64
+	// Reuse is the share of prompt tokens the backends answered they had
+	// cached, over this router's recent answers (a moving average weighted
+	// by tokens); negative before any answer said.
+	Reuse float64
 	// Attempt is 0 for the first choice and n for the n-th retry (the
 	// backends already tried are not among cands).
 	Attempt int

@@ -77,6 +77,7 @@ type Router struct {
 	peers   PeerLoad // nil without a mesh
 	routed  atomic.Uint64
 	upt     atomic.Uint64 // float64 bits: estimated prompt units per token (belief)
+	reuse   reuseAverage  // share of prompt tokens answered cached (Request.Reuse)
 	log     zerolog.Logger
 	policy  Policy
 	// forwardPolicy chooses for forwarded requests, which have no prompt.
