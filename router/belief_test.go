@@ -183,4 +183,13 @@ func TestBeliefCountsPrecision(t *testing.T) {
 		g.counter("kvmesh_router_backend_prefix_routes_total", "backend", "a", "outcome", "refuted"); c != 1 || r != 1 {
 		t.Fatalf("prefix routes confirmed %v refuted %v, want 1 and 1", c, r)
 	}
+	// The answers also feed the fleet's reuse (the spread term's r) and its
+	// gauge: 700 cached tokens of the three prompts.
+	share := g.rt.reuse.share()
+	if !(share > 0 && share < 0.5) {
+		t.Fatalf("reuse share %v after one of three answers was partly cached", share)
+	}
+	if got := g.counter("kvmesh_router_prompt_cached_ratio"); got != share {
+		t.Fatalf("kvmesh_router_prompt_cached_ratio %v, want %v", got, share)
+	}
 }

@@ -460,3 +460,57 @@ func TestPolicyTable(t *testing.T) {
 		t.Error("unknown policy accepted")
 	}
 }
+
+// A new session (every backend holds the shared opening, none the rest)
+// goes to the backend with the fewest active requests once the fleet
+// reuses what it caches, even when that backend has a little prefill
+// queued; without reuse the spread term fades and the queue decides.
+func TestKVMeshSpreadPlacesNewSessions(t *testing.T) {
+	place := func(reuse float64) string {
+		pc := newPolicyCase(20, 21, "a", "b", "c").match(2, 2, 2).inflight(8, 1, 8).pending(0, 600, 0)
+		pc.req.Reuse = reuse
+		name, _ := pc.choose(newKVMeshPolicy(DefaultKVMeshConfig()))
+		return name
+	}
+	if got := place(0.8); got != "b" {
+		t.Fatalf("reuse 0.8: new session placed on %s, want b (fewest active)", got)
+	}
+	if got := place(0); got == "b" {
+		t.Fatalf("no reuse: new session placed on b, want a or c (no prefill queued)")
+	}
+	if got := place(-1); got != "b" {
+		t.Fatalf("reuse unknown (0.5 assumed): new session placed on %s, want b", got)
+	}
+}
+
+// A continuing session stays with its crowded holder at moderate reuse (it
+// would newly write only its last message there) and leaves it only where
+// nearly everything written is read again, the crowded holder's cache
+// thrashing; backends below the mean are never charged.
+func TestKVMeshSpreadKeepsOrShedsHolder(t *testing.T) {
+	run := func(reuse float64) (string, []float64) {
+		pc := newPolicyCase(20, 22, "a", "b", "c").match(19, 2, 2).inflight(8, 0, 0)
+		pc.req.Reuse = reuse
+		name, _ := pc.choose(newKVMeshPolicy(DefaultKVMeshConfig()))
+		return name, pc.scores
+	}
+	if got, scores := run(0.5); got != "a" {
+		t.Fatalf("reuse 0.5: chose %s (costs %v), want the holder a", got, scores)
+	}
+	got, scores := run(0.97)
+	if got == "a" {
+		t.Fatalf("reuse 0.97: chose the crowded holder a (costs %v)", scores)
+	}
+	_, base := run(0)
+	if scores[1] != base[1] || scores[2] != base[2] {
+		t.Fatalf("backends below the mean were charged: %v, without the term %v", scores, base)
+	}
+}
+
+func TestKVMeshSpreadWeightValidated(t *testing.T) {
+	cfg := DefaultKVMeshConfig()
+	cfg.SpreadWeight = -1
+	if errs := cfg.validate(); len(errs) == 0 {
+		t.Fatal("spread_weight -1 accepted")
+	}
+}
