@@ -108,7 +108,11 @@ type KVMeshConfig struct {
 	// reuse is 1); counting every active request rather than those above
 	// the mean (Mooncake TTFT p50 +15%); applying the term only where every
 	// candidate holds the same prefix (agent back to 75.8%: its gain is
-	// moving sessions off crowded, thrashing holders).
+	// moving sessions off crowded, thrashing holders); charging only the
+	// reuse beyond one read, max(rho - 1, 0), at 5, 7 and 10 (2 runs each:
+	// agent 80.3%, 83.4%, 84.0%; customers 50.6%, 50.2%, 50.3%, TTFT p99
+	// 2.05, 2.50, 2.47 s), within these runs' noise of 4 on customers and
+	// below it on agent.
 	SpreadWeight float64 `yaml:"spread_weight"`
 	// KVUsageThreshold and KVUsageWeight: above this KV-cache usage (0..1)
 	// a backend starts preempting; each full step from the threshold to 100%
