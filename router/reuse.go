@@ -41,3 +41,12 @@ func (a *reuseAverage) share() float64 {
 	}
 	return a.cached / a.prompt
 }
+
+// ObserveAnswer counts an answer's usage (prompt and cached tokens) in the
+// router's estimate of the fleet's reuse (Request.Reuse) without a request
+// of its own: for a router that mirrors others' traffic, such as a
+// benchmark's shadow router (Shadow). A router counts its own answers
+// already.
+func (rt *Router) ObserveAnswer(promptTokens, cachedTokens int64) {
+	rt.reuse.add(promptTokens, cachedTokens)
+}

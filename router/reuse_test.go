@@ -35,3 +35,13 @@ func TestReuseAverage(t *testing.T) {
 		t.Fatalf("after 2000 fully cached answers: %v", got)
 	}
 }
+
+// A mirroring router (a benchmark's shadow) learns the fleet's reuse from
+// answers it did not route.
+func TestObserveAnswer(t *testing.T) {
+	g := newRig(t, nil, newFakeBackend(t, "a"))
+	g.rt.ObserveAnswer(100, 80)
+	if got := g.rt.reuse.share(); math.Abs(got-0.8) > 1e-12 {
+		t.Fatalf("reuse after one observed answer: %v, want 0.8", got)
+	}
+}

@@ -57,6 +57,10 @@ type ReplayConfig struct {
 	// then (the simulator's real caches): the most a router could have
 	// reused (Sample.Available). Default none.
 	Available func(body []byte) int `json:"-"`
+	// Answered, if set, is told each successful answer's prompt and cached
+	// token counts (the shadow router learns the fleet's reuse from them,
+	// as the nodes do from their answers). Default none.
+	Answered func(promptTokens, cachedTokens int) `json:"-"`
 }
 
 // DefaultReplayConfig returns the defaults documented on ReplayConfig.
@@ -154,6 +158,9 @@ func (rp *replayer) one(ctx context.Context, i int, late time.Duration) {
 	}
 	r := &rp.w.Requests[i]
 	send(ctx, rp.client, rp.urls[rp.target[i]], r.AppendBody, rp.rc.Shadow, rp.rc.Available, s)
+	if rp.rc.Answered != nil && s.OK() {
+		rp.rc.Answered(s.PromptTokens, s.CachedTokens)
+	}
 	if rp.done != nil {
 		rp.done()
 	}

@@ -87,6 +87,7 @@ func RunOnce(ctx context.Context, cfg *Config, w *workload.Workload, arm Arm, re
 	rc.Seed = cfg.Replay.Seed + uint64(repeat)
 	if d.shadow != nil {
 		rc.Shadow = d.shadow.decide
+		rc.Answered = d.shadow.answered
 	}
 	if view := fleet.Oracle(); view != nil && cfg.MeasureAvailable {
 		rc.Available = availableIn(view, rc.Path)

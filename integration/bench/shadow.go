@@ -69,6 +69,12 @@ func (s *shadowRouter) decide(body []byte) (backend, reason string) {
 	return b, why.String()
 }
 
+// answered counts an answer of any node in the shadow's estimate of the
+// fleet's reuse (the kvmesh policy's spread term), as that node did.
+func (s *shadowRouter) answered(promptTokens, cachedTokens int) {
+	s.rt.ObserveAnswer(int64(promptTokens), int64(cachedTokens))
+}
+
 // PeerLoad sums every node's bookings at the backend (router.PeerLoad).
 func (s *shadowRouter) PeerLoad(id tree.BackendID) (units, requests, inFlight float64) {
 	for i, n := range s.nodes {
