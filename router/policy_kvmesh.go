@@ -18,7 +18,7 @@ import (
 //	        + avg * QueueWeight * w_i * others_waiting_i
 //	        + avg * LoadWeight * decoding_i) / weight_i
 //	kv_i   = avg * KVUsageWeight * w_i * max(0, kv_usage_i - KVUsageThreshold) / (1 - KVUsageThreshold)
-//	spread_i = SpreadWeight * avg * rho * ((T - M_i) / T) * max(0, active_i / weight_i - mean_active)
+//	spread_i = SpreadWeight * avg * max(rho - 1, 0) * ((T - M_i) / T) * max(0, active_i / weight_i - mean_active)
 //
 // The first term is the prefill this request makes the backend compute,
 // priced twice: once for the time it takes now (PrefillWeight) and once
@@ -48,13 +48,14 @@ import (
 // footprint its cache must keep; above the fleet's mean (mean_active, per
 // unit of weight) they crowd each other out. What is at stake is what the
 // candidate would newly write (T - M_i: nothing for a full holder, the
-// whole prompt for a backend holding none of it) times rho = r / (1 - r),
-// how often a unit written is read again, r being the share of prompt
-// tokens the backends answered they had cached (Request.Reuse; 0.5 before
-// any answer). So a new session goes to a backend with fewer contexts, a
-// continuing one stays with its holder unless the holder is crowded where
-// reuse is high (there it thrashes: coding agents), and where little is
-// reused (rho small) the term fades and the queued prefill decides.
+// whole prompt for a backend holding none of it) times the reads of it
+// beyond the first: rho = r / (1 - r) is how often a unit written is read
+// again, r being the share of prompt tokens the backends answered they had
+// cached (Request.Reuse). So where the fleet reads what it writes many
+// times over (coding agents: r 0.8, rho 4), a new session goes to a backend
+// with fewer contexts and a crowded holder, which thrashes, sheds sessions;
+// where it reads a unit once or less (r <= 0.5, and before any answer) the
+// term is off and the queued prefill decides.
 //
 // Candidates within TieBand of the cheapest are equally good: rendezvous
 // hashing places the request among them, so that router nodes agree on new
@@ -96,23 +97,25 @@ type KVMeshConfig struct {
 	// 1: a waiting request must be prefilled before ours starts.
 	QueueWeight float64 `yaml:"queue_weight"`
 	// SpreadWeight scales spread_i above: each request active at the
-	// backend above the mean costs SpreadWeight average prompts, times rho,
-	// times the share of the prompt the backend lacks. 4: measured with the
-	// bench (8 backends, kvmesh arm, hit rate and TTFT p99 over 2 runs on
-	// agent, 1 run on customers and Mooncake 3x): 0 (no term): agent 73.7%,
-	// 167 s; customers 50.3%; Mooncake 14.1-14.7%, p50 0.97-1.01 s. 2:
-	// agent 83.6%, 35 s; customers 50.3%; Mooncake 14.3%, 0.98 s. 4: agent
-	// 84.6%, 21 s; customers 49.9%; Mooncake 14.5%, 1.03 s. Variants that
-	// failed: rho from the claims' matched share instead of the answers
-	// (customers 44-47%: its matches are stale, rho was 6 where the real
-	// reuse is 1); counting every active request rather than those above
-	// the mean (Mooncake TTFT p50 +15%); applying the term only where every
-	// candidate holds the same prefix (agent back to 75.8%: its gain is
-	// moving sessions off crowded, thrashing holders); charging only the
-	// reuse beyond one read, max(rho - 1, 0), at 5, 7 and 10 (2 runs each:
-	// agent 80.3%, 83.4%, 84.0%; customers 50.6%, 50.2%, 50.3%, TTFT p99
-	// 2.05, 2.50, 2.47 s), within these runs' noise of 4 on customers and
-	// below it on agent.
+	// backend above the mean costs SpreadWeight average prompts, times the
+	// reads beyond the first, times the share of the prompt the backend
+	// lacks. 8, from the bench (8 backends, kvmesh arm; hit rate, TTFT p50
+	// and p99, 2 runs each unless said):
+	//   - off: agent 73.7%, p99 167 s (1 run); customers 50.3%, 0.38 s,
+	//     2.20 s (1 run); Mooncake 3x 14.5%, p50 0.94-1.01 s.
+	//   - 5: agent 80.3%, 28 s; customers 50.6%, 0.37 s, 2.05 s.
+	//   - 7: agent 83.4%, 24 s; customers 50.2%, 0.38 s, 2.50 s.
+	//   - 10: agent 84.0%, 21 s; customers 50.3%, 0.41 s, 2.47 s.
+	//   - Mooncake's reuse is r 0.14: the term is off there.
+	// Variants that did worse: rho itself rather than rho - 1, at 4 (agent
+	// 84.6%, 21 s; customers 49.6%, 3 runs; Mooncake 3x 14.0% and p50
+	// 1.04 s against 14.5% and 0.94-1.01 s off, side by side); rho from the
+	// claims' matched share instead of the answers (customers 44-47%: its
+	// matches are stale, rho was 6 where the real reuse is 1); counting
+	// every active request rather than those above the mean (Mooncake TTFT
+	// p50 +15%); applying the term only where every candidate holds the
+	// same prefix (agent back to 75.8%: its gain is moving sessions off
+	// crowded, thrashing holders).
 	SpreadWeight float64 `yaml:"spread_weight"`
 	// KVUsageThreshold and KVUsageWeight: above this KV-cache usage (0..1)
 	// a backend starts preempting; each full step from the threshold to 100%
@@ -170,7 +173,7 @@ func DefaultKVMeshConfig() KVMeshConfig {
 		CacheWeight:        16,
 		PendingWeight:      1,
 		LoadWeight:         0.01,
-		SpreadWeight:       4,
+		SpreadWeight:       8,
 		QueueWeight:        1,
 		KVUsageThreshold:   0.9,
 		KVUsageWeight:      4,
@@ -238,7 +241,8 @@ type kvmeshPolicy struct {
 }
 
 // maxReuseRatio caps r/(1-r) (at r = 0.95); initialReuse is r before any
-// answer reported cached tokens (a unit written is read once).
+// answer reported cached tokens (a unit written is read once: the spread
+// term is off).
 const (
 	maxReuseRatio = 19
 	initialReuse  = 0.5
@@ -301,7 +305,7 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 		if req.Reuse >= 0 {
 			r = min(req.Reuse, 1)
 		}
-		spread = cfg.SpreadWeight * avg * min(r/max(1-r, 0), maxReuseRatio) / total
+		spread = cfg.SpreadWeight * avg * max(min(r/max(1-r, 0), maxReuseRatio)-1, 0) / total
 	}
 	for i := range cands {
 		c := &cands[i]

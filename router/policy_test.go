@@ -463,8 +463,9 @@ func TestPolicyTable(t *testing.T) {
 
 // A new session (every backend holds the shared opening, none the rest)
 // goes to the backend with the fewest active requests once the fleet
-// reuses what it caches, even when that backend has a little prefill
-// queued; without reuse the spread term fades and the queue decides.
+// reads what it caches more than once, even when that backend has a little
+// prefill queued; with less reuse, or none known yet, the spread term is
+// off and the queue decides.
 func TestKVMeshSpreadPlacesNewSessions(t *testing.T) {
 	place := func(reuse float64) string {
 		pc := newPolicyCase(20, 21, "a", "b", "c").match(2, 2, 2).inflight(8, 1, 8).pending(0, 600, 0)
@@ -478,15 +479,18 @@ func TestKVMeshSpreadPlacesNewSessions(t *testing.T) {
 	if got := place(0); got == "b" {
 		t.Fatalf("no reuse: new session placed on b, want a or c (no prefill queued)")
 	}
-	if got := place(-1); got != "b" {
-		t.Fatalf("reuse unknown (0.5 assumed): new session placed on %s, want b", got)
+	if got := place(-1); got == "b" {
+		t.Fatalf("reuse unknown: new session placed on b, want a or c (the term is off)")
+	}
+	if got := place(0.5); got == "b" {
+		t.Fatalf("reuse 0.5 (each unit read once): new session placed on b, want a or c")
 	}
 }
 
 // A continuing session stays with its crowded holder at moderate reuse (it
 // would newly write only its last message there) and leaves it only where
-// nearly everything written is read again, the crowded holder's cache
-// thrashing; backends below the mean are never charged.
+// nearly everything written is read again many times, the crowded holder's
+// cache thrashing; backends below the mean are never charged.
 func TestKVMeshSpreadKeepsOrShedsHolder(t *testing.T) {
 	run := func(reuse float64) (string, []float64) {
 		pc := newPolicyCase(20, 22, "a", "b", "c").match(19, 2, 2).inflight(8, 0, 0)
@@ -494,8 +498,8 @@ func TestKVMeshSpreadKeepsOrShedsHolder(t *testing.T) {
 		name, _ := pc.choose(newKVMeshPolicy(DefaultKVMeshConfig()))
 		return name, pc.scores
 	}
-	if got, scores := run(0.5); got != "a" {
-		t.Fatalf("reuse 0.5: chose %s (costs %v), want the holder a", got, scores)
+	if got, scores := run(0.7); got != "a" {
+		t.Fatalf("reuse 0.7: chose %s (costs %v), want the holder a", got, scores)
 	}
 	got, scores := run(0.97)
 	if got == "a" {
