@@ -18,7 +18,7 @@ import (
 //	        + avg * QueueWeight * w_i * others_waiting_i
 //	        + avg * LoadWeight * decoding_i) / weight_i
 //	kv_i   = avg * KVUsageWeight * w_i * max(0, kv_usage_i - KVUsageThreshold) / (1 - KVUsageThreshold)
-//	spread_i = SpreadWeight * avg * max(rho - 1, 0) * ((T - M_i) / T) * max(0, active_i / weight_i - mean_active)
+//	spread_i = SpreadWeight * avg * max(rho - SpreadMinReuse, 0) * ((T - M_i) / T) * max(0, active_i / weight_i - mean_active)
 //
 // The first term is the prefill this request makes the backend compute,
 // priced twice: once for the time it takes now (PrefillWeight) and once
@@ -49,13 +49,14 @@ import (
 // unit of weight) they crowd each other out. What is at stake is what the
 // candidate would newly write (T - M_i: nothing for a full holder, the
 // whole prompt for a backend holding none of it) times the reads of it
-// beyond the first: rho = r / (1 - r) is how often a unit written is read
-// again, r being the share of prompt tokens the backends answered they had
-// cached (Request.Reuse). So where the fleet reads what it writes many
-// times over (coding agents: r 0.8, rho 4), a new session goes to a backend
-// with fewer contexts and a crowded holder, which thrashes, sheds sessions;
-// where it reads a unit once or less (r <= 0.5, and before any answer) the
-// term is off and the queued prefill decides.
+// beyond SpreadMinReuse: rho = r / (1 - r) is how often a unit written is
+// read again, r being the share of prompt tokens the backends answered
+// they had cached (Request.Reuse). So where the fleet reads what it writes
+// many times over (coding agents: r 0.83, rho 5), a new session goes to a
+// backend with fewer contexts and a crowded holder, which thrashes, sheds
+// sessions; where it reads a unit a couple of times or less (Mooncake, r
+// 0.14; customers, r 0.5; before any answer) the term is off and the
+// queued prefill decides.
 //
 // Candidates within TieBand of the cheapest are equally good: rendezvous
 // hashing places the request among them, so that router nodes agree on new
@@ -96,18 +97,22 @@ type KVMeshConfig struct {
 	// this router did not send (from ORCA or /metrics), in average prompts.
 	// 1: a waiting request must be prefilled before ours starts.
 	QueueWeight float64 `yaml:"queue_weight"`
-	// SpreadWeight scales spread_i above: each request active at the
-	// backend above the mean costs SpreadWeight average prompts, times the
-	// reads beyond the first, times the share of the prompt the backend
-	// lacks. 8, from the bench (8 backends, kvmesh arm; hit rate, TTFT p50
-	// and p99, 2 runs each unless said):
-	//   - off: agent 73.7%, p99 167 s (1 run); customers 50.3%, 0.38 s,
-	//     2.20 s (1 run); Mooncake 3x 14.5%, p50 0.94-1.01 s.
-	//   - 5: agent 80.3%, 28 s; customers 50.6%, 0.37 s, 2.05 s.
-	//   - 7: agent 83.4%, 24 s; customers 50.2%, 0.38 s, 2.50 s.
-	//   - 10: agent 84.0%, 21 s; customers 50.3%, 0.41 s, 2.47 s.
-	//   - Mooncake's reuse is r 0.14: the term is off there.
-	// Variants that did worse: rho itself rather than rho - 1, at 4 (agent
+	// SpreadWeight and SpreadMinReuse scale spread_i above: each request
+	// active at the backend above the mean costs SpreadWeight average
+	// prompts, times the reads per unit written beyond SpreadMinReuse,
+	// times the share of the prompt the backend lacks. 12 and 2, from the
+	// bench (8 backends, kvmesh arm; hit rate, TTFT p50 and p99, 2 runs
+	// each unless said):
+	//   - off: agent 73.7%, p99 167 s (1 run); customers 50.2%, 0.39 s,
+	//     2.26 s; Mooncake 3x 14.5%, p50 0.94-1.01 s.
+	//   - 12 and 2: agent 83.9%, 22 s; customers 50.1%, 0.39 s, 2.51 s
+	//     (side by side with off, both beside another benchmark).
+	//   - weight 8 beyond 1 read: agent 83.8%, 21.8 s (3 runs); customers
+	//     50.3%, 0.39 s, 2.81 s (3 runs): customers' r hovers around 0.5,
+	//     where the term turns on and off. At 5, 7 and 10 beyond 1 read:
+	//     agent 80.3%, 83.4%, 84.0%; customers p99 2.05, 2.50, 2.47 s.
+	//   - Mooncake's reuse (r 0.14) is below both thresholds: the term is off.
+	// Variants that did worse: weight 4 on every read (rho itself; agent
 	// 84.6%, 21 s; customers 49.6%, 3 runs; Mooncake 3x 14.0% and p50
 	// 1.04 s against 14.5% and 0.94-1.01 s off, side by side); rho from the
 	// claims' matched share instead of the answers (customers 44-47%: its
@@ -116,7 +121,8 @@ type KVMeshConfig struct {
 	// p50 +15%); applying the term only where every candidate holds the
 	// same prefix (agent back to 75.8%: its gain is moving sessions off
 	// crowded, thrashing holders).
-	SpreadWeight float64 `yaml:"spread_weight"`
+	SpreadWeight   float64 `yaml:"spread_weight"`
+	SpreadMinReuse float64 `yaml:"spread_min_reuse"`
 	// KVUsageThreshold and KVUsageWeight: above this KV-cache usage (0..1)
 	// a backend starts preempting; each full step from the threshold to 100%
 	// costs KVUsageWeight average prompts. 0.9 and 4: only a nearly full
@@ -173,7 +179,8 @@ func DefaultKVMeshConfig() KVMeshConfig {
 		CacheWeight:        16,
 		PendingWeight:      1,
 		LoadWeight:         0.01,
-		SpreadWeight:       8,
+		SpreadWeight:       12,
+		SpreadMinReuse:     2,
 		QueueWeight:        1,
 		KVUsageThreshold:   0.9,
 		KVUsageWeight:      4,
@@ -201,6 +208,7 @@ func (c KVMeshConfig) validate() []error {
 	nonNeg("pending_weight", c.PendingWeight)
 	nonNeg("load_weight", c.LoadWeight)
 	nonNeg("spread_weight", c.SpreadWeight)
+	nonNeg("spread_min_reuse", c.SpreadMinReuse)
 	nonNeg("queue_weight", c.QueueWeight)
 	nonNeg("kv_usage_weight", c.KVUsageWeight)
 	nonNeg("tie_band", c.TieBand)
@@ -241,8 +249,8 @@ type kvmeshPolicy struct {
 }
 
 // maxReuseRatio caps r/(1-r) (at r = 0.95); initialReuse is r before any
-// answer reported cached tokens (a unit written is read once: the spread
-// term is off).
+// answer reported cached tokens (a unit written is read once: below
+// SpreadMinReuse's default, the spread term is off).
 const (
 	maxReuseRatio = 19
 	initialReuse  = 0.5
@@ -305,7 +313,7 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 		if req.Reuse >= 0 {
 			r = min(req.Reuse, 1)
 		}
-		spread = cfg.SpreadWeight * avg * max(min(r/max(1-r, 0), maxReuseRatio)-1, 0) / total
+		spread = cfg.SpreadWeight * avg * max(min(r/max(1-r, 0), maxReuseRatio)-cfg.SpreadMinReuse, 0) / total
 	}
 	for i := range cands {
 		c := &cands[i]

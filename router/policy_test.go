@@ -2,6 +2,7 @@ package router
 
 import (
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -463,16 +464,17 @@ func TestPolicyTable(t *testing.T) {
 
 // A new session (every backend holds the shared opening, none the rest)
 // goes to the backend with the fewest active requests once the fleet
-// reads what it caches more than once, even when that backend has a little
-// prefill queued; with less reuse, or none known yet, the spread term is
-// off and the queue decides.
+// reads what it caches more than spread_min_reuse times, even when that
+// backend has a little prefill queued; with less reuse, or none known yet,
+// the spread term is off and the queue decides.
 func TestKVMeshSpreadPlacesNewSessions(t *testing.T) {
-	place := func(reuse float64) string {
+	placeWith := func(cfg KVMeshConfig, reuse float64) string {
 		pc := newPolicyCase(20, 21, "a", "b", "c").match(2, 2, 2).inflight(8, 1, 8).pending(0, 600, 0)
 		pc.req.Reuse = reuse
-		name, _ := pc.choose(newKVMeshPolicy(DefaultKVMeshConfig()))
+		name, _ := pc.choose(newKVMeshPolicy(cfg))
 		return name
 	}
+	place := func(reuse float64) string { return placeWith(DefaultKVMeshConfig(), reuse) }
 	if got := place(0.8); got != "b" {
 		t.Fatalf("reuse 0.8: new session placed on %s, want b (fewest active)", got)
 	}
@@ -482,8 +484,13 @@ func TestKVMeshSpreadPlacesNewSessions(t *testing.T) {
 	if got := place(-1); got == "b" {
 		t.Fatalf("reuse unknown: new session placed on b, want a or c (the term is off)")
 	}
-	if got := place(0.5); got == "b" {
-		t.Fatalf("reuse 0.5 (each unit read once): new session placed on b, want a or c")
+	if got := place(0.6); got == "b" {
+		t.Fatalf("reuse 0.6 (each unit read 1.5 times, below spread_min_reuse): new session placed on b, want a or c")
+	}
+	low := DefaultKVMeshConfig()
+	low.SpreadMinReuse = 0
+	if got := placeWith(low, 0.6); got != "b" {
+		t.Fatalf("reuse 0.6, spread_min_reuse 0: new session placed on %s, want b", got)
 	}
 }
 
@@ -516,5 +523,10 @@ func TestKVMeshSpreadWeightValidated(t *testing.T) {
 	cfg.SpreadWeight = -1
 	if errs := cfg.validate(); len(errs) == 0 {
 		t.Fatal("spread_weight -1 accepted")
+	}
+	cfg = DefaultKVMeshConfig()
+	cfg.SpreadMinReuse = math.NaN()
+	if errs := cfg.validate(); len(errs) == 0 {
+		t.Fatal("spread_min_reuse NaN accepted")
 	}
 }

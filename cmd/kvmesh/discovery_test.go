@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -64,21 +65,35 @@ func TestServeReloadsBackendsOnSIGHUP(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The test's own subscription keeps SIGHUP handled for its whole length
+	// and tells when each one sent was delivered: a SIGHUP still in flight
+	// when the node stops (its subscription gone) would kill the test
+	// binary.
+	sent := make(chan os.Signal, 4)
+	signal.Notify(sent, syscall.SIGHUP)
+	defer signal.Stop(sent)
+	hup := func() {
+		t.Helper()
+		if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-sent:
+		case <-time.After(time.Minute):
+			t.Fatal("SIGHUP not delivered")
+		}
+	}
 	write(fmt.Sprintf("router:\n  backends:\n    - {name: b1, url: %q}\n", b1.URL))
 	s, cancel, done := startServe(t, "--config", path, "--shutdown-timeout", "5s")
 	defer func() { cancel(); <-done }()
 	waitForBackends(t, s.Admin, "b1")
 
 	write(fmt.Sprintf("router:\n  backends:\n    - {name: b1, url: %q}\n    - {name: b2, url: %q}\n", b1.URL, b2.URL))
-	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
-		t.Fatal(err)
-	}
+	hup()
 	waitForBackends(t, s.Admin, "b1,b2")
 
 	write(fmt.Sprintf("router:\n  backends:\n    - {name: b2, url: %q}\n", b2.URL))
-	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
-		t.Fatal(err)
-	}
+	hup()
 	waitForBackends(t, s.Admin, "b2")
 	metrics := get(t, "http://"+s.Admin+"/metrics")
 	if !strings.Contains(metrics, "kvmesh_router_discovery_backends_removed_total 1") {
@@ -91,9 +106,7 @@ func TestServeReloadsBackendsOnSIGHUP(t *testing.T) {
 	if err == nil || cfg != nil {
 		t.Fatal("the broken file loads")
 	}
-	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
-		t.Fatal(err)
-	}
+	hup()
 	waitForBackends(t, s.Admin, "b2")
 }
 
