@@ -195,7 +195,7 @@ func BenchmarkKVMeshChoose(b *testing.B) {
 		names[i] = fmt.Sprint("gpu-", i)
 	}
 	pc := newPolicyCase(256, 3, names...).match(0, 100, 256, 0, 3, 3, 0, 256, 0, 0, 12, 0, 0, 0, 1, 0).inflight(1, 4, 2, 3, 0, 0, 1, 2, 5, 1, 1, 1, 0, 0, 2, 3)
-	pc.req.Reuse = 0.6 // the spread term on
+	pc.req.Reuse = 0.8 // the spread term on (4 reads per unit written, beyond spread_min_reuse)
 	p := newKVMeshPolicy(DefaultKVMeshConfig())
 	b.ReportAllocs()
 	for b.Loop() {

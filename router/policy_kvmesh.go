@@ -313,15 +313,16 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 		if req.Reuse >= 0 {
 			r = min(req.Reuse, 1)
 		}
-		spread = cfg.SpreadWeight * avg * max(min(r/max(1-r, 0), maxReuseRatio)-cfg.SpreadMinReuse, 0) / total
+		spread = cfg.SpreadWeight * avg * max(min(r/(1-r), maxReuseRatio)-cfg.SpreadMinReuse, 0) / total // r = 1: +Inf, capped
 	}
 	for i := range cands {
 		c := &cands[i]
 		l := &c.Load
 		loads[i] = cfg.load(c, avg)
-		cost := (cfg.PrefillWeight+cfg.CacheWeight)*(total-c.SavedUnits(req.Chain)) + loads[i]
+		matched := float64(c.MatchedUnits(req.Chain))
+		cost := (cfg.PrefillWeight+cfg.CacheWeight)*(total-matched*(1-c.Discount)) + loads[i] // total - SavedUnits
 		if spread > 0 {
-			cost += spread * (total - float64(c.MatchedUnits(req.Chain))) * max(l.active()/c.Weight-meanActive, 0)
+			cost += spread * (total - matched) * max(l.active()/c.Weight-meanActive, 0)
 		}
 		if l.Has&HasKVCacheUsage != 0 && l.KVUsage > cfg.KVUsageThreshold {
 			cost += avg * cfg.KVUsageWeight * l.SignalWeight * (l.KVUsage - cfg.KVUsageThreshold) / (1 - cfg.KVUsageThreshold)
