@@ -65,8 +65,9 @@ type backend struct {
 	cachedTokens prometheus.Counter
 	promptTokens prometheus.Counter
 	// prefixRoutes counts prefix routes refuted [0] and confirmed [1] by
-	// the answer (routing precision).
-	prefixRoutes [2]prometheus.Counter
+	// the answer (routing precision), and routes on doubted claims refuted
+	// [2] and confirmed [3].
+	prefixRoutes [4]prometheus.Counter
 	ejections    prometheus.Counter
 	invalidated  prometheus.Counter
 }
@@ -106,7 +107,8 @@ func newBackend(slot int, bc BackendConfig, ix *tree.Index, m *metrics) (*backen
 	b.capConfigured = bc.KVCapacityTokens > 0
 	b.cachedTokens = m.cachedTokens.WithLabelValues(name)
 	b.promptTokens = m.promptTokens.WithLabelValues(name)
-	b.prefixRoutes = [2]prometheus.Counter{m.prefixRoutes.WithLabelValues(name, "refuted"), m.prefixRoutes.WithLabelValues(name, "confirmed")}
+	b.prefixRoutes = [4]prometheus.Counter{m.prefixRoutes.WithLabelValues(name, "refuted"), m.prefixRoutes.WithLabelValues(name, "confirmed"),
+		m.prefixRoutes.WithLabelValues(name, "doubt-refuted"), m.prefixRoutes.WithLabelValues(name, "doubt-confirmed")}
 	b.ejections = m.ejections.WithLabelValues(name)
 	b.invalidated = m.invalidations.WithLabelValues(name)
 	return b, nil

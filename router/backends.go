@@ -377,6 +377,8 @@ func (rt *Router) deleteSeries(name string) {
 	m.promptTokens.DeleteLabelValues(name)
 	m.prefixRoutes.DeleteLabelValues(name, "refuted")
 	m.prefixRoutes.DeleteLabelValues(name, "confirmed")
+	m.prefixRoutes.DeleteLabelValues(name, "doubt-refuted")
+	m.prefixRoutes.DeleteLabelValues(name, "doubt-confirmed")
 	m.ejections.DeleteLabelValues(name)
 	m.invalidations.DeleteLabelValues(name)
 }

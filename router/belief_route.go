@@ -18,6 +18,9 @@ type answerCheck struct {
 	ok                 bool
 	trusted, all       int32 // blocks
 	distTrust, distAll float64
+	// booked is what the dispatch counted as written to the backend (the
+	// prompt less the units expected cached).
+	booked float64
 }
 
 // matchOf finds backend id's match in res.
@@ -32,12 +35,13 @@ func matchOf(res *tree.Result, id tree.BackendID) (tree.Match, bool) {
 
 // noteBelief records, at dispatch, what the answer from b will be checked
 // against.
-func (rt *Router) noteBelief(st *reqState, b *backend) {
+func (rt *Router) noteBelief(st *reqState, b *backend, c *Candidate) {
 	st.fb = answerCheck{}
 	if !rt.cfg.Belief.Enabled || !st.routed {
 		return
 	}
 	st.fb.ok = true
+	st.fb.booked = float64(st.chain.Units - int(c.SavedUnits(&st.chain)))
 	if m, ok := matchOf(&st.res, b.id); ok {
 		st.fb.trusted, st.fb.distTrust = m.Blocks, b.belief.distance(m.Time.Millis())
 	}
@@ -73,6 +77,13 @@ func (rt *Router) learnFromAnswer(b *backend, st *reqState, d Decision, prompt, 
 	upt := float64(st.chain.Units) / float64(prompt) // this prompt's own units per token
 	old := rt.unitsPerToken()
 	rt.upt.Store(math.Float64bits(old + (upt-old)*unitsPerTokenEWMA))
+	// The dispatch booked what it expected the backend to write; the answer
+	// says what it did. A backend that computed more (a match it no longer
+	// held) wrote more: the count of what was written to it, which ages its
+	// claims, takes the difference. (Never less: the count only grows.)
+	if written := float64(st.chain.Units) - float64(cached)*upt; written > fb.booked {
+		b.written.Add(int64(written - fb.booked))
+	}
 	tokens := func(blocks int32) float64 { return float64(min(st.chain.UnitsAt(int(blocks)), st.chain.Units)) / upt }
 	held := func(blocks int32) bool { return float64(cached) >= cfg.ConfirmShare*tokens(blocks) }
 	if fb.trusted > 0 && d.Reason == ReasonPrefix {
@@ -84,12 +95,28 @@ func (rt *Router) learnFromAnswer(b *backend, st *reqState, d Decision, prompt, 
 			b.prefixRoutes[0].Inc()
 		}
 	}
+	if fb.all > fb.trusted && d.Reason == ReasonDoubt {
+		if held(fb.all) {
+			b.prefixRoutes[3].Inc()
+		} else {
+			b.prefixRoutes[2].Inc()
+		}
+	}
+	// The capacity learns only from a match held whole: a prompt whose
+	// shared head survived (refreshed by other prompts) while its own tail
+	// was evicted says nothing about how long the tail's claim was kept.
+	whole := func(blocks int32) bool { return float64(cached) >= wholeShare*tokens(blocks) }
 	switch {
-	case fb.all > fb.trusted && held(fb.all):
+	case fb.all > fb.trusted && whole(fb.all):
 		b.belief.learn(fb.distAll, true, old, cfg) // kept more than believed
-	case fb.trusted > 0 && !held(fb.trusted):
+	case fb.trusted > 0 && !whole(fb.trusted):
 		b.belief.learn(fb.distTrust, false, old, cfg) // kept less
 	case fb.trusted > 0:
 		b.belief.learn(fb.distTrust, true, old, cfg)
 	}
 }
+
+// wholeShare is the share of a match's tokens an answer must report cached
+// for the match to count as held whole (the rest: the per-token estimate's
+// error at the match's edge).
+const wholeShare = 0.9

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -114,7 +115,7 @@ func TestBeliefIgnoresClaimsPastTheCacheEdge(t *testing.T) {
 	clock.Store(time.Now().UnixMilli())
 	now := func() time.Time { return time.UnixMilli(clock.Add(5)) }
 	g := newRig(t, func(c *Config, d *Deps) {
-		c.Belief.Enabled, c.Belief.IgnoreBeyond = true, 1
+		c.Belief.Enabled, c.Belief.DoubtBeyond, c.Belief.DoubtTrust = true, 1, 0.5
 		c.Backends[0].KVCapacityTokens = 5000 // 20,000 units at 4 units per token
 		d.Now = now
 	}, a)
@@ -135,6 +136,14 @@ func TestBeliefIgnoresClaimsPastTheCacheEdge(t *testing.T) {
 		}
 		return x.Candidates[0].MatchedBlocks, x.Candidates[0].Discount
 	}
+	explain := func() RouteExplanation {
+		_, body := adminCall(t, g, "POST", "/debug/route", follow)
+		var x RouteExplanation
+		if err := json.Unmarshal(body, &x); err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
 	if m, disc := matched(); m == 0 || disc != 0 {
 		t.Fatalf("right after: matched %d blocks, discount %v; want a full match", m, disc)
 	}
@@ -151,6 +160,12 @@ func TestBeliefIgnoresClaimsPastTheCacheEdge(t *testing.T) {
 	}
 	if m, _ := matched(); m != 0 {
 		t.Fatalf("after %0.f units written: the old claim still matches %d blocks", g.rt.meshWritten(g.rt.backendByName("a")), m)
+	}
+	// The claim is doubted, not forgotten: /debug/route shows its depth,
+	// and a route on it says so (reason doubt, matched = the claim's depth).
+	if x := explain(); x.Candidates[0].DoubtedBlocks == 0 || x.Reason != "doubt" || !strings.Contains(x.RouteHeader, "reason=doubt") ||
+		strings.Contains(x.RouteHeader, "matched=0/") {
+		t.Fatalf("past the edge: doubted %d blocks, reason %s, header %q; want a doubt route on the old claim", x.Candidates[0].DoubtedBlocks, x.Reason, x.RouteHeader)
 	}
 	code, body := adminCall(t, g, "GET", "/admin/backends", "")
 	var list []BackendStatus
@@ -191,5 +206,62 @@ func TestBeliefCountsPrecision(t *testing.T) {
 	}
 	if got := g.counter("kvmesh_router_prompt_cached_ratio"); got != share {
 		t.Fatalf("kvmesh_router_prompt_cached_ratio %v, want %v", got, share)
+	}
+}
+
+// An answer that reports less cached than the dispatch expected means the
+// backend wrote more: its written count (which ages claims) takes the
+// difference. And only a match held whole says the cache kept it: an
+// answer that had the shared head but not the rest teaches a smaller
+// capacity.
+func TestBeliefLearnsFromPartialAnswers(t *testing.T) {
+	a := newFakeBackend(t, "a")
+	var share atomic.Value // float64: the share of the believed match the backend answers as cached
+	share.Store(0.0)
+	var matchedTokens atomic.Int64
+	a.setHook(func(w http.ResponseWriter, r *http.Request, body []byte) {
+		w.Header().Set("Content-Type", "application/json")
+		cached := int(share.Load().(float64) * float64(matchedTokens.Load()))
+		fmt.Fprintf(w, `{"choices":[{"message":{"role":"assistant","content":"hi"}}],"usage":{"prompt_tokens":%d,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":%d}}}`, len(body)/4, cached)
+	})
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixMilli())
+	g := newRig(t, func(c *Config, d *Deps) {
+		c.Belief.Enabled = true
+		c.Backends[0].KVCapacityTokens = 100_000 // far more than the test writes: every claim is inside the edge
+		d.Now = func() time.Time { return time.UnixMilli(clock.Add(5)) }
+	}, a)
+	b := g.rt.backendByName("a")
+	sys := longText("partial answers system prompt", 3000)
+	g.call("POST", "/v1/chat/completions", chat("m1", sys, "q1"))
+	for i := range 3 { // some writes after the claim, so that it has a distance
+		g.call("POST", "/v1/chat/completions", chat("m1", longText(fmt.Sprint("filler ", i), 2000), "q"))
+	}
+	// The follow-up's believed match, in the backend's tokens (len/4).
+	follow := chat("m1", sys, "q1", "a", "q2")
+	_, body := adminCall(t, g, "POST", "/debug/route", follow)
+	var x RouteExplanation
+	if err := json.Unmarshal(body, &x); err != nil || x.Candidates[0].MatchedUnits == 0 {
+		t.Fatalf("/debug/route: %v %s", err, body)
+	}
+	matchedTokens.Store(int64(float64(x.Candidates[0].MatchedUnits) * float64(len(follow)/4) / float64(x.Units)))
+	capacity := func() float64 { return math.Float64frombits(b.belief.kappa.Load()) }
+	before, w0 := capacity(), b.written.Load()
+	if before <= 0 {
+		t.Fatal("no capacity from the configuration")
+	}
+	share.Store(0.6) // the head was there, the rest was not
+	g.call("POST", "/v1/chat/completions", follow)
+	// Written: the whole prompt less the 60% of the match that was cached,
+	// not less the whole believed match.
+	if got, booked := b.written.Load()-w0, int64(x.Units-x.Candidates[0].MatchedUnits); got < booked+int64(0.3*float64(x.Candidates[0].MatchedUnits)) {
+		t.Fatalf("written after a 60%% hit: %d units; the dispatch booked %d and the answer showed %d more", got, booked, x.Candidates[0].MatchedUnits*4/10)
+	}
+	if after := capacity(); !(after < before) {
+		t.Fatalf("capacity %v after a match held in part, was %v: want it smaller", after, before)
+	}
+	// It still counts as a confirmed prefix route (more than half was there).
+	if c := g.counter("kvmesh_router_backend_prefix_routes_total", "backend", "a", "outcome", "confirmed"); c != 1 {
+		t.Fatalf("confirmed prefix routes %v, want 1", c)
 	}
 }

@@ -79,9 +79,12 @@ type CandidateExplanation struct {
 	Score         float64 `json:"score"` // the policy's own score (kvmesh: cost, lower is better)
 	// Discount is the share of the match the router doubts (the claim is
 	// near the edge of what the backend's cache still holds).
-	Discount float64  `json:"discount"`
-	Chosen   bool     `json:"chosen"`
-	Load     LoadJSON `json:"load"`
+	Discount float64 `json:"discount"`
+	// DoubtedBlocks is the depth of a deeper claim past the edge of the
+	// backend's cache (worth belief.doubt_trust of its blocks), 0 if none.
+	DoubtedBlocks int      `json:"doubted_blocks"`
+	Chosen        bool     `json:"chosen"`
+	Load          LoadJSON `json:"load"`
 }
 
 // LoadJSON is a LoadView as JSON.
@@ -174,12 +177,12 @@ func (rt *Router) explain(st *reqState, ep Endpoint, path string, body []byte, t
 	d := rt.decide(st, ep, now, 0, true)
 	x.Deepest = int(st.req.Deepest)
 	x.Chosen, x.Reason, x.Learn = st.cands[d.Index].Name, d.Reason.String(), d.Learn
-	matched := st.cands[d.Index].MatchedUnits(&st.chain)
+	matched := routedUnits(&st.cands[d.Index], &st.chain, d.Reason)
 	x.RouteHeader = string(appendRoute(nil, x.Chosen, matched, st.chain.Units, d.Reason, rt.policy.Name()))
 	for i := range st.cands {
 		c := &st.cands[i]
 		x.Candidates = append(x.Candidates, CandidateExplanation{Backend: c.Name, MatchedBlocks: int(c.Matched),
-			MatchedUnits: c.MatchedUnits(&st.chain), Score: st.scores[i], Discount: c.Discount, Chosen: i == d.Index, Load: loadJSON(c.Load)})
+			MatchedUnits: c.MatchedUnits(&st.chain), Score: st.scores[i], Discount: c.Discount, DoubtedBlocks: int(c.Doubted), Chosen: i == d.Index, Load: loadJSON(c.Load)})
 	}
 	return x, nil
 }

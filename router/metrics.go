@@ -122,7 +122,7 @@ func newMetrics(reg prometheus.Registerer, policy string, rt *Router) (*metrics,
 		Name: "backend_prompt_tokens_total", Help: "Prompt tokens the backend reported (usage.prompt_tokens) on answers that also reported cached tokens."}, []string{"backend"})
 	m.prefixRoutes = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 		Name: "backend_prefix_routes_total",
-		Help: "Requests routed to the backend for a prefix it was believed to hold (reason prefix), by what its answer's cached_tokens said: confirmed (at least belief.confirm_share of the matched tokens were cached) or refuted. confirmed / (confirmed + refuted) is the routing precision."},
+		Help: "Requests routed to the backend for a prefix it was believed to hold (reason prefix), by what its answer's cached_tokens said: confirmed (at least belief.confirm_share of the matched tokens were cached) or refuted. confirmed / (confirmed + refuted) is the routing precision. Routes made on a claim past the edge of the backend's cache (reason doubt) count as doubt-confirmed or doubt-refuted."},
 		[]string{"backend", "outcome"})
 	m.retries = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 		Name: "retries_total", Help: "Requests re-sent to another backend before any byte reached the client."})

@@ -83,13 +83,40 @@ type Candidate struct {
 	// the belief's count of what was written there since (0: fully
 	// believed).
 	Discount float64
-	Load     LoadView
+	// Doubted is the depth, in blocks, of a deeper claim the router doubts
+	// (past the edge of the backend's cache, BeliefConfig.DoubtBeyond), 0
+	// when there is none; the blocks between Matched and Doubted are
+	// expected to be held with probability DoubtTrust.
+	Doubted    int32
+	DoubtTrust float64
+	Load       LoadView
 }
 
 // SavedUnits is the prefill the match is expected to save: MatchedUnits,
-// less the doubted part.
+// less the doubted part, plus the doubted claim's blocks at their worth.
 func (c *Candidate) SavedUnits(ch *tree.Chain) float64 {
-	return float64(c.MatchedUnits(ch)) * (1 - c.Discount)
+	return c.savedUnits(ch, c.MatchedUnits(ch))
+}
+
+// savedUnits is SavedUnits given MatchedUnits.
+func (c *Candidate) savedUnits(ch *tree.Chain, matched int) float64 {
+	saved := float64(matched) * (1 - c.Discount)
+	if c.Doubted > c.Matched {
+		saved += float64(c.claimedUnits(ch)-matched) * c.DoubtTrust
+	}
+	return saved
+}
+
+// ClaimedUnits is what the deepest unexpired claim says the backend holds,
+// in prompt units, believed or doubted: MatchedUnits, or the doubted
+// claim's depth.
+func (c *Candidate) ClaimedUnits(ch *tree.Chain) int { return c.claimedUnits(ch) }
+
+func (c *Candidate) claimedUnits(ch *tree.Chain) int {
+	if ch == nil {
+		return 0
+	}
+	return min(ch.UnitsAt(int(max(c.Matched, c.Doubted))), ch.Units)
 }
 
 // MatchedUnits is Matched in prompt units, at most the prompt's length.
@@ -164,11 +191,12 @@ const (
 	ReasonHash                           // consistent hashing of the prompt's start
 	ReasonImbalance                      // sglang_cache_aware: load imbalanced, shortest queue chosen
 	ReasonForward                        // a forwarded path without a prompt
+	ReasonDoubt                          // it holds the deepest prefix by a claim past its cache's edge (BeliefConfig.DoubtBeyond)
 	numReasons
 )
 
 var reasonNames = [numReasons]string{"", "prefix", "miss", "cost", "load-override", "replicate", "retry",
-	"round-robin", "random", "least-loaded", "hash", "imbalance", "forward"}
+	"round-robin", "random", "least-loaded", "hash", "imbalance", "forward", "doubt"}
 
 func (r Reason) String() string {
 	if r == 0 || r >= numReasons {

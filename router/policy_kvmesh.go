@@ -11,7 +11,10 @@ import (
 // KVMeshConfig weighs saved prefill against load in the kvmesh policy.
 //
 // Cost model (lower is better), in prompt units (bytes in byte mode, tokens
-// in token mode), for a prompt of T units of which candidate i holds M_i:
+// in token mode), for a prompt of T units of which candidate i is expected
+// to hold M_i (Candidate.SavedUnits: its trusted match, discounted near its
+// cache's edge, and the blocks only a doubted claim covers at
+// BeliefConfig.DoubtTrust):
 //
 //	cost_i = (PrefillWeight + CacheWeight) * (T - M_i) + load_i + kv_i + spread_i
 //	load_i = (PendingWeight * pending_i
@@ -319,10 +322,10 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 		c := &cands[i]
 		l := &c.Load
 		loads[i] = cfg.load(c, avg)
-		matched := float64(c.MatchedUnits(req.Chain))
-		cost := (cfg.PrefillWeight+cfg.CacheWeight)*(total-matched*(1-c.Discount)) + loads[i] // total - SavedUnits
+		fresh := total - c.savedUnits(req.Chain, c.MatchedUnits(req.Chain)) // what it would compute and write
+		cost := (cfg.PrefillWeight+cfg.CacheWeight)*fresh + loads[i]
 		if spread > 0 {
-			cost += spread * (total - matched) * max(l.active()/c.Weight-meanActive, 0)
+			cost += spread * fresh * max(l.active()/c.Weight-meanActive, 0)
 		}
 		if l.Has&HasKVCacheUsage != 0 && l.KVUsage > cfg.KVUsageThreshold {
 			cost += avg * cfg.KVUsageWeight * l.SignalWeight * (l.KVUsage - cfg.KVUsageThreshold) / (1 - cfg.KVUsageThreshold)
@@ -354,10 +357,12 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 	}
 	d := Decision{Index: best, Learn: true}
 	switch c := &cands[best]; {
+	case req.Deepest > 0 && c.Matched == req.Deepest:
+		d.Reason = ReasonPrefix // the deepest trusted match (a doubted claim may go deeper)
+	case c.Doubted > req.Deepest:
+		d.Reason = ReasonDoubt
 	case req.Deepest == 0:
 		d.Reason = ReasonMiss
-	case c.Matched == req.Deepest:
-		d.Reason = ReasonPrefix
 	default:
 		d.Reason = ReasonCost
 	}

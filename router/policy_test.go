@@ -530,3 +530,40 @@ func TestKVMeshSpreadWeightValidated(t *testing.T) {
 		t.Fatal("spread_min_reuse NaN accepted")
 	}
 }
+
+// A claim past the edge of its backend's cache (Candidate.Doubted) counts
+// at DoubtTrust: it beats a backend with no claim, loses to a trusted
+// holder of nearly as deep a prefix, and a route made on it is a doubt
+// route, while one made on a trusted match stays a prefix route.
+func TestKVMeshDoubtedClaims(t *testing.T) {
+	doubt := func(pc *policyCase, i int, depth int32) *policyCase {
+		pc.cands[i].Doubted, pc.cands[i].DoubtTrust = depth, 0.5
+		return pc
+	}
+	p := newKVMeshPolicy(DefaultKVMeshConfig())
+	// Only a doubted claim anywhere: its holder, as a doubt route.
+	pc := doubt(newPolicyCase(20, 31, "a", "b", "c").match(0, 0, 0), 1, 16)
+	if name, d := pc.choose(p); name != "b" || d.Reason != ReasonDoubt {
+		t.Fatalf("doubted claim on b only: chose %s (%s), want b (doubt)", name, d.Reason)
+	}
+	if saved := pc.cands[1].SavedUnits(&pc.chain); saved != 0.5*16*64 {
+		t.Fatalf("SavedUnits of a doubted claim of 16 blocks at 0.5: %v, want %v", saved, 0.5*16*64)
+	}
+	// A trusted holder of 12 blocks saves more than a doubted one of 16.
+	pc = doubt(newPolicyCase(20, 32, "a", "b", "c").match(0, 0, 12), 1, 16)
+	if name, d := pc.choose(p); name != "c" || d.Reason != ReasonPrefix {
+		t.Fatalf("trusted 12 against doubted 16: chose %s (%s), want c (prefix)", name, d.Reason)
+	}
+	// A trusted match that a doubted claim extends: a prefix route, worth
+	// the trusted part in full and the rest at half.
+	pc = doubt(newPolicyCase(20, 33, "a", "b", "c").match(0, 8, 8), 1, 16)
+	if name, d := pc.choose(p); name != "b" || d.Reason != ReasonPrefix {
+		t.Fatalf("trusted 8 extended to 16 by a doubt against trusted 8: chose %s (%s), want b (prefix)", name, d.Reason)
+	}
+	if saved, want := pc.cands[1].SavedUnits(&pc.chain), 8*64+0.5*8*64; saved != want {
+		t.Fatalf("SavedUnits: %v, want %v", saved, want)
+	}
+	if got := pc.cands[1].ClaimedUnits(&pc.chain); got != 16*64 {
+		t.Fatalf("ClaimedUnits: %d, want %d", got, 16*64)
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/kvmesh/kvmesh/tree"
 )
 
 // statusAborted is what forward returns when the backend's answer broke
@@ -63,8 +65,8 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, st *reqState, 
 			rt.metrics.retries.Inc()
 		}
 		b := st.backs[d.Index]
-		matched := st.cands[d.Index].MatchedUnits(st.req.Chain)
-		rt.noteBelief(st, b)
+		matched := routedUnits(&st.cands[d.Index], &st.chain, d.Reason)
+		rt.noteBelief(st, b, &st.cands[d.Index])
 		rt.record(st, b, d, matched)
 		learn := d.Learn && st.routed && len(st.chain.Learn) > 0 && rt.admitLearn(st, st.cands[d.Index].Matched)
 		if learn {
@@ -97,6 +99,16 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, st *reqState, 
 	}
 	e.WriteTo(w)
 	return e.Status
+}
+
+// routedUnits is the match a route was made on, in units (x-kvmesh-route,
+// metrics): the trusted match, or for a route on a doubted claim (reason
+// doubt) that claim's depth.
+func routedUnits(c *Candidate, ch *tree.Chain, r Reason) int {
+	if r == ReasonDoubt {
+		return c.ClaimedUnits(ch)
+	}
+	return c.MatchedUnits(ch)
 }
 
 // record counts and logs a decision.
@@ -172,7 +184,7 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, st *reqState, 
 	// The prefill this attempt queues at b, until its first answer byte.
 	var pending pendingPrefill
 	if st.routed {
-		pending = b.addPending(st.chain.Units - matched)
+		pending = b.addPending(st.chain.Units - int(st.cands[d.Index].SavedUnits(&st.chain)))
 	}
 	defer pending.release()
 	resp, err := rt.transport.RoundTrip(out)

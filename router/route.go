@@ -210,7 +210,7 @@ func (rt *Router) lookup(st *reqState, now time.Time) {
 	upt := rt.unitsPerToken()
 	st.since = st.since[:0]
 	for _, b := range rt.set.Load().listed {
-		b.belief.refresh(nowMs, rt.meshWritten(b), upt, rt.cfg.Belief.IgnoreBeyond)
+		b.belief.refresh(nowMs, rt.meshWritten(b), upt, rt.cfg.Belief.DoubtBeyond)
 		for int(b.id) >= len(st.since) {
 			st.since = append(st.since, 0)
 		}
@@ -248,6 +248,11 @@ func (rt *Router) gather(st *reqState, model string, now time.Time) bool {
 				c.Matched = m.Blocks
 				if rt.cfg.Belief.Enabled && !rt.exact(st, b) {
 					c.Discount = 1 - b.belief.trust(m.Time.Millis(), &rt.cfg.Belief)
+				}
+			}
+			if st.filtered && rt.cfg.Belief.DoubtTrust > 0 {
+				if m, ok := matchOf(&st.resAll, b.id); ok && m.Blocks > c.Matched {
+					c.Doubted, c.DoubtTrust = m.Blocks, rt.cfg.Belief.DoubtTrust
 				}
 			}
 		}

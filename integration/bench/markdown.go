@@ -107,8 +107,8 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	}
 	p("\n\n")
 
-	p("| arm | hit rate (backend counters) | of bound | precision | TTFT p50 s | TTFT p90 s | TTFT p99 s | E2E p50 s | E2E p99 s | req/s | out tok/s | work CV | errors |\n")
-	p("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	p("| arm | hit rate (backend counters) | of bound | precision | doubt routes confirmed | TTFT p50 s | TTFT p90 s | TTFT p99 s | E2E p50 s | E2E p99 s | req/s | out tok/s | work CV | errors |\n")
+	p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for i := range r.Arms {
 		a := &r.Arms[i]
 		ofBound := "–"
@@ -119,14 +119,18 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 		if a.Precision.N > 0 {
 			prec = spreadPct(a.Precision)
 		}
-		p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", a.Arm.Name,
-			spreadPct(a.HitRate), ofBound, prec, spreadNum(a.TTFTP50, 3), spreadNum(a.TTFTP90, 3), spreadNum(a.TTFTP99, 3),
+		dprec := "–"
+		if a.DoubtPrecision.N > 0 {
+			dprec = spreadPct(a.DoubtPrecision)
+		}
+		p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", a.Arm.Name,
+			spreadPct(a.HitRate), ofBound, prec, dprec, spreadNum(a.TTFTP50, 3), spreadNum(a.TTFTP90, 3), spreadNum(a.TTFTP99, 3),
 			spreadNum(a.E2EP50, 2), spreadNum(a.E2EP99, 2), spreadNum(a.RequestsPerSec, 2),
 			spreadNum(a.OutputTokensPerSec, 0), spreadNum(a.WorkCV, 2), spreadNum(a.Errors, 0))
 	}
 	p("\nHit rate = sum of `vllm:prefix_cache_hits_total` / sum of `vllm:prefix_cache_queries_total` over the fleet. ")
 	p("Work CV = coefficient of variation of the prompt tokens each backend computed (queries - hits). ")
-	p("Precision = share of the routes made for a prefix the router believed the backend held (reason prefix) that the backend confirmed: its `cached_tokens` reached at least half the tokens the router believed matched.\n\n")
+	p("Precision = share of the routes made for a prefix the router believed the backend held (reason prefix) that the backend confirmed: its `cached_tokens` reached at least half the tokens the router believed matched. Doubt routes confirmed = the same share over the routes made on a claim the router doubted (reason doubt: a claim past the edge of what the backend's cache still holds, by the belief's count of what was written there since; their share of the decisions is in the table by reason below).\n\n")
 	writeFloors(ew, CheckFloors(r))
 	writeReach(ew, r)
 	writeMultiNode(ew, r)

@@ -66,6 +66,10 @@ type RunResult struct {
 	// the backend confirmed: its cached_tokens reached at least half the
 	// tokens the router believed matched. 0 when there were none.
 	Precision float64 `json:"precision,omitempty"`
+	// DoubtPrecision is the same share over the routes made on a claim the
+	// router doubted (reason doubt: past the edge of the backend's cache).
+	DoubtPrecision float64 `json:"doubt_precision,omitempty"`
+	DoubtRoutes    int     `json:"doubt_routes,omitempty"`
 	// Reach is the share of the tokens the best-placed backend held when
 	// each request was sent (the simulator's real caches) that the request
 	// reused; RegretTokens the tokens per request that some backend held
@@ -102,6 +106,7 @@ type ArmSummary struct {
 	// Agreement and LoadBytesPerRequestPeer: see RunResult (multi-node arms).
 	Agreement               Spread `json:"agreement,omitzero"`
 	Precision               Spread `json:"precision,omitzero"`
+	DoubtPrecision          Spread `json:"doubt_precision,omitzero"`
 	Reach                   Spread `json:"reach,omitzero"`
 	RegretTokens            Spread `json:"regret_tokens_per_request,omitzero"`
 	LoadBytesPerRequestPeer Spread `json:"load_bytes_per_request_peer,omitzero"`
@@ -196,7 +201,7 @@ type Report struct {
 func Summarize(arms []Arm, runs []RunResult) []ArmSummary {
 	out := make([]ArmSummary, 0, len(arms))
 	for _, a := range arms {
-		var hit, t50, t90, t99, e50, e99, rps, tps, wcv, rcv, errs, agree, lbytes, prec, rch, rgt []float64
+		var hit, t50, t90, t99, e50, e99, rps, tps, wcv, rcv, errs, agree, lbytes, prec, dprec, rch, rgt []float64
 		for i := range runs {
 			r := &runs[i]
 			if r.Arm != a.Name {
@@ -216,6 +221,9 @@ func Summarize(arms []Arm, runs []RunResult) []ArmSummary {
 			if r.Precision > 0 {
 				prec = append(prec, r.Precision)
 			}
+			if r.DoubtRoutes > 0 {
+				dprec = append(dprec, r.DoubtPrecision)
+			}
 			if r.Reach > 0 {
 				rch = append(rch, r.Reach)
 				rgt = append(rgt, r.RegretTokens)
@@ -234,6 +242,7 @@ func Summarize(arms []Arm, runs []RunResult) []ArmSummary {
 			RequestsPerSec: SpreadOf(rps), OutputTokensPerSec: SpreadOf(tps),
 			WorkCV: SpreadOf(wcv), RequestsCV: SpreadOf(rcv), Errors: SpreadOf(errs),
 			Agreement: SpreadOf(agree), LoadBytesPerRequestPeer: SpreadOf(lbytes), Precision: SpreadOf(prec),
+			DoubtPrecision: SpreadOf(dprec),
 			Reach: SpreadOf(rch), RegretTokens: SpreadOf(rgt),
 		})
 	}

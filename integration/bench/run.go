@@ -145,7 +145,8 @@ func fillResult(res *RunResult, samples []Sample, counters []BackendCounters, wa
 	if decided > 0 {
 		res.Agreement = float64(agree) / float64(decided)
 	}
-	res.Precision = precision(samples)
+	res.Precision, _ = precision(samples, "prefix")
+	res.DoubtPrecision, res.DoubtRoutes = precision(samples, "doubt")
 	res.Reach, res.RegretTokens = reach(samples)
 	for i := range samples {
 		s := &samples[i]
@@ -201,13 +202,13 @@ func fillResult(res *RunResult, samples []Sample, counters []BackendCounters, wa
 	}
 }
 
-// precision is the share of prefix routes the backend confirmed (see
-// RunResult.Precision).
-func precision(samples []Sample) float64 {
-	routes, hits := 0, 0
+// precision is the share of the routes made for reason (prefix, doubt) that
+// the backend confirmed (see RunResult.Precision).
+func precision(samples []Sample, reason string) (share float64, routes int) {
+	hits := 0
 	for i := range samples {
 		s := &samples[i]
-		if !s.OK() || s.Reason != "prefix" || s.Matched <= 0 || s.PromptTokens <= 0 {
+		if !s.OK() || s.Reason != reason || s.Matched <= 0 || s.PromptTokens <= 0 {
 			continue
 		}
 		routes++
@@ -216,9 +217,9 @@ func precision(samples []Sample) float64 {
 		}
 	}
 	if routes == 0 {
-		return 0
+		return 0, 0
 	}
-	return float64(hits) / float64(routes)
+	return float64(hits) / float64(routes), routes
 }
 
 // availableIn returns what the best-placed backend of view holds of a

@@ -225,12 +225,16 @@ func TestPrecision(t *testing.T) {
 		{Reason: "prefix", Matched: 0.5, PromptTokens: 1000, CachedTokens: 0},   // stale claim
 		{Reason: "miss", Matched: 0, PromptTokens: 1000, CachedTokens: 0},       // not a prefix route
 		{Reason: "prefix", Matched: 0.9, PromptTokens: 1000, Err: "timeout"},    // failed: not counted
+		{Reason: "doubt", Matched: 0.8, PromptTokens: 1000, CachedTokens: 0},    // a doubted claim, gone
 	}
-	if p := precision(s); p != 2.0/3 {
-		t.Fatalf("precision %v, want 2/3", p)
+	if p, n := precision(s, "prefix"); p != 2.0/3 || n != 3 {
+		t.Fatalf("precision %v over %d routes, want 2/3 over 3", p, n)
 	}
-	if p := precision(nil); p != 0 {
-		t.Fatalf("precision of nothing %v", p)
+	if p, n := precision(s, "doubt"); p != 0 || n != 1 {
+		t.Fatalf("doubt precision %v over %d routes, want 0 over 1", p, n)
+	}
+	if p, n := precision(nil, "prefix"); p != 0 || n != 0 {
+		t.Fatalf("precision of nothing %v over %d", p, n)
 	}
 }
 

@@ -64,7 +64,7 @@ func TestWriteMarkdown(t *testing.T) {
 		"# test report",
 		"Infinite-cache bound: 37.4%",
 		"capacity ratio 0.250: the fleet cannot hold the working set",
-		"| kvmesh | 32.0% (30.0–34.0) | 85.6% | – | 0.450 (0.400–0.500) |",
+		"| kvmesh | 32.0% (30.0–34.0) | 85.6% | – | – | 0.450 (0.400–0.500) |",
 		"| round_robin | 11.0% (10.0–12.0) |",
 		"hit rate vs round_robin: want >= 2 x round_robin, got 2.909 x — **met**",
 		"hit rate vs oracle: want >= 0.95 x oracle, got 0.941 x — **MISSED**",
