@@ -243,7 +243,7 @@ func Summarize(arms []Arm, runs []RunResult) []ArmSummary {
 			WorkCV: SpreadOf(wcv), RequestsCV: SpreadOf(rcv), Errors: SpreadOf(errs),
 			Agreement: SpreadOf(agree), LoadBytesPerRequestPeer: SpreadOf(lbytes), Precision: SpreadOf(prec),
 			DoubtPrecision: SpreadOf(dprec),
-			Reach: SpreadOf(rch), RegretTokens: SpreadOf(rgt),
+			Reach:          SpreadOf(rch), RegretTokens: SpreadOf(rgt),
 		})
 	}
 	return out
