@@ -61,6 +61,14 @@ type BeliefConfig struct {
 	// doubted claim is reported as "doubt", not "prefix".
 	DoubtBeyond float64 `yaml:"doubt_beyond"`
 	DoubtTrust  float64 `yaml:"doubt_trust"`
+	// DoubtLearn: each backend learns what its doubted claims are worth from
+	// the answers (the share of a doubted claim's blocks found cached, a
+	// moving average over the last ~32 answers that had one), starting from
+	// DoubtTrust. Off: on customers (where a fifth of doubted claims held)
+	// it traded hit rate for tail latency, 49.5% (49.4-49.6) and TTFT p99
+	// 1.64 s against 50.3% (50.2-50.4) and 2.18 s with 0.5 fixed (2 runs
+	// each; 49.7% / 1.77 s against 49.9% / 2.44 s in a third pair).
+	DoubtLearn bool `yaml:"doubt_learn"`
 	// ConfirmShare: an answer confirms a match when the backend reports at
 	// least this share of the tokens the router believed matched as cached.
 	// 0.5: a match counts when most of it was there, not for a first block
@@ -142,6 +150,36 @@ type cacheBelief struct {
 	nowW    atomic.Uint64 // float64 bits: the written count at the last refresh
 
 	confirmed, refuted atomic.Uint64 // prefix routes the answers confirmed or not
+	doubt              atomic.Uint64 // float64 bits: the learned worth of doubted claims (0: none yet)
+}
+
+// doubtEWMA weighs one answer in a backend's learned doubt trust;
+// minDoubtTrust keeps a backend whose doubted claims all failed lately
+// from ignoring them for good.
+const (
+	doubtEWMA     = 1.0 / 32
+	minDoubtTrust = 0.02
+)
+
+// doubtTrust is what a doubted claim's blocks are worth at this backend.
+func (cb *cacheBelief) doubtTrust(cfg *BeliefConfig) float64 {
+	if cfg.DoubtTrust == 0 || !cfg.DoubtLearn {
+		return cfg.DoubtTrust
+	}
+	if v := cb.doubt.Load(); v != 0 {
+		return math.Float64frombits(v)
+	}
+	return cfg.DoubtTrust
+}
+
+// learnDoubt moves the learned doubt trust towards what an answer showed
+// of a doubted claim: held or not. Concurrent answers may lose an update.
+func (cb *cacheBelief) learnDoubt(held bool, cfg *BeliefConfig) {
+	cur, target := cb.doubtTrust(cfg), 0.0
+	if held {
+		target = 1
+	}
+	cb.doubt.Store(math.Float64bits(min(max(cur+doubtEWMA*(target-cur), minDoubtTrust), 1)))
 }
 
 func (cb *cacheBelief) init() { cb.scale = 1 }

@@ -86,7 +86,7 @@ func (rt *Router) learnFromAnswer(b *backend, st *reqState, d Decision, prompt, 
 	}
 	tokens := func(blocks int32) float64 { return float64(min(st.chain.UnitsAt(int(blocks)), st.chain.Units)) / upt }
 	held := func(blocks int32) bool { return float64(cached) >= cfg.ConfirmShare*tokens(blocks) }
-	if fb.trusted > 0 && d.Reason == ReasonPrefix {
+	if fb.trusted > 0 && d.Reason == ReasonPrefix && !d.OwnMatch {
 		if held(fb.trusted) {
 			b.belief.confirmed.Add(1)
 			b.prefixRoutes[1].Inc()
@@ -101,6 +101,10 @@ func (rt *Router) learnFromAnswer(b *backend, st *reqState, d Decision, prompt, 
 		} else {
 			b.prefixRoutes[2].Inc()
 		}
+	}
+	// A doubted claim beyond the trusted match: were its blocks there?
+	if fb.all > fb.trusted && cfg.DoubtLearn {
+		b.belief.learnDoubt(float64(cached) >= tokens(fb.trusted)+cfg.ConfirmShare*(tokens(fb.all)-tokens(fb.trusted)), cfg)
 	}
 	// The capacity learns only from a match held whole: a prompt whose
 	// shared head survived (refreshed by other prompts) while its own tail

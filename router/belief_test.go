@@ -265,3 +265,39 @@ func TestBeliefLearnsFromPartialAnswers(t *testing.T) {
 		t.Fatalf("confirmed prefix routes %v, want 1", c)
 	}
 }
+
+// With doubt_learn, a backend's doubted claims are worth what the answers
+// showed of them: failures lower the trust towards its floor, successes
+// raise it; without, the configured worth stands; doubt_trust 0 ignores
+// doubted claims whatever was learned.
+func TestCacheBeliefLearnsDoubtTrust(t *testing.T) {
+	cfg := DefaultBeliefConfig()
+	cfg.DoubtLearn = true
+	var cb cacheBelief
+	cb.init()
+	if got := cb.doubtTrust(&cfg); got != cfg.DoubtTrust {
+		t.Fatalf("before any answer: %v, want the configured %v", got, cfg.DoubtTrust)
+	}
+	for range 200 {
+		cb.learnDoubt(false, &cfg)
+	}
+	if got := cb.doubtTrust(&cfg); got != minDoubtTrust {
+		t.Fatalf("after 200 doubted claims gone: %v, want the floor %v", got, minDoubtTrust)
+	}
+	for range 32 {
+		cb.learnDoubt(true, &cfg)
+	}
+	if got := cb.doubtTrust(&cfg); !(got > 0.5 && got < 1) {
+		t.Fatalf("after 32 held: %v, want above 0.5", got)
+	}
+	fixed := cfg
+	fixed.DoubtLearn = false
+	if got := cb.doubtTrust(&fixed); got != cfg.DoubtTrust {
+		t.Fatalf("doubt_learn off: %v, want %v", got, cfg.DoubtTrust)
+	}
+	off := cfg
+	off.DoubtTrust = 0
+	if got := cb.doubtTrust(&off); got != 0 {
+		t.Fatalf("doubt_trust 0: %v, want 0", got)
+	}
+}

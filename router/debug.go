@@ -177,7 +177,7 @@ func (rt *Router) explain(st *reqState, ep Endpoint, path string, body []byte, t
 	d := rt.decide(st, ep, now, 0, true)
 	x.Deepest = int(st.req.Deepest)
 	x.Chosen, x.Reason, x.Learn = st.cands[d.Index].Name, d.Reason.String(), d.Learn
-	matched := routedUnits(&st.cands[d.Index], &st.chain, d.Reason)
+	matched := routedUnits(&st.cands[d.Index], &st.chain, d)
 	x.RouteHeader = string(appendRoute(nil, x.Chosen, matched, st.chain.Units, d.Reason, rt.policy.Name()))
 	for i := range st.cands {
 		c := &st.cands[i]
@@ -262,12 +262,16 @@ type BeliefJSON struct {
 	Confirmed uint64   `json:"confirmed_prefix_routes"`
 	Refuted   uint64   `json:"refuted_prefix_routes"`
 	Precision *float64 `json:"precision"`
+	// DoubtTrust is what a claim past the edge (HorizonMs) is worth here:
+	// belief.doubt_trust, or what the answers taught with doubt_learn.
+	DoubtTrust float64 `json:"doubt_trust"`
 }
 
 func (rt *Router) beliefJSON(b *backend, now time.Time) BeliefJSON {
 	cb := &b.belief
 	j := BeliefJSON{CapacityTokens: cb.capTokens.Load(), CapacityUnits: math.Float64frombits(cb.kappa.Load()),
-		WrittenUnits: rt.meshWritten(b), Confirmed: cb.confirmed.Load(), Refuted: cb.refuted.Load()}
+		WrittenUnits: rt.meshWritten(b), Confirmed: cb.confirmed.Load(), Refuted: cb.refuted.Load(),
+		DoubtTrust: cb.doubtTrust(&rt.cfg.Belief)}
 	if s := tree.Timestamp(cb.since.Load()); s != 0 {
 		ms := now.UnixMilli() - s.Millis()
 		j.HorizonMs = &ms

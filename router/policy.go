@@ -172,6 +172,12 @@ type Decision struct {
 	// Learn says whether the chosen backend is to be recorded as holding
 	// the prompt (claims learned at dispatch, confirmed on success).
 	Learn bool
+	// OwnMatch marks a policy that matched the prompt against a view of
+	// its own (sglang_cache_aware's private tree) rather than the shared
+	// claims: Matched, in units, is that match, which x-kvmesh-route
+	// reports, and the routing precision does not count the route.
+	OwnMatch bool
+	Matched  int
 }
 
 // Reason says why a backend was chosen; it appears in the x-kvmesh-route

@@ -195,8 +195,9 @@ func (p *sglangPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 	case smallest >= 0:
 		d.Index, d.Reason = smallest, ReasonMiss
 	}
+	held := scores[d.Index] * float64(total)
+	d.OwnMatch, d.Matched = true, int(held)
 	if !req.Explain && ch != nil && len(ch.Keys) > 0 {
-		held := scores[d.Index] * float64(total)
 		p.insert(ch, &cands[d.Index], req.Now, int64(float64(total)-held))
 	}
 	return d

@@ -430,6 +430,10 @@ func TestSGLangCacheAware(t *testing.T) {
 	pc.inflight(0, 5, 0)
 	if n, d := pc.choose(p); n != "b" || d.Reason != ReasonPrefix || pc.scores[1] < 0.9 {
 		t.Fatalf("repeat: chose %s %v scores %v, want b by prefix", n, d.Reason, pc.scores)
+	} else if !d.OwnMatch || d.Matched != 20*64 || routedUnits(&pc.cands[1], &pc.chain, d) != 20*64 {
+		// Its match is its private tree's (the shared claims say nothing
+		// here), and that is what x-kvmesh-route reports.
+		t.Fatalf("repeat: own match %v of %d units, routed on %d; want the private tree's 1280", d.OwnMatch, d.Matched, routedUnits(&pc.cands[1], &pc.chain, d))
 	}
 	// Imbalanced: max-min > 64 and max > 1.5*min: least loaded wins.
 	pc.inflight(100, 100, 10)

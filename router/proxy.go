@@ -65,7 +65,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, st *reqState, 
 			rt.metrics.retries.Inc()
 		}
 		b := st.backs[d.Index]
-		matched := routedUnits(&st.cands[d.Index], &st.chain, d.Reason)
+		matched := routedUnits(&st.cands[d.Index], &st.chain, d)
 		rt.noteBelief(st, b, &st.cands[d.Index])
 		rt.record(st, b, d, matched)
 		learn := d.Learn && st.routed && len(st.chain.Learn) > 0 && rt.admitLearn(st, st.cands[d.Index].Matched)
@@ -102,10 +102,13 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, st *reqState, 
 }
 
 // routedUnits is the match a route was made on, in units (x-kvmesh-route,
-// metrics): the trusted match, or for a route on a doubted claim (reason
-// doubt) that claim's depth.
-func routedUnits(c *Candidate, ch *tree.Chain, r Reason) int {
-	if r == ReasonDoubt {
+// metrics): the policy's own, the trusted match, or for a route on a
+// doubted claim (reason doubt) that claim's depth.
+func routedUnits(c *Candidate, ch *tree.Chain, d Decision) int {
+	if d.OwnMatch {
+		return d.Matched
+	}
+	if d.Reason == ReasonDoubt {
 		return c.ClaimedUnits(ch)
 	}
 	return c.MatchedUnits(ch)

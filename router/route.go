@@ -252,7 +252,7 @@ func (rt *Router) gather(st *reqState, model string, now time.Time) bool {
 			}
 			if st.filtered && rt.cfg.Belief.DoubtTrust > 0 {
 				if m, ok := matchOf(&st.resAll, b.id); ok && m.Blocks > c.Matched {
-					c.Doubted, c.DoubtTrust = m.Blocks, rt.cfg.Belief.DoubtTrust
+					c.Doubted, c.DoubtTrust = m.Blocks, b.belief.doubtTrust(&rt.cfg.Belief)
 				}
 			}
 		}
