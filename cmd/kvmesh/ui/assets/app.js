@@ -5,7 +5,7 @@
   const POLL_MS = 200, HISTORY_MS = 120000, HIT_WINDOW_MS = 10000, RATE_WINDOW_MS = 2000, MATCH_WINDOW_MS = 30000;
   // Reason colours follow router.Reason's order (palette indexes).
   const REASONS = ['prefix', 'miss', 'cost', 'load-override', 'replicate', 'retry', 'round-robin', 'random',
-    'least-loaded', 'hash', 'imbalance', 'forward'];
+    'least-loaded', 'hash', 'imbalance', 'forward', 'doubt'];
   const C = window.KVCharts;
   const $ = (id) => document.getElementById(id);
 
@@ -39,7 +39,7 @@
     if (text !== undefined) e.textContent = text;
     return e;
   }
-  const reasonColor = (r) => { const i = REASONS.indexOf(r); return i < 0 ? 12 : i; };
+  const reasonColor = (r) => { const i = REASONS.indexOf(r); return i < 0 ? 13 : i; };
   const backendColor = (i) => [6, 4, 2, 7, 8, 5, 11, 3, 9, 10][i % 10];
 
   // ---- samples ----

@@ -3,7 +3,7 @@
 (function () {
   // The same colours as the .c0 ... .c12 classes of ui.css.
   const palette = ['#5fd38d', '#8a9bb0', '#ffc857', '#ff6b6b', '#c38bff', '#ff9f43', '#4fb3ff', '#f78fb3',
-    '#48dbfb', '#c8d6e5', '#9b8f6b', '#6be0c8', '#e056fd'];
+    '#48dbfb', '#c8d6e5', '#9b8f6b', '#6be0c8', '#e2a36b', '#e056fd'];
   const grid = '#243041', label = '#8a9bb0', font = '10px system-ui, sans-serif';
   const padL = 38, padR = 8, padT = 8, padB = 18;
 
