@@ -39,26 +39,27 @@ type BeliefConfig struct {
 	// 14.2% -> 14.1% and TTFT p50 1.02 -> 1.12 s: retention is noisy (an
 	// engine keeps running requests' blocks out of its LRU, prefixes are
 	// evicted block by block), and the holder of a doubted prefix still
-	// beats a backend that holds none. The model's value today is what it
-	// measures (routing precision, each cache's turnover in /admin/backends).
+	// beats a backend that holds none (measured before claims past the edge
+	// were doubted, below, with a capacity learned from partial answers too).
 	EdgeStart float64 `yaml:"edge_start"`
 	EdgeTrust float64 `yaml:"edge_trust"`
 	// DoubtBeyond and DoubtTrust: a claim with more than DoubtBeyond
 	// capacities written after it is doubted: the lookup looks past it for
 	// the backend's deepest claim within the edge (the trusted match, which
 	// a "prefix" route needs), and the blocks only the doubted claim covers
-	// count DoubtTrust of their value. 0 for DoubtBeyond: no claim is
-	// doubted; 0 for DoubtTrust: doubted claims are ignored.
+	// count DoubtTrust of their value. DoubtBeyond 0: no claim is doubted
+	// (else at least 0.5); DoubtTrust 0: doubted claims are ignored.
 	//
 	// 1 and 0.5, from the bench (customers, 1 run each; hit rate, routing
-	// precision, TTFT p99): before (every claim trusted) 50.8%, 71.8%,
-	// 2.08 s; ignoring claims past the edge 46.2%, 94.0%, 1.10 s: a backend
-	// that was sent the customer's context long ago often still holds it
-	// (answers confirmed half the claims past the edge), and without it the
-	// request goes to a backend that holds nothing. At 0.5 such a backend
-	// still beats one with no claim, while a trusted holder of a shorter
-	// prefix, or a much less busy one, can win; and a route made on a
-	// doubted claim is reported as "doubt", not "prefix".
+	// precision, TTFT p99): every claim trusted 50.8%, 71.8%, 2.08 s;
+	// claims past the edge ignored 46.2%, 94.0%, 1.10 s: a backend sent the
+	// customer's context long ago still held it on a fifth of the routes
+	// made on such claims, and without it the request goes to a backend
+	// that holds nothing. At 0.5 such a backend still beats one with no
+	// claim, while a trusted holder of a shorter prefix, or a much less
+	// busy one, can win; and a route made on a doubted claim is reported as
+	// "doubt", not "prefix". Published at 1 and 0.5 (3 runs): customers
+	// 50.2%, 91.3%, 2.06 s; Mooncake 3x 14.2%, 95.0%, 6.83 s.
 	DoubtBeyond float64 `yaml:"doubt_beyond"`
 	DoubtTrust  float64 `yaml:"doubt_trust"`
 	// DoubtLearn: each backend learns what its doubted claims are worth from
