@@ -61,21 +61,43 @@ func benchRouterWith(b *testing.B, n int, body []byte, mod func(*Config)) *Route
 // body: JSON parsing, canonical rendering, block hashing, the index lookup
 // and the kvmesh policy over 8 backends; with the claim belief (each
 // backend's cache model: refresh, two lookups when it bounds claims) and
-// without.
+// without; and with the belief doubting the prompt's holder (more than its
+// capacity written there since its claims: the second lookup and a doubt
+// route).
 func BenchmarkRouteDecision16K(b *testing.B) {
-	for _, belief := range []bool{true, false} {
-		b.Run(fmt.Sprintf("belief=%v", belief), func(b *testing.B) {
-			benchRouteDecision(b, func(c *Config) {
-				c.Belief.Enabled = belief
+	for _, belief := range []string{"true", "false", "doubted"} {
+		b.Run("belief="+belief, func(b *testing.B) {
+			d := benchRouteDecision(b, func(c *Config) {
+				c.Belief.Enabled = belief != "false"
 				c.Backends[1].KVCapacityTokens = 1 << 20 // a bound exists: the belief's full path
+			}, func(rt *Router) {
+				if belief != "doubted" {
+					return
+				}
+				// A sample after the claims, then more than the capacity
+				// written: the next refresh puts every claim on gpu-1 past
+				// the edge.
+				b1 := rt.backends()[1]
+				time.Sleep(2 * time.Millisecond)
+				b1.belief.refresh(rt.now().UnixMilli(), rt.meshWritten(b1), rt.unitsPerToken(), rt.cfg.Belief.DoubtBeyond)
+				time.Sleep(2 * time.Millisecond)
+				b1.written.Add(1 << 30)
 			})
+			want := ReasonPrefix
+			if belief == "doubted" {
+				want = ReasonDoubt
+			}
+			if d.Reason != want {
+				b.Fatalf("decision %+v: want reason %s (the benchmark prompt matches its claims on gpu-1)", d, want)
+			}
 		})
 	}
 }
 
-func benchRouteDecision(b *testing.B, mod func(*Config)) {
+func benchRouteDecision(b *testing.B, mod func(*Config), after func(*Router)) Decision {
 	body := chatBody(16 << 10)
 	rt := benchRouterWith(b, 8, body, mod)
+	after(rt)
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	var d Decision
@@ -90,9 +112,7 @@ func benchRouteDecision(b *testing.B, mod func(*Config)) {
 		d = rt.decide(st, EndpointChat, now, 0, false)
 		rt.putState(st)
 	}
-	if d.Reason != ReasonPrefix && d.Reason != ReasonCost {
-		b.Fatalf("decision %+v: the benchmark prompt should match its claims", d)
-	}
+	return d
 }
 
 // BenchmarkProxyOverhead measures the latency the router adds: requests at
