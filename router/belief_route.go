@@ -23,6 +23,12 @@ type answerCheck struct {
 	booked float64
 }
 
+// uncached is the prefill a dispatch to c books: the prompt less the units
+// it is expected to hold.
+func (st *reqState) uncached(c *Candidate) int {
+	return st.chain.Units - int(c.SavedUnits(&st.chain))
+}
+
 // matchOf finds backend id's match in res.
 func matchOf(res *tree.Result, id tree.BackendID) (tree.Match, bool) {
 	for _, m := range res.Matches {
@@ -41,7 +47,7 @@ func (rt *Router) noteBelief(st *reqState, b *backend, c *Candidate) {
 		return
 	}
 	st.fb.ok = true
-	st.fb.booked = float64(st.chain.Units - int(c.SavedUnits(&st.chain)))
+	st.fb.booked = float64(st.uncached(c))
 	if m, ok := matchOf(&st.res, b.id); ok {
 		st.fb.trusted, st.fb.distTrust = m.Blocks, b.belief.distance(m.Time.Millis())
 	}

@@ -95,14 +95,10 @@ type Candidate struct {
 // SavedUnits is the prefill the match is expected to save: MatchedUnits,
 // less the doubted part, plus the doubted claim's blocks at their worth.
 func (c *Candidate) SavedUnits(ch *tree.Chain) float64 {
-	return c.savedUnits(ch, c.MatchedUnits(ch))
-}
-
-// savedUnits is SavedUnits given MatchedUnits.
-func (c *Candidate) savedUnits(ch *tree.Chain, matched int) float64 {
+	matched := c.MatchedUnits(ch)
 	saved := float64(matched) * (1 - c.Discount)
 	if c.Doubted > c.Matched {
-		saved += float64(c.claimedUnits(ch)-matched) * c.DoubtTrust
+		saved += float64(c.ClaimedUnits(ch)-matched) * c.DoubtTrust
 	}
 	return saved
 }
@@ -110,9 +106,7 @@ func (c *Candidate) savedUnits(ch *tree.Chain, matched int) float64 {
 // ClaimedUnits is what the deepest unexpired claim says the backend holds,
 // in prompt units, believed or doubted: MatchedUnits, or the doubted
 // claim's depth.
-func (c *Candidate) ClaimedUnits(ch *tree.Chain) int { return c.claimedUnits(ch) }
-
-func (c *Candidate) claimedUnits(ch *tree.Chain) int {
+func (c *Candidate) ClaimedUnits(ch *tree.Chain) int {
 	if ch == nil {
 		return 0
 	}

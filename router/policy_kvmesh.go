@@ -322,7 +322,7 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 		c := &cands[i]
 		l := &c.Load
 		loads[i] = cfg.load(c, avg)
-		fresh := total - c.savedUnits(req.Chain, c.MatchedUnits(req.Chain)) // what it would compute and write
+		fresh := total - c.SavedUnits(req.Chain) // what it would compute and write
 		cost := (cfg.PrefillWeight+cfg.CacheWeight)*fresh + loads[i]
 		if spread > 0 {
 			cost += spread * fresh * max(l.active()/c.Weight-meanActive, 0)

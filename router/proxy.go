@@ -187,7 +187,7 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, st *reqState, 
 	// The prefill this attempt queues at b, until its first answer byte.
 	var pending pendingPrefill
 	if st.routed {
-		pending = b.addPending(st.chain.Units - int(st.cands[d.Index].SavedUnits(&st.chain)))
+		pending = b.addPending(st.uncached(&st.cands[d.Index]))
 	}
 	defer pending.release()
 	resp, err := rt.transport.RoundTrip(out)
