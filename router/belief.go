@@ -47,28 +47,32 @@ type BeliefConfig struct {
 	// capacities written after it is doubted: the lookup looks past it for
 	// the backend's deepest claim within the edge (the trusted match, which
 	// a "prefix" route needs), and the blocks only the doubted claim covers
-	// count DoubtTrust of their value. DoubtBeyond 0: no claim is doubted
-	// (else at least 0.5); DoubtTrust 0: doubted claims are ignored.
+	// count DoubtTrust of their value (the starting worth when DoubtLearn
+	// is on). DoubtBeyond 0: no claim is doubted (else at least 0.5);
+	// DoubtTrust 0: doubted claims are ignored.
 	//
 	// 1 and 0.5, from the bench (customers, 1 run each; hit rate, routing
 	// precision, TTFT p99): every claim trusted 50.8%, 71.8%, 2.08 s;
-	// claims past the edge ignored 46.2%, 94.0%, 1.10 s: a backend sent the
-	// customer's context long ago still held it on a fifth of the routes
-	// made on such claims, and without it the request goes to a backend
-	// that holds nothing. At 0.5 such a backend still beats one with no
-	// claim, while a trusted holder of a shorter prefix, or a much less
-	// busy one, can win; and a route made on a doubted claim is reported as
-	// "doubt", not "prefix". Published at 1 and 0.5 (3 runs): customers
-	// 50.2%, 91.3%, 2.06 s; Mooncake 3x 14.2%, 95.0%, 6.83 s.
+	// claims past the edge ignored 46.2%, 94.0%, 1.10 s (both measured
+	// while a claim's timestamp lagged its last use by a whole request,
+	// see tree.Index.Learn: a fifth of the doubted claims were being
+	// written back by a request in flight). At 0.5 a doubted holder still
+	// beats a backend with no claim, while a trusted holder of a shorter
+	// prefix, or a much less busy one, can win; a route made on a doubted
+	// claim is reported as "doubt", not "prefix".
 	DoubtBeyond float64 `yaml:"doubt_beyond"`
 	DoubtTrust  float64 `yaml:"doubt_trust"`
 	// DoubtLearn: each backend learns what its doubted claims are worth from
-	// the answers (the share of a doubted claim's blocks found cached, a
-	// moving average over the last ~32 answers that had one), starting from
-	// DoubtTrust. Off: on customers (where a fifth of doubted claims held)
-	// it traded hit rate for tail latency, 49.5% (49.4-49.6) and TTFT p99
-	// 1.64 s against 50.3% (50.2-50.4) and 2.18 s with 0.5 fixed (2 runs
-	// each; 49.7% / 1.77 s against 49.9% / 2.44 s in a third pair).
+	// the answers (the share of them whose blocks were found cached, a
+	// moving average over the last ~32 answers that had one, at least
+	// 0.02), starting from DoubtTrust. On: with claims stamped at each use,
+	// few doubted claims hold (4% on customers), and a fixed 0.5 keeps
+	// sending requests to holders that lost the prefix. Kvmesh arm, 2 runs
+	// each, hit rate and TTFT p99, learned against 0.5 fixed: customers
+	// 50.1-50.3% and 1.41-1.43 s against 50.1-50.6% and 1.77-2.15 s;
+	// Mooncake 3x 13.9-14.4% against 13.6-14.4% (4 runs); agent 82.1-84.1%
+	// and 16.6-17.0 s against 81.0-82.5% and 15.4-16.9 s. (Before claims
+	// were stamped at each use it cost customers 0.8 points of hit rate.)
 	DoubtLearn bool `yaml:"doubt_learn"`
 	// ConfirmShare: an answer confirms a match when the backend reports at
 	// least this share of the tokens the router believed matched as cached.
@@ -88,7 +92,7 @@ type BeliefConfig struct {
 
 // DefaultBeliefConfig returns the defaults documented on BeliefConfig.
 func DefaultBeliefConfig() BeliefConfig {
-	return BeliefConfig{Enabled: true, EdgeStart: 0.7, EdgeTrust: 1, DoubtBeyond: 1, DoubtTrust: 0.5, ConfirmShare: 0.5, LearnRate: 0.1, UnitsPerToken: 4}
+	return BeliefConfig{Enabled: true, EdgeStart: 0.7, EdgeTrust: 1, DoubtBeyond: 1, DoubtTrust: 0.5, DoubtLearn: true, ConfirmShare: 0.5, LearnRate: 0.1, UnitsPerToken: 4}
 }
 
 func (c BeliefConfig) validate() []error {

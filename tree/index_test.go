@@ -405,3 +405,40 @@ func TestRefreshCoalescingIsCapped(t *testing.T) {
 		t.Fatalf("refresh past the 2 s cap (a quarter TTL is 150 s): %+v", got)
 	}
 }
+
+// A short-lived learn (the router's provisional claim at dispatch) over a
+// longer-lived claim (one confirmed earlier) records the prefix's new use:
+// the claim keeps its expiry and takes the new timestamp, once it lags by
+// more than the cap.
+func TestShortLearnRefreshesLastUse(t *testing.T) {
+	ix := newTestIndex(t, func(c *Config) { c.RefreshMaxMillis = 2_000 })
+	b := backends(t, ix, "a")
+	ch := chainOf(ix, randTokens(rand.New(rand.NewPCG(6, 6)), 16*8), 64)
+	ttl, short := 10*minute, int64(30_000)
+	ix.Learn(ch, b[0], MakeTimestamp(0, 0), ttl, 1, 0, nil)
+	// Within the cap: nothing changes.
+	if got := ix.Learn(ch, b[0], MakeTimestamp(1_000, 0), short, 1, 1_000, nil); len(got) != 0 {
+		t.Fatalf("short learn within the cap emitted %+v", got)
+	}
+	// Past it: both claims take the new timestamp and keep their expiry.
+	at := MakeTimestamp(60_000, 0)
+	got := ix.Learn(ch, b[0], at, short, 2, 60_000, nil)
+	if len(got) != 2 {
+		t.Fatalf("short learn past the cap changed %d claims, want 2: %+v", len(got), got)
+	}
+	for _, c := range got {
+		if c.Time != at || c.Expires != ttl || c.Origin != 2 {
+			t.Fatalf("claim %+v: want time %v, the confirmed expiry %d", c, at, ttl)
+		}
+	}
+	var res Result
+	ix.Lookup(ch, 60_000, &res)
+	if len(res.Matches) != 1 || res.Matches[0].Time != at || res.Matches[0].Blocks != 8 {
+		t.Fatalf("lookup after the refresh: %+v, want 8 blocks stamped %v", res.Matches, at)
+	}
+	// The confirmed expiry still holds: the claims outlive the short TTL.
+	ix.Lookup(ch, 60_000+short+1, &res)
+	if len(res.Matches) != 1 || res.Matches[0].Blocks != 8 {
+		t.Fatalf("after the short TTL: %+v, want the confirmed claims", res.Matches)
+	}
+}

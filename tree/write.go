@@ -91,6 +91,14 @@ func (ix *Index) upsert(c *Claim, now int64, overEnded bool) Outcome {
 	return Inserted
 }
 
+// lags reports whether a claim's timestamp is more than RefreshMaxMillis
+// older than ts: its last use is worth recording even when the expiry it
+// would get is no later (RefreshMaxMillis 0: never).
+func (ix *Index) lags(cur Claim, ts Timestamp) bool {
+	m := ix.cfg.RefreshMaxMillis
+	return m > 0 && ts.Millis()-cur.Time.Millis() > m
+}
+
 // Learn records that backend b now holds every prefix of ch at ch.Learn's
 // depths, at time ts (the origin's hybrid logical clock), for ttlMillis. It
 // appends to changed the claims that modified the Index, which are the ones
@@ -99,8 +107,11 @@ func (ix *Index) upsert(c *Claim, now int64, overEnded bool) Outcome {
 // A prompt's claims are written all together or not at all. They are
 // skipped together when every one exists already, at the same generation,
 // and the refresh would push no expiry out by more than RefreshFraction of
-// the TTL (and RefreshMaxMillis): repeated hits on a hot prefix do not flood
-// the mesh. Writing them
+// the TTL (and RefreshMaxMillis) nor any timestamp by more than
+// RefreshMaxMillis: repeated hits on a hot prefix do not flood the mesh.
+// An existing claim that expires later than ttlMillis from now keeps its
+// expiry and takes the new timestamp (the timestamp is the prefix's last
+// use, which the router's cache model reads). Writing them
 // together keeps an invariant Lookup relies on: a claim at some depth always
 // comes with claims at every checkpoint above it, on the same backend, that
 // expire no earlier.
@@ -129,7 +140,7 @@ func (ix *Index) Learn(ch *Chain, b BackendID, ts Timestamp, ttlMillis int64, or
 			fresh = false
 			break
 		}
-		if cur := ix.t.load(i); cur.Gen != gen || cur.Expires+slack < exp || cur.Expires <= now || cur.Ended() {
+		if cur := ix.t.load(i); cur.Gen != gen || cur.Expires+slack < exp || cur.Expires <= now || cur.Ended() || ix.lags(cur, ts) {
 			fresh = false
 			break
 		}
@@ -143,6 +154,14 @@ func (ix *Index) Learn(ch *Chain, b BackendID, ts Timestamp, ttlMillis int64, or
 			continue
 		}
 		c := Claim{Key: ch.Keys[d-1], Backend: b, Gen: gen, Time: ts, Expires: exp, Origin: origin}
+		// A claim that outlives this learn (a short-lived claim learned at
+		// dispatch over one confirmed before) keeps its expiry and takes
+		// the new timestamp: the prefix was used now.
+		if i, found := ix.t.find(c.Key, b); found {
+			if cur := ix.t.load(i); cur.Gen == gen && !cur.Ended() && cur.Expires > max(exp, now) {
+				c.Expires = cur.Expires
+			}
+		}
 		o := ix.upsert(&c, now, true)
 		ix.t.done()
 		if o.Changed() {
