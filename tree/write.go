@@ -55,18 +55,28 @@ func (ix *Index) check(c *Claim, now int64) Outcome {
 }
 
 // upsert is Upsert without the lock or the end of the table operation.
-// overEnded is for claims made here (Learn): one that meets a tombstone
-// (end.go) it could not dominate takes an expiry just past the tombstone's,
-// so a block stored again soon after it was removed is claimed again.
-func (ix *Index) upsert(c *Claim, now int64, overEnded bool) Outcome {
+// learned is for claims made here (Learn), which differ from a plain join
+// in two ways:
+//   - one that meets a longer-lived claim of the same generation keeps
+//     that claim's expiry and takes its own timestamp (the prefix was used
+//     now; the expiry never shrinks);
+//   - one that meets a tombstone (end.go) it could not dominate takes an
+//     expiry just past the tombstone's, so a block stored again soon after
+//     it was removed is claimed again.
+func (ix *Index) upsert(c *Claim, now int64, learned bool) Outcome {
+	i, found := ix.t.find(c.Key, c.Backend)
+	if found && learned {
+		if cur := ix.t.load(i); cur.Gen == c.Gen && !cur.Ended() && cur.Expires > max(c.Expires, now) {
+			c.Expires = cur.Expires
+		}
+	}
 	if o := ix.check(c, now); o != 0 {
 		ix.stats.rejected.Add(1)
 		return o
 	}
-	i, found := ix.t.find(c.Key, c.Backend)
 	if found {
 		cur := ix.t.load(i)
-		if overEnded && cur.Ended() && cur.Gen == c.Gen && c.Expires <= cur.Expires {
+		if learned && cur.Ended() && cur.Gen == c.Gen && c.Expires <= cur.Expires {
 			c.Expires = cur.Expires + 1
 		}
 		if !c.Dominates(cur) {
@@ -154,14 +164,6 @@ func (ix *Index) Learn(ch *Chain, b BackendID, ts Timestamp, ttlMillis int64, or
 			continue
 		}
 		c := Claim{Key: ch.Keys[d-1], Backend: b, Gen: gen, Time: ts, Expires: exp, Origin: origin}
-		// A claim that outlives this learn (a short-lived claim learned at
-		// dispatch over one confirmed before) keeps its expiry and takes
-		// the new timestamp: the prefix was used now.
-		if i, found := ix.t.find(c.Key, b); found {
-			if cur := ix.t.load(i); cur.Gen == gen && !cur.Ended() && cur.Expires > max(exp, now) {
-				c.Expires = cur.Expires
-			}
-		}
 		o := ix.upsert(&c, now, true)
 		ix.t.done()
 		if o.Changed() {
