@@ -143,9 +143,11 @@ type Config struct {
 	// dispatched, before the backend has answered. 30 s covers the prefill
 	// of even a long prompt, so concurrent requests with the same prefix
 	// follow the first one; if the request fails the claims fade quickly.
+	// The answer's first byte confirms them (ConfirmedTTL): the prefill is
+	// done, however long the answer then takes.
 	ProvisionalTTL time.Duration `yaml:"provisional_claim_ttl"`
-	// ConfirmedTTL is the lifetime of claims confirmed by a successful
-	// answer. It should be of the order of how long a backend keeps an
+	// ConfirmedTTL is the lifetime of claims confirmed by an answer (at
+	// its first byte, and again at its end). It should be of the order of how long a backend keeps an
 	// unused prefix in its KV cache: a vLLM replica under steady load turns
 	// its cache over in minutes, and chat users come back within minutes.
 	// 10 min; a claim that outlives the cached blocks costs one misrouted

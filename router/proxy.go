@@ -69,9 +69,11 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, st *reqState, 
 		rt.noteBelief(st, b, &st.cands[d.Index])
 		rt.record(st, b, d, matched)
 		learn := d.Learn && st.routed && len(st.chain.Learn) > 0 && rt.admitLearn(st, st.cands[d.Index].Matched)
+		st.confirm = nil
 		if learn {
 			rt.learner.Learn(&st.chain, b.id, rt.cfg.ProvisionalTTL)
 			rt.metrics.learned[0].Inc()
+			st.confirm = b
 		}
 		last = rt.runAttempt(w, r, st, b, d, matched, attempt >= rt.cfg.Retries || len(st.cands) <= 1, start, ep)
 		switch last.out {
@@ -99,6 +101,21 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, st *reqState, 
 	}
 	e.WriteTo(w)
 	return e.Status
+}
+
+// confirmClaims learns the claims of an attempt at ConfirmedTTL when its
+// answer's first byte arrives: the backend has prefilled the prompt, so
+// its blocks are in the cache, and held there while the answer is
+// generated. Waiting for the answer's end instead would let the
+// provisional claims expire under a long answer (ProvisionalTTL 30 s;
+// Mooncake's answers at 3x its rate take up to 50 s), and a request
+// sharing the prefix would not find the backend that holds it. The claims
+// are learnt again when the answer ends, stamping the prefix's last use.
+func (rt *Router) confirmClaims(st *reqState) {
+	if b := st.confirm; b != nil {
+		st.confirm = nil
+		rt.learner.Learn(&st.chain, b.id, rt.cfg.ConfirmedTTL)
+	}
 }
 
 // routedUnits is the match a route was made on, in units (x-kvmesh-route,
@@ -284,6 +301,7 @@ func (rt *Router) copyBody(w http.ResponseWriter, body io.Reader, st *reqState, 
 			if first {
 				first = false
 				pending.release()
+				rt.confirmClaims(st)
 				rt.modelMetricsFor(st.model).firstBytes(labelOf(ep)).Observe(rt.now().Sub(start).Seconds())
 			}
 			st.usage.write(st.buf[:n])

@@ -27,7 +27,10 @@ type reqState struct {
 	// then exact (their events end what they evict) and not doubted.
 	precise bool
 	// fb is what the answer to the chosen backend is compared with.
-	fb      answerCheck
+	fb answerCheck
+	// confirm is the backend whose claims this attempt learned at dispatch,
+	// to confirm at the answer's first byte (nil: nothing to confirm).
+	confirm *backend
 	req     Request
 	cands   []Candidate
 	backs   []*backend // parallel to cands
@@ -74,6 +77,7 @@ func newReqState() any {
 func (rt *Router) getState() *reqState { return rt.states.Get().(*reqState) }
 
 func (rt *Router) putState(st *reqState) {
+	st.confirm = nil
 	if cap(st.body) > maxPooledBodyCap {
 		st.body = nil
 	}

@@ -1,0 +1,84 @@
+package router
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvmesh/kvmesh/tree"
+)
+
+// ttlLearner records the TTL of every Learn call and passes it on.
+type ttlLearner struct {
+	inner Learner
+	mu    sync.Mutex
+	ttls  []time.Duration
+}
+
+func (l *ttlLearner) Learn(ch *tree.Chain, b tree.BackendID, ttl time.Duration) {
+	l.mu.Lock()
+	l.ttls = append(l.ttls, ttl)
+	l.mu.Unlock()
+	l.inner.Learn(ch, b, ttl)
+}
+
+func (l *ttlLearner) Invalidate(backend string, removed bool) { l.inner.Invalidate(backend, removed) }
+
+func (l *ttlLearner) calls() []time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]time.Duration(nil), l.ttls...)
+}
+
+// A streamed answer confirms its claims at its first byte, while the
+// backend is still generating: a long answer must not outlive the
+// provisional claims of the prefix the backend has already computed. The
+// answer's end learns them once more (the prefix's last use).
+func TestClaimsConfirmedAtFirstByte(t *testing.T) {
+	a := newFakeBackend(t, "a")
+	firstSent, finish := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(finish) }) }
+	defer release() // a failed check must not leave the handler blocked
+	a.setHook(func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"n\":1}\n\n")
+		w.(http.Flusher).Flush()
+		firstSent <- struct{}{}
+		<-finish
+		_, _ = io.WriteString(w, "data: [DONE]\n\n")
+	})
+	var rec *ttlLearner
+	g := newRig(t, func(c *Config, d *Deps) {
+		prefer("a")(c, d)
+		rec = &ttlLearner{inner: NewLocalLearner(d.Index, "n1")}
+		d.Learner = rec
+	}, a)
+	cfg := g.rt.cfg
+	body := strings.Replace(chat("m1", longText("confirm system prompt", 3000), "a question"), `"model":"m1"`, `"model":"m1","stream":true`, 1)
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		resp := g.do("POST", "/v1/chat/completions", body)
+		_, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+	}()
+	<-firstSent
+	waitFor(t, "claims confirmed at the first byte", func() bool { return len(rec.calls()) >= 2 })
+	if got := rec.calls(); got[0] != cfg.ProvisionalTTL || got[1] != cfg.ConfirmedTTL {
+		t.Fatalf("learned before the answer ended with TTLs %v, want [%v %v]", got, cfg.ProvisionalTTL, cfg.ConfirmedTTL)
+	}
+	if g.holders(EndpointChat, body, "")["a"] == 0 {
+		t.Fatal("a holds nothing while it streams the answer")
+	}
+	release()
+	<-done
+	waitFor(t, "claims learned at the answer's end", func() bool { return len(rec.calls()) >= 3 })
+	if got := rec.calls(); len(got) != 3 || got[2] != cfg.ConfirmedTTL {
+		t.Fatalf("learn TTLs %v, want a third at %v when the answer ended", got, cfg.ConfirmedTTL)
+	}
+}
