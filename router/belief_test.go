@@ -278,17 +278,36 @@ func TestCacheBeliefLearnsDoubtTrust(t *testing.T) {
 	if got := cb.doubtTrust(&cfg); got != cfg.DoubtTrust {
 		t.Fatalf("before any answer: %v, want the configured %v", got, cfg.DoubtTrust)
 	}
+	// The first answers weigh as a mean with the starting worth counted
+	// as doubtPrior answers: 1 held of 10 is 0.5 (2x0.5+1)/12 ~ 0.17, not
+	// the ~0.37 an average weighted 1/32 from the start would still show.
+	cb.learnDoubt(1, &cfg)
+	for range 9 {
+		cb.learnDoubt(0, &cfg)
+	}
+	if got, want := cb.doubtTrust(&cfg), (doubtPrior*cfg.DoubtTrust+1)/(doubtPrior+10); math.Abs(got-want) > 1e-9 {
+		t.Fatalf("after 1 held of 10: %v, want the mean with the prior %v", got, want)
+	}
 	for range 200 {
-		cb.learnDoubt(false, &cfg)
+		cb.learnDoubt(0, &cfg)
 	}
 	if got := cb.doubtTrust(&cfg); got != minDoubtTrust {
 		t.Fatalf("after 200 doubted claims gone: %v, want the floor %v", got, minDoubtTrust)
 	}
 	for range 32 {
-		cb.learnDoubt(true, &cfg)
+		cb.learnDoubt(1, &cfg)
 	}
 	if got := cb.doubtTrust(&cfg); !(got > 0.5 && got < 1) {
 		t.Fatalf("after 32 held: %v, want above 0.5", got)
+	}
+	// An answer teaches the share of the doubted blocks it found, not
+	// whether most were there: a quarter of them, again and again, is
+	// worth a quarter.
+	for range 300 {
+		cb.learnDoubt(0.25, &cfg)
+	}
+	if got := cb.doubtTrust(&cfg); math.Abs(got-0.25) > 1e-3 {
+		t.Fatalf("after answers that found a quarter of the doubted blocks: %v, want 0.25", got)
 	}
 	fixed := cfg
 	fixed.DoubtLearn = false
@@ -299,5 +318,21 @@ func TestCacheBeliefLearnsDoubtTrust(t *testing.T) {
 	off.DoubtTrust = 0
 	if got := cb.doubtTrust(&off); got != 0 {
 		t.Fatalf("doubt_trust 0: %v, want 0", got)
+	}
+}
+
+// doubtShare: the share of a doubted claim's own tokens the answer had.
+func TestDoubtShare(t *testing.T) {
+	for _, c := range []struct{ cached, lo, hi, want float64 }{
+		{0, 100, 300, 0},      // nothing cached
+		{100, 100, 300, 0},    // only the trusted match
+		{150, 100, 300, 0.25}, // a quarter of the doubted tokens
+		{300, 100, 300, 1},    // all of them
+		{900, 100, 300, 1},    // more than the claim said
+		{500, 300, 300, 0},    // no doubted tokens: nothing to learn
+	} {
+		if got := doubtShare(c.cached, c.lo, c.hi); got != c.want {
+			t.Errorf("doubtShare(%v, %v, %v) = %v, want %v", c.cached, c.lo, c.hi, got, c.want)
+		}
 	}
 }

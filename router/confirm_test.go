@@ -82,3 +82,30 @@ func TestClaimsConfirmedAtFirstByte(t *testing.T) {
 		t.Fatalf("learn TTLs %v, want a third at %v when the answer ended", got, cfg.ConfirmedTTL)
 	}
 }
+
+// An error answer (here a 400 with a body) confirms nothing: the backend
+// computed no prefill for it.
+func TestErrorAnswerConfirmsNoClaims(t *testing.T) {
+	a := newFakeBackend(t, "a")
+	a.setHook(func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, `{"error":{"message":"bad","type":"invalid_request_error"}}`)
+	})
+	var rec *ttlLearner
+	g := newRig(t, func(c *Config, d *Deps) {
+		prefer("a")(c, d)
+		rec = &ttlLearner{inner: NewLocalLearner(d.Index, "n1")}
+		d.Learner = rec
+	}, a)
+	body := chat("m1", longText("error system prompt", 3000), "a question")
+	resp := g.do("POST", "/v1/chat/completions", body)
+	_, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("status %d, want the backend's 400", resp.StatusCode)
+	}
+	if got := rec.calls(); len(got) != 1 || got[0] != g.rt.cfg.ProvisionalTTL {
+		t.Fatalf("learn TTLs %v, want only the dispatch's %v", got, g.rt.cfg.ProvisionalTTL)
+	}
+}

@@ -257,6 +257,9 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, st *reqState, 
 	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	stream := st.prompt.Stream || resp.ContentLength < 0 || sse
 	st.usage.start(sse)
+	if resp.StatusCode/100 != 2 {
+		st.confirm = nil // an error answer computed nothing to confirm
+	}
 	rerr, werr := rt.copyBody(w, resp.Body, st, stream, start, ep, &pending)
 	switch {
 	case werr != nil || (rerr != nil && r.Context().Err() != nil):
