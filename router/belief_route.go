@@ -114,7 +114,9 @@ func (rt *Router) learnFromAnswer(b *backend, st *reqState, d Decision, prompt, 
 	// trace 43% of doubted claims still held part of their blocks while
 	// 7% held most; what they were worth was 16% of their blocks.)
 	if fb.all > fb.trusted && cfg.DoubtLearn {
-		b.belief.learnDoubt(doubtShare(float64(cached), tokens(fb.trusted), tokens(fb.all)), cfg)
+		if lo, hi := tokens(fb.trusted), tokens(fb.all); hi > lo {
+			b.belief.learnDoubt(doubtShare(float64(cached), lo, hi), cfg)
+		}
 	}
 	// The capacity learns only from a match held whole: a prompt whose
 	// shared head survived (refreshed by other prompts) while its own tail
@@ -137,7 +139,11 @@ const wholeShare = 0.9
 
 // doubtShare is the share of the tokens between a trusted match (lo) and
 // a doubted claim's depth (hi) that an answer reporting cached tokens had:
-// 0 at or below lo, 1 at or above hi.
+// 0 at or below lo, 1 at or above hi (0 if hi <= lo, which the caller
+// does not ask). Unlike the capacity's "held whole" (wholeShare), it has
+// no tolerance at the edge: the per-token estimate and the engine's
+// rounding down to its block make a fully held claim of a few blocks
+// report a little less than 1.
 func doubtShare(cached, lo, hi float64) float64 {
 	if hi <= lo || cached <= lo {
 		return 0

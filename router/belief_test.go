@@ -279,8 +279,9 @@ func TestCacheBeliefLearnsDoubtTrust(t *testing.T) {
 		t.Fatalf("before any answer: %v, want the configured %v", got, cfg.DoubtTrust)
 	}
 	// The first answers weigh as a mean with the starting worth counted
-	// as doubtPrior answers: 1 held of 10 is 0.5 (2x0.5+1)/12 ~ 0.17, not
-	// the ~0.37 an average weighted 1/32 from the start would still show.
+	// as doubtPrior answers: after 1 held and 9 gone it is (2x0.5+1)/12,
+	// about 0.17, where an average weighted 1/32 from the start would
+	// still be about 0.39.
 	cb.learnDoubt(1, &cfg)
 	for range 9 {
 		cb.learnDoubt(0, &cfg)

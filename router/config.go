@@ -142,14 +142,16 @@ type Config struct {
 	// ProvisionalTTL is the lifetime of claims learned when a request is
 	// dispatched, before the backend has answered. 30 s covers the prefill
 	// of even a long prompt, so concurrent requests with the same prefix
-	// follow the first one; if the request fails the claims fade quickly.
-	// The answer's first byte confirms them (ConfirmedTTL): the prefill is
-	// done, however long the answer then takes.
+	// follow the first one; if the request fails before its answer's
+	// first byte the claims fade quickly. A 2xx answer's first byte
+	// confirms them (ConfirmedTTL): the prefill is done, however long the
+	// answer then takes, and even if it then breaks off.
 	ProvisionalTTL time.Duration `yaml:"provisional_claim_ttl"`
-	// ConfirmedTTL is the lifetime of claims confirmed by an answer (at
-	// its first byte, and again at its end). It should be of the order of how long a backend keeps an
-	// unused prefix in its KV cache: a vLLM replica under steady load turns
-	// its cache over in minutes, and chat users come back within minutes.
+	// ConfirmedTTL is the lifetime of claims confirmed by a 2xx answer
+	// (at its first byte, and again when it completes). It should be of
+	// the order of how long a backend keeps an unused prefix in its KV
+	// cache: a vLLM replica under steady load turns its cache over in
+	// minutes, and chat users come back within minutes.
 	// 10 min; a claim that outlives the cached blocks costs one misrouted
 	// request (a miss the backend would have had anyway), one that expires
 	// too early wastes a hit.

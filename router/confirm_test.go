@@ -11,18 +11,27 @@ import (
 	"github.com/kvmesh/kvmesh/tree"
 )
 
-// ttlLearner records the TTL of every Learn call and passes it on.
+// ttlLearner records the TTL and backend of every Learn call and passes
+// it on.
 type ttlLearner struct {
-	inner Learner
-	mu    sync.Mutex
-	ttls  []time.Duration
+	inner    Learner
+	mu       sync.Mutex
+	ttls     []time.Duration
+	backends []tree.BackendID
 }
 
 func (l *ttlLearner) Learn(ch *tree.Chain, b tree.BackendID, ttl time.Duration) {
 	l.mu.Lock()
 	l.ttls = append(l.ttls, ttl)
+	l.backends = append(l.backends, b)
 	l.mu.Unlock()
 	l.inner.Learn(ch, b, ttl)
+}
+
+func (l *ttlLearner) backendsLearned() []tree.BackendID {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]tree.BackendID(nil), l.backends...)
 }
 
 func (l *ttlLearner) Invalidate(backend string, removed bool) { l.inner.Invalidate(backend, removed) }
@@ -72,8 +81,15 @@ func TestClaimsConfirmedAtFirstByte(t *testing.T) {
 	if got := rec.calls(); got[0] != cfg.ProvisionalTTL || got[1] != cfg.ConfirmedTTL {
 		t.Fatalf("learned before the answer ended with TTLs %v, want [%v %v]", got, cfg.ProvisionalTTL, cfg.ConfirmedTTL)
 	}
-	if g.holders(EndpointChat, body, "")["a"] == 0 {
-		t.Fatal("a holds nothing while it streams the answer")
+	// In the index: the claims outlive the provisional TTL while a still
+	// streams (a lookup as of just past it finds them).
+	var res tree.Result
+	g.ix.Lookup(chainFor(t, g, EndpointChat, body, ""), time.Now().Add(cfg.ProvisionalTTL+time.Minute).UnixMilli(), &res)
+	if len(res.Matches) != 1 || res.Matches[0].Blocks == 0 {
+		t.Fatalf("past the provisional TTL, while a streams: matches %+v, want a's confirmed claims", res.Matches)
+	}
+	if g.counter("kvmesh_router_claims_learned_total", "kind", "first_byte") != 1 {
+		t.Fatal("claims_learned_total{kind=first_byte} did not count the confirmation")
 	}
 	release()
 	<-done
@@ -105,7 +121,54 @@ func TestErrorAnswerConfirmsNoClaims(t *testing.T) {
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("status %d, want the backend's 400", resp.StatusCode)
 	}
+	// The handler may still be running after the client has the answer:
+	// wait until it has counted the request, past every learn.
+	waitFor(t, "the request counted", func() bool { return g.counter("kvmesh_router_requests_total", "code", "4xx") == 1 })
 	if got := rec.calls(); len(got) != 1 || got[0] != g.rt.cfg.ProvisionalTTL {
 		t.Fatalf("learn TTLs %v, want only the dispatch's %v", got, g.rt.cfg.ProvisionalTTL)
+	}
+}
+
+// After a failed attempt, the confirmation goes to the backend that
+// answered, never to the one that failed: a answers 500, the retry on b
+// streams, and only b's claims are confirmed.
+func TestRetryConfirmsTheAnsweringBackend(t *testing.T) {
+	a, b := newFakeBackend(t, "a"), newFakeBackend(t, "b")
+	a.setHook(func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		http.Error(w, `{"error":{"message":"overloaded"}}`, http.StatusInternalServerError)
+	})
+	b.setHook(func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"n\":1}\n\ndata: [DONE]\n\n")
+	})
+	var rec *ttlLearner
+	g := newRig(t, func(c *Config, d *Deps) {
+		prefer("a")(c, d)
+		rec = &ttlLearner{inner: NewLocalLearner(d.Index, "n1")}
+		d.Learner = rec
+	}, a, b)
+	cfg := g.rt.cfg
+	body := strings.Replace(chat("m1", longText("retry system prompt", 3000), "a question"), `"model":"m1"`, `"model":"m1","stream":true`, 1)
+	resp := g.do("POST", "/v1/chat/completions", body)
+	_, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d, want b's 200 after the retry", resp.StatusCode)
+	}
+	idA, idB := g.rt.backendByName("a").id, g.rt.backendByName("b").id
+	// The handler learns after the client has the bytes: wait for the
+	// dispatch on a, the retry's dispatch on b, b's first byte and b's end.
+	waitFor(t, "four learns", func() bool { return len(rec.calls()) >= 4 })
+	ttls, bs := rec.calls(), rec.backendsLearned()
+	if len(ttls) < 3 || bs[0] != idA || ttls[0] != cfg.ProvisionalTTL {
+		t.Fatalf("learns %v on %v: want a provisional learn on a (%d) first", ttls, bs, idA)
+	}
+	for i := 1; i < len(ttls); i++ {
+		if bs[i] != idB {
+			t.Fatalf("learn %d (TTL %v) on backend %d after a failed: want every later learn on b (%d); all: %v on %v", i, ttls[i], bs[i], idB, ttls, bs)
+		}
+	}
+	if len(ttls) != 4 || ttls[1] != cfg.ProvisionalTTL || ttls[2] != cfg.ConfirmedTTL || ttls[3] != cfg.ConfirmedTTL {
+		t.Fatalf("learns on b: %v, want provisional, then confirmed at the first byte and at the end", ttls[1:])
 	}
 }

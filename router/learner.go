@@ -11,9 +11,9 @@ import (
 // writing into the shared tree.Index and replicating the changes; a single
 // node without a mesh uses LocalLearner.
 //
-// Learn is called on the request path, up to three times per routed
-// request (at dispatch with Config.ProvisionalTTL, at the answer's first
-// byte and on success with ConfirmedTTL): it
+// Learn is called on the request path, up to three times per attempt
+// (at dispatch with Config.ProvisionalTTL; at a 2xx answer's first byte
+// and when it completes, with ConfirmedTTL): it
 // must not block on the network. Both methods are called concurrently.
 type Learner interface {
 	// Learn records that backend now holds every prefix of ch at ch.Learn's

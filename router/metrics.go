@@ -74,7 +74,7 @@ type metrics struct {
 	ttfb           *prometheus.HistogramVec // by endpoint and model
 	models         modelLabels              // the models served and their children (metrics_model.go)
 	decisionTime   prometheus.Histogram
-	learned        [2]prometheus.Counter // provisional, confirmed
+	learned        [3]prometheus.Counter // provisional, confirmed, first_byte
 	cachedTokens   *prometheus.CounterVec
 	promptTokens   *prometheus.CounterVec
 	prefixRoutes   *prometheus.CounterVec // by backend, outcome
@@ -113,9 +113,10 @@ func newMetrics(reg prometheus.Registerer, policy string, rt *Router) (*metrics,
 		Name: "decision_duration_seconds", Help: "Time to parse, render, hash, look up and choose a backend for one request.",
 		Buckets: prometheus.ExponentialBuckets(1e-6, 2, 16)})
 	learned := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-		Name: "claims_learned_total", Help: "Prompts whose claims were learned, provisionally at dispatch or confirmed on success."}, []string{"kind"})
+		Name: "claims_learned_total", Help: "Prompts whose claims were learned: provisionally at dispatch, confirmed at a 2xx answer's first byte (first_byte), and again when it completed (confirmed)."}, []string{"kind"})
 	m.learned[0] = learned.WithLabelValues("provisional")
 	m.learned[1] = learned.WithLabelValues("confirmed")
+	m.learned[2] = learned.WithLabelValues("first_byte")
 	m.cachedTokens = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 		Name: "backend_cached_tokens_total", Help: "Prompt tokens the backend reported as served from its prefix cache (usage.prompt_tokens_details.cached_tokens)."}, []string{"backend"})
 	m.promptTokens = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,

@@ -39,6 +39,7 @@ func TestMetricsCountRequests(t *testing.T) {
 		{"kvmesh_router_matched_prefix_ratio", nil, 3},
 		{"kvmesh_router_claims_learned_total", []string{"kind", "provisional"}, 3},
 		{"kvmesh_router_claims_learned_total", []string{"kind", "confirmed"}, 3},
+		{"kvmesh_router_claims_learned_total", []string{"kind", "first_byte"}, 3},
 		{"kvmesh_router_backend_cached_tokens_total", []string{"backend", "a"}, 21},
 		{"kvmesh_router_backend_prompt_tokens_total", []string{"backend", "a"}, 120},
 		{"kvmesh_router_errors_total", []string{"kind", "bad_request"}, 1},

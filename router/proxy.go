@@ -111,10 +111,14 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, st *reqState, 
 // Mooncake's answers at 3x its rate take up to 50 s), and a request
 // sharing the prefix would not find the backend that holds it. The claims
 // are learnt again when the answer ends, stamping the prefix's last use.
+//
+// An answer that breaks off after its first byte, or whose client goes
+// away, keeps its claims confirmed: its prefill was done all the same.
 func (rt *Router) confirmClaims(st *reqState) {
 	if b := st.confirm; b != nil {
 		st.confirm = nil
 		rt.learner.Learn(&st.chain, b.id, rt.cfg.ConfirmedTTL)
+		rt.metrics.learned[2].Inc()
 	}
 }
 
@@ -304,7 +308,6 @@ func (rt *Router) copyBody(w http.ResponseWriter, body io.Reader, st *reqState, 
 			if first {
 				first = false
 				pending.release()
-				rt.confirmClaims(st)
 				rt.modelMetricsFor(st.model).firstBytes(labelOf(ep)).Observe(rt.now().Sub(start).Seconds())
 			}
 			st.usage.write(st.buf[:n])
@@ -316,6 +319,7 @@ func (rt *Router) copyBody(w http.ResponseWriter, body io.Reader, st *reqState, 
 					return nil, werr
 				}
 			}
+			rt.confirmClaims(st) // after the first bytes went out: the client does not wait for it
 		}
 		if err == io.EOF {
 			return nil, nil
