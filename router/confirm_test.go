@@ -36,6 +36,18 @@ func (l *ttlLearner) backendsLearned() []tree.BackendID {
 
 func (l *ttlLearner) Invalidate(backend string, removed bool) { l.inner.Invalidate(backend, removed) }
 
+// recordingRig is a rig over backends that prefers "a" and records every
+// learn.
+func recordingRig(t *testing.T, backends ...*fakeBackend) (*testRig, *ttlLearner) {
+	var rec *ttlLearner
+	g := newRig(t, func(c *Config, d *Deps) {
+		prefer("a")(c, d)
+		rec = &ttlLearner{inner: NewLocalLearner(d.Index, "n1")}
+		d.Learner = rec
+	}, backends...)
+	return g, rec
+}
+
 func (l *ttlLearner) calls() []time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -60,22 +72,11 @@ func TestClaimsConfirmedAtFirstByte(t *testing.T) {
 		<-finish
 		_, _ = io.WriteString(w, "data: [DONE]\n\n")
 	})
-	var rec *ttlLearner
-	g := newRig(t, func(c *Config, d *Deps) {
-		prefer("a")(c, d)
-		rec = &ttlLearner{inner: NewLocalLearner(d.Index, "n1")}
-		d.Learner = rec
-	}, a)
+	g, rec := recordingRig(t, a)
 	cfg := g.rt.cfg
 	body := strings.Replace(chat("m1", longText("confirm system prompt", 3000), "a question"), `"model":"m1"`, `"model":"m1","stream":true`, 1)
 
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		resp := g.do("POST", "/v1/chat/completions", body)
-		_, _ = io.ReadAll(resp.Body)
-		resp.Body.Close()
-	}()
+	done := g.postInBackground(body)
 	<-firstSent
 	waitFor(t, "claims confirmed at the first byte", func() bool { return len(rec.calls()) >= 2 })
 	if got := rec.calls(); got[0] != cfg.ProvisionalTTL || got[1] != cfg.ConfirmedTTL {
@@ -108,12 +109,7 @@ func TestErrorAnswerConfirmsNoClaims(t *testing.T) {
 		w.WriteHeader(http.StatusBadRequest)
 		_, _ = io.WriteString(w, `{"error":{"message":"bad","type":"invalid_request_error"}}`)
 	})
-	var rec *ttlLearner
-	g := newRig(t, func(c *Config, d *Deps) {
-		prefer("a")(c, d)
-		rec = &ttlLearner{inner: NewLocalLearner(d.Index, "n1")}
-		d.Learner = rec
-	}, a)
+	g, rec := recordingRig(t, a)
 	body := chat("m1", longText("error system prompt", 3000), "a question")
 	resp := g.do("POST", "/v1/chat/completions", body)
 	_, _ = io.ReadAll(resp.Body)
@@ -141,12 +137,7 @@ func TestRetryConfirmsTheAnsweringBackend(t *testing.T) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		_, _ = io.WriteString(w, "data: {\"n\":1}\n\ndata: [DONE]\n\n")
 	})
-	var rec *ttlLearner
-	g := newRig(t, func(c *Config, d *Deps) {
-		prefer("a")(c, d)
-		rec = &ttlLearner{inner: NewLocalLearner(d.Index, "n1")}
-		d.Learner = rec
-	}, a, b)
+	g, rec := recordingRig(t, a, b)
 	cfg := g.rt.cfg
 	body := strings.Replace(chat("m1", longText("retry system prompt", 3000), "a question"), `"model":"m1"`, `"model":"m1","stream":true`, 1)
 	resp := g.do("POST", "/v1/chat/completions", body)

@@ -11,6 +11,19 @@ import (
 	"time"
 )
 
+// postInBackground posts body to /v1/chat/completions from a goroutine
+// and reads the whole answer; the channel closes when it is done.
+func (g *testRig) postInBackground(body string) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		resp := g.do("POST", "/v1/chat/completions", body)
+		_, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+	}()
+	return done
+}
+
 // pendingOf reads a backend's pending prefill (units, requests).
 func pendingOf(g *testRig, name string) (int64, int64) {
 	b := g.rt.backendByName(name)
@@ -42,13 +55,7 @@ func TestPendingPrefillUntilFirstByte(t *testing.T) {
 
 	run := func(wantUnits int64) {
 		t.Helper()
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			resp := g.do("POST", "/v1/chat/completions", body)
-			_, _ = io.ReadAll(resp.Body)
-			resp.Body.Close()
-		}()
+		done := g.postInBackground(body)
 		<-arrived
 		if u, n := pendingOf(g, "a"); u != wantUnits || n != 1 {
 			t.Fatalf("before the first byte: pending %d units in %d requests, want %d in 1", u, n, wantUnits)
