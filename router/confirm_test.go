@@ -64,14 +64,7 @@ func TestClaimsConfirmedAtFirstByte(t *testing.T) {
 	var once sync.Once
 	release := func() { once.Do(func() { close(finish) }) }
 	defer release() // a failed check must not leave the handler blocked
-	a.setHook(func(w http.ResponseWriter, r *http.Request, _ []byte) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		_, _ = io.WriteString(w, "data: {\"n\":1}\n\n")
-		w.(http.Flusher).Flush()
-		firstSent <- struct{}{}
-		<-finish
-		_, _ = io.WriteString(w, "data: [DONE]\n\n")
-	})
+	a.setHook(func(w http.ResponseWriter, r *http.Request, _ []byte) { streamInTwo(w, firstSent, finish) })
 	g, rec := recordingRig(t, a)
 	cfg := g.rt.cfg
 	body := strings.Replace(chat("m1", longText("confirm system prompt", 3000), "a question"), `"model":"m1"`, `"model":"m1","stream":true`, 1)

@@ -11,6 +11,17 @@ import (
 	"time"
 )
 
+// streamInTwo answers with one SSE event, flushed, signals firstSent, and
+// sends the end of the stream once finish is closed.
+func streamInTwo(w http.ResponseWriter, firstSent chan<- struct{}, finish <-chan struct{}) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	_, _ = io.WriteString(w, "data: {\"n\":1}\n\n")
+	w.(http.Flusher).Flush()
+	firstSent <- struct{}{}
+	<-finish
+	_, _ = io.WriteString(w, "data: [DONE]\n\n")
+}
+
 // postInBackground posts body to /v1/chat/completions from a goroutine
 // and reads the whole answer; the channel closes when it is done.
 func (g *testRig) postInBackground(body string) <-chan struct{} {
@@ -41,12 +52,7 @@ func TestPendingPrefillUntilFirstByte(t *testing.T) {
 	a.setHook(func(w http.ResponseWriter, r *http.Request, _ []byte) {
 		arrived <- struct{}{}
 		<-sendFirst
-		w.Header().Set("Content-Type", "text/event-stream")
-		_, _ = io.WriteString(w, "data: {\"n\":1}\n\n")
-		w.(http.Flusher).Flush()
-		firstSent <- struct{}{}
-		<-finish
-		_, _ = io.WriteString(w, "data: [DONE]\n\n")
+		streamInTwo(w, firstSent, finish)
 	})
 	g := newRig(t, prefer("a"), a)
 	sys := longText("pending system prompt", 3000)
