@@ -119,6 +119,10 @@ type loadPublisher struct {
 	namesLeft int // snapshots still to carry names after a join
 	names     map[tree.BackendID]string
 	out       loadMsg
+	// lessonLast is what the peers were last told of each of this node's
+	// lessons; lessonOut the lesson message being built (lesson.go).
+	lessonLast map[tree.BackendID]lessonWire
+	lessonOut  loadMsg
 	// routed counter at the last snapshot, when, and the moving rate.
 	routed, routedAt int64
 	rate             float64
@@ -178,6 +182,12 @@ func (n *Node) loadTick(now int64) {
 // LoadRefresh, or at once when members joined, it sends a snapshot
 // instead.
 func (n *Node) publishLoad(src LoadSource, now int64) {
+	n.publishLessons(src, n.publishBookings(src, now))
+}
+
+// publishBookings is publishLoad's part for bookings; it reports whether
+// it sent a snapshot.
+func (n *Node) publishBookings(src LoadSource, now int64) (snapshot bool) {
 	p := &n.lp
 	p.cur = p.cur[:0]
 	src.LocalLoad(func(id tree.BackendID, units, requests, inFlight, written int64) {
@@ -189,7 +199,7 @@ func (n *Node) publishLoad(src LoadSource, now int64) {
 	joined := n.loadJoined.Swap(false)
 	if joined || now-p.lastSnap >= n.cfg.LoadRefresh.Milliseconds() {
 		n.sendLoadSnapshot(src, now, joined)
-		return
+		return true
 	}
 	urgent, lazy := false, false
 	for _, c := range p.cur {
@@ -206,13 +216,13 @@ func (n *Node) publishLoad(src LoadSource, now int64) {
 	if !urgent {
 		if !lazy {
 			p.lazySince = 0
-			return
+			return false
 		}
 		if p.lazySince == 0 {
 			p.lazySince = now
 		}
 		if now-p.lazySince < n.cfg.LoadLazyDelay.Milliseconds() {
-			return
+			return false
 		}
 	}
 	m := &p.out
@@ -225,6 +235,7 @@ func (n *Node) publishLoad(src LoadSource, now int64) {
 	}
 	p.lazySince = 0
 	n.sendLoad(m)
+	return false
 }
 
 // loadNamesEvery: every this many snapshots carry the backends' names, so

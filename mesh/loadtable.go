@@ -41,8 +41,9 @@ type loadTable struct {
 
 // peerSum is the published sum of peers' bookings at one backend.
 type peerSum struct {
-	units, requests, inFlight atomic.Uint64 // float64 bits
-	written                   atomic.Uint64 // units (not weighted: a count of what happened)
+	units, requests, inFlight atomic.Uint64              // float64 bits
+	written                   atomic.Uint64              // units (not weighted: a count of what happened)
+	lesson                    atomic.Pointer[lessonWire] // the peers' newest lesson (nil: none)
 }
 
 // peerLoad is one peer's last-known bookings.
@@ -61,6 +62,9 @@ type peerLoad struct {
 	// written is the peer's cumulative units written per backend in this
 	// incarnation (kept when its bookings go to zero).
 	written map[tree.BackendID]uint64
+	// lessons is the peer's newest lesson per backend; fresh holds those
+	// not published yet.
+	lessons, fresh map[tree.BackendID]lessonWire
 
 	routed, routedAt int64   // its routed counter at its last snapshot, and when
 	rate             float64 // requests per second it routes (moving average)
@@ -94,7 +98,8 @@ const (
 func (t *loadTable) apply(peer string, m *loadMsg, size int, now int64) loadApplied {
 	p := t.peers[peer]
 	if p == nil {
-		p = &peerLoad{name: peer, book: make(map[tree.BackendID]booking), written: make(map[tree.BackendID]uint64)}
+		p = &peerLoad{name: peer, book: make(map[tree.BackendID]booking), written: make(map[tree.BackendID]uint64),
+			lessons: make(map[tree.BackendID]lessonWire), fresh: make(map[tree.BackendID]lessonWire)}
 		t.peers[peer] = p
 	}
 	p.heard = now
@@ -117,6 +122,10 @@ func (t *loadTable) apply(peer string, m *loadMsg, size int, now int64) loadAppl
 		return loadApplyStale
 	}
 	p.seq = m.Seq
+	if m.Lessons {
+		t.applyLessons(p, m)
+		return loadApplyOK
+	}
 	if m.Names {
 		if p.names == nil {
 			p.names = make(map[uint32]string, len(m.Entries))
@@ -246,6 +255,7 @@ func (t *loadTable) publish(now int64, localRate float64) {
 			}
 		}
 	}
+	t.publishLessons()
 	for i := range n {
 		s := &t.sums[i]
 		s.units.Store(math.Float64bits(acc[3*i]))

@@ -24,6 +24,21 @@ import (
 //	uvarint written units (cumulative since the sender started, in steps
 //	of loadWrittenStep units: a few bytes even after days).
 //
+// A lesson message (loadFlagLessons, never with the other flags) carries
+// what the sender's router learned from its answers about backends' caches
+// (lesson.go) instead of bookings:
+//
+//	loadMagic, version<<4 | loadFlagLessons, uvarint seq, uvarint n,
+//	n x (uvarint backend index, uvarint stamp, uvarint scale, uvarint learned,
+//	     uvarint doubt, uvarint doubt answers)
+//
+// with the stamp in ms, the capacity scale and the doubt worth in
+// 1/loadFracOne steps, and the capacity learned with none configured in
+// loadWrittenStep units. Lessons travel in messages of their own so that a
+// node of an earlier release, which rejects the flag, drops only them and
+// still takes the bookings. Its indexes are those of the sender's
+// snapshots, and it shares their sequence.
+//
 // The backend index is the sender's own tree.BackendID; a snapshot with
 // names (sent at a new incarnation, to new peers and now and then) tells
 // the receiver which name each index stands for. The sender's name is not
@@ -35,7 +50,8 @@ const (
 
 	loadFlagSnapshot = 1 << 0 // the entries are every backend with bookings; carries incarnation and routed
 	loadFlagNames    = 1 << 1 // entries carry backend names (snapshots only)
-	loadFlagsKnown   = loadFlagSnapshot | loadFlagNames
+	loadFlagLessons  = 1 << 2 // the entries are lessons, not bookings (alone)
+	loadFlagsKnown   = loadFlagSnapshot | loadFlagNames | loadFlagLessons
 )
 
 // Decoder limits: a peer cannot make a node allocate much or loop long.
@@ -48,6 +64,11 @@ const (
 	// loadWrittenStep is the resolution of the written counters on the
 	// wire: far below a backend's cache (hundreds of thousands of tokens).
 	loadWrittenStep = 64
+	// loadFracOne is 1.0 for the scale and doubt figures of a lesson.
+	loadFracOne = 1 << 16
+	// maxLessonScale bounds a capacity scale on the wire (the router keeps
+	// it in [0.02, 50]).
+	maxLessonScale = 64 * loadFracOne
 )
 
 // loadMsg is one decoded load message.
@@ -59,7 +80,9 @@ type loadMsg struct {
 	// session (new at every start) and how many requests it has routed.
 	Incarnation uint64
 	Routed      uint64
-	Entries     []loadEntry
+	// Lessons says the entries are lessons (Idx and Lesson only).
+	Lessons bool
+	Entries []loadEntry
 }
 
 // loadEntry is one backend's bookings at the sender.
@@ -74,6 +97,14 @@ type loadEntry struct {
 	// compute (its bookings' sum since it started): how much the backend's
 	// cache has turned over because of this sender.
 	Written uint64
+	// Lesson is the sender's lesson about the backend (lesson messages
+	// only).
+	Lesson lessonWire
+}
+
+// lessonWire is a lesson in wire units (see the format above).
+type lessonWire struct {
+	Stamp, Scale, Learned, Doubt, DoubtN uint64
 }
 
 // isLoadMessage tells a load message from a claim-protocol message.
@@ -88,8 +119,24 @@ func appendLoad(dst []byte, m *loadMsg) []byte {
 			flags |= loadFlagNames
 		}
 	}
+	if m.Lessons {
+		flags = loadFlagLessons
+	}
 	dst = append(dst, loadMagic, loadVersion<<4|flags)
 	dst = binary.AppendUvarint(dst, m.Seq)
+	if m.Lessons {
+		dst = binary.AppendUvarint(dst, uint64(len(m.Entries)))
+		for i := range m.Entries {
+			l := &m.Entries[i].Lesson
+			dst = binary.AppendUvarint(dst, uint64(m.Entries[i].Idx))
+			dst = binary.AppendUvarint(dst, min(l.Stamp, maxLoadValue))
+			dst = binary.AppendUvarint(dst, min(l.Scale, maxLessonScale))
+			dst = binary.AppendUvarint(dst, min(l.Learned/loadWrittenStep, maxLoadValue))
+			dst = binary.AppendUvarint(dst, min(l.Doubt, loadFracOne))
+			dst = binary.AppendUvarint(dst, min(l.DoubtN, maxLoadValue))
+		}
+		return dst
+	}
 	if m.Snapshot {
 		dst = binary.AppendUvarint(dst, m.Incarnation)
 		dst = binary.AppendUvarint(dst, m.Routed)
@@ -129,8 +176,12 @@ func decodeLoad(data []byte, m *loadMsg) error {
 	if flags&loadFlagNames != 0 && flags&loadFlagSnapshot == 0 {
 		return errors.New("mesh: load message carries names outside a snapshot")
 	}
+	if flags&loadFlagLessons != 0 && flags != loadFlagLessons {
+		return fmt.Errorf("mesh: lesson message has other flags %#x", flags)
+	}
 	r := loadReader{b: data[2:]}
-	*m = loadMsg{Entries: m.Entries[:0], Snapshot: flags&loadFlagSnapshot != 0, Names: flags&loadFlagNames != 0}
+	*m = loadMsg{Entries: m.Entries[:0], Snapshot: flags&loadFlagSnapshot != 0, Names: flags&loadFlagNames != 0,
+		Lessons: flags&loadFlagLessons != 0}
 	m.Seq = r.uvarint()
 	if m.Snapshot {
 		m.Incarnation = r.uvarint()
@@ -152,6 +203,19 @@ func decodeLoad(data []byte, m *loadMsg) error {
 			return fmt.Errorf("mesh: load entry backend index %d out of range", idx)
 		}
 		e.Idx = uint32(idx)
+		if m.Lessons {
+			l := &e.Lesson
+			l.Stamp = r.value()
+			l.Scale = r.bounded(maxLessonScale, "capacity scale")
+			l.Learned = r.value() * loadWrittenStep
+			l.Doubt = r.bounded(loadFracOne, "doubt worth")
+			l.DoubtN = r.value()
+			if r.err != nil {
+				return r.err
+			}
+			m.Entries = append(m.Entries, e)
+			continue
+		}
 		if m.Names {
 			e.Name = r.name()
 		}
@@ -194,6 +258,15 @@ func (r *loadReader) value() uint64 {
 	v := r.uvarint()
 	if r.err == nil && v > maxLoadValue {
 		r.err = fmt.Errorf("mesh: load figure %d out of range", v)
+	}
+	return v
+}
+
+// bounded reads a value that must not exceed limit.
+func (r *loadReader) bounded(limit uint64, what string) uint64 {
+	v := r.uvarint()
+	if r.err == nil && v > limit {
+		r.err = fmt.Errorf("mesh: lesson %s %d out of range (limit %d)", what, v, limit)
 	}
 	return v
 }

@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"bytes"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -15,6 +16,9 @@ func sampleLoadMsgs() []loadMsg {
 			Entries: []loadEntry{{Idx: 0, Units: 1}, {Idx: 65535, Units: maxLoadValue, Requests: 9, InFlight: 10, Written: 64 * 12345}}},
 		{Seq: 3, Snapshot: true, Names: true, Incarnation: 42,
 			Entries: []loadEntry{{Idx: 0, Name: "vllm-0"}, {Idx: 1, Name: "http://10.0.0.2:8000", Units: 5, Requests: 1, InFlight: 1}}},
+		{Seq: 9, Lessons: true, Entries: []loadEntry{
+			{Idx: 2, Lesson: lessonWire{Stamp: 1_790_000_000_123, Scale: loadFracOne * 3 / 4, Learned: 64 * 1000, Doubt: loadFracOne / 5, DoubtN: 31}},
+			{Idx: 65535, Lesson: lessonWire{Stamp: 1, Scale: maxLessonScale, Doubt: loadFracOne}}}},
 	}
 }
 
@@ -47,6 +51,22 @@ func TestLoadDeltaIsSmall(t *testing.T) {
 	}
 }
 
+// A lesson converts to wire units and back within their resolution, and
+// out-of-range figures are clamped rather than sent.
+func TestLessonWire(t *testing.T) {
+	l := toLessonWire(1234, 0.75, 100_000, 0.2, 31)
+	if l.Stamp != 1234 || l.Scale != loadFracOne*3/4 || l.Learned != 100_000/64*64 || l.Doubt != 13107 || l.DoubtN != 31 {
+		t.Fatalf("lesson in wire units: %+v", l)
+	}
+	if l := toLessonWire(-1, 1e9, -5, 7, 1<<60); l.Stamp != 0 || l.Scale != maxLessonScale || l.Learned != 0 ||
+		l.Doubt != loadFracOne || l.DoubtN != maxLoadValue {
+		t.Fatalf("out-of-range lesson: %+v", l)
+	}
+	if l := toLessonWire(1, math.NaN(), math.Inf(1), math.NaN(), 0); l.Scale != 0 || l.Learned != maxLoadValue || l.Doubt != 0 {
+		t.Fatalf("NaN and Inf lesson: %+v", l)
+	}
+}
+
 func TestLoadWireRejects(t *testing.T) {
 	valid := appendLoad(nil, &loadMsg{Seq: 2, Snapshot: true, Names: true, Incarnation: 1,
 		Entries: []loadEntry{{Idx: 1, Name: "b", Units: 3, Requests: 1, InFlight: 1}}})
@@ -66,6 +86,11 @@ func TestLoadWireRejects(t *testing.T) {
 		"empty name":       {loadMagic, loadVersion<<4 | 3, 1, 1, 0, 1, 0, 0, 0, 0, 0},
 		"name not UTF-8":   {loadMagic, loadVersion<<4 | 3, 1, 1, 0, 1, 0, 2, 0xff, 0xfe, 0, 0, 0},
 		"name beyond data": {loadMagic, loadVersion<<4 | 3, 1, 1, 0, 1, 0, 50, 'a', 0, 0, 0},
+		// A lesson: index, stamp, scale, learned, doubt, answers.
+		"lessons and snapshot": {loadMagic, loadVersion<<4 | loadFlagLessons | loadFlagSnapshot, 1, 1, 0, 1, 0, 0, 0, 0},
+		"lesson truncated":     {loadMagic, loadVersion<<4 | loadFlagLessons, 1, 1, 0, 1, 0, 0, 0},
+		"scale too large":      {loadMagic, loadVersion<<4 | loadFlagLessons, 1, 1, 0, 1, 0x81, 0x80, 0x80, 0x02, 0, 0, 0},
+		"doubt above 1":        {loadMagic, loadVersion<<4 | loadFlagLessons, 1, 1, 0, 1, 0, 0, 0x81, 0x80, 0x04, 0},
 	}
 	long := appendLoad(nil, &loadMsg{Seq: 1, Snapshot: true, Names: true, Incarnation: 1,
 		Entries: []loadEntry{{Idx: 1, Name: strings.Repeat("x", 300)}}})

@@ -155,6 +155,12 @@ type cacheBelief struct {
 	since   atomic.Uint64 // tree.Timestamp: claims stamped before it are past the edge
 	nowW    atomic.Uint64 // float64 bits: the written count at the last refresh
 
+	// stamp orders this belief's lessons (the capacity and doubt worth
+	// learned from answers) against the mesh's: ms of the last lesson
+	// learned here or adopted from a peer (0: none).
+	stamp atomic.Int64
+	own   bool // the lesson was learned here, not adopted (under mu)
+
 	confirmed, refuted atomic.Uint64 // prefix routes the answers confirmed or not
 	doubt              atomic.Uint64 // float64 bits: the learned worth of doubted claims (0: none yet)
 	doubtN             atomic.Uint64 // answers learnDoubt has taken in
@@ -190,6 +196,8 @@ func (cb *cacheBelief) doubtTrust(cfg *BeliefConfig) float64 {
 // of a doubted claim: the share of the blocks only it covered that were
 // cached (0..1). Concurrent answers may lose an update.
 func (cb *cacheBelief) learnDoubt(share float64, cfg *BeliefConfig) {
+	cb.mu.Lock()
+	defer cb.mu.Unlock()
 	cur, target := cb.doubtTrust(cfg), share
 	w := max(doubtEWMA, 1/float64(cb.doubtN.Add(1)+doubtPrior))
 	cb.doubt.Store(math.Float64bits(min(max(cur+w*(target-cur), minDoubtTrust), 1)))
@@ -301,10 +309,11 @@ func (cb *cacheBelief) trust(ms int64, cfg *BeliefConfig) float64 {
 
 // learn moves the capacity estimate towards what an answer showed: a match
 // at distance x that the backend still held (held=true) says the capacity
-// is at least x; one it no longer held says it is less.
-func (cb *cacheBelief) learn(x float64, held bool, upt float64, cfg *BeliefConfig) {
+// is at least x; one it no longer held says it is less. It reports
+// whether the estimate moved.
+func (cb *cacheBelief) learn(x float64, held bool, upt float64, cfg *BeliefConfig) bool {
 	if !(x > 0) {
-		return
+		return false
 	}
 	cb.mu.Lock()
 	defer cb.mu.Unlock()
@@ -312,11 +321,11 @@ func (cb *cacheBelief) learn(x float64, held bool, upt float64, cfg *BeliefConfi
 	var target float64
 	switch {
 	case held && (kappa <= 0 || x <= kappa):
-		return // consistent with the estimate (or none to correct)
+		return false // consistent with the estimate (or none to correct)
 	case held:
 		target = x * 1.05
 	case kappa > 0 && x >= kappa:
-		return // believed already gone; the answer agrees
+		return false // believed already gone; the answer agrees
 	default:
 		target = x * 0.95
 	}
@@ -332,4 +341,5 @@ func (cb *cacheBelief) learn(x float64, held bool, upt float64, cfg *BeliefConfi
 	}
 	cb.kappa.Store(math.Float64bits(kappa))
 	cb.updated.Store(0) // recompute the bound at the next request
+	return true
 }

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kvmesh/kvmesh/tree"
 )
 
 // Through the router: an answer on a doubted claim teaches the share of the
@@ -61,5 +63,18 @@ func TestDoubtLearnsShareFromAnswer(t *testing.T) {
 	want := (doubtPrior*0.5 + 0.25) / (doubtPrior + 1)
 	if got := b.belief.doubtTrust(&g.rt.cfg.Belief); math.Abs(got-want) > 0.01 {
 		t.Fatalf("after an answer with a quarter of the doubted tokens: worth %v, want %v", got, want)
+	}
+	// The answer is a lesson for the mesh: stamped at the router's clock,
+	// listed with the worth it taught.
+	var listed int
+	g.rt.LocalLessons(func(id tree.BackendID, stamp int64, scale, learned, doubt float64, n uint64) {
+		listed++
+		if id != b.id || stamp <= 0 || stamp > clock.Load() || math.Abs(doubt-want) > 0.01 || n != 1 {
+			t.Errorf("lesson about %d: stamp %d (clock %d), doubt %v, %d answers; want b's, worth %v from 1 answer",
+				id, stamp, clock.Load(), doubt, n, want)
+		}
+	})
+	if listed != 1 {
+		t.Fatalf("%d lessons listed, want 1", listed)
 	}
 }

@@ -265,6 +265,9 @@ type BeliefJSON struct {
 	// DoubtTrust is what a claim past the edge (HorizonMs) is worth here:
 	// belief.doubt_trust, or what the answers taught with doubt_learn.
 	DoubtTrust float64 `json:"doubt_trust"`
+	// LessonAgeMs is how long ago the capacity or doubt worth last moved,
+	// learned from an answer here or adopted from a peer (null: never).
+	LessonAgeMs *int64 `json:"lesson_age_ms"`
 }
 
 func (rt *Router) beliefJSON(b *backend, now time.Time) BeliefJSON {
@@ -275,6 +278,10 @@ func (rt *Router) beliefJSON(b *backend, now time.Time) BeliefJSON {
 	if s := tree.Timestamp(cb.since.Load()); s != 0 {
 		ms := now.UnixMilli() - s.Millis()
 		j.HorizonMs = &ms
+	}
+	if s := cb.stamp.Load(); s > 0 {
+		ms := max(now.UnixMilli()-s, 0)
+		j.LessonAgeMs = &ms
 	}
 	if n := j.Confirmed + j.Refuted; n > 0 {
 		p := float64(j.Confirmed) / float64(n)

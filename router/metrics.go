@@ -75,6 +75,7 @@ type metrics struct {
 	models         modelLabels              // the models served and their children (metrics_model.go)
 	decisionTime   prometheus.Histogram
 	learned        [3]prometheus.Counter // provisional, confirmed, first_byte
+	lessons        [2]prometheus.Counter // answer, peer
 	cachedTokens   *prometheus.CounterVec
 	promptTokens   *prometheus.CounterVec
 	prefixRoutes   *prometheus.CounterVec // by backend, outcome
@@ -117,6 +118,10 @@ func newMetrics(reg prometheus.Registerer, policy string, rt *Router) (*metrics,
 	m.learned[0] = learned.WithLabelValues("provisional")
 	m.learned[1] = learned.WithLabelValues("confirmed")
 	m.learned[2] = learned.WithLabelValues("first_byte")
+	lessons := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+		Name: "belief_lessons_total", Help: "Lessons about a backend's cache (its capacity estimate, the worth of a doubted claim): learned from this node's answers (answer), or adopted from a peer's newer lesson over the mesh's load channel (peer)."}, []string{"source"})
+	m.lessons[0] = lessons.WithLabelValues("answer")
+	m.lessons[1] = lessons.WithLabelValues("peer")
 	m.cachedTokens = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 		Name: "backend_cached_tokens_total", Help: "Prompt tokens the backend reported as served from its prefix cache (usage.prompt_tokens_details.cached_tokens)."}, []string{"backend"})
 	m.promptTokens = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
@@ -146,7 +151,7 @@ func newMetrics(reg prometheus.Registerer, policy string, rt *Router) (*metrics,
 		Help: "Share of prompt tokens the backends answered they had cached, a moving average over this node's last ~128 answers (-1 before any): the r of the kvmesh policy's spread term."},
 		func() float64 { return rt.reuse.share() })
 	for _, c := range []prometheus.Collector{m.decisions, m.matchedRatio, requests, duration, ttfb, m.decisionTime,
-		learned, m.cachedTokens, m.promptTokens, m.prefixRoutes, m.retries, m.ejections, m.invalidations, errs, m.backendsGauges,
+		learned, lessons, m.cachedTokens, m.promptTokens, m.prefixRoutes, m.retries, m.ejections, m.invalidations, errs, m.backendsGauges,
 		m.tenantShareExceeded, reuse} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

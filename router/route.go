@@ -214,6 +214,7 @@ func (rt *Router) lookup(st *reqState, now time.Time) {
 	upt := rt.unitsPerToken()
 	st.since = st.since[:0]
 	for _, b := range rt.set.Load().listed {
+		rt.adoptLesson(b)
 		b.belief.refresh(nowMs, rt.meshWritten(b), upt, rt.cfg.Belief.DoubtBeyond)
 		for int(b.id) >= len(st.since) {
 			st.since = append(st.since, 0)

@@ -74,7 +74,8 @@ type Router struct {
 	cfg     Config
 	ix      *tree.Index
 	learner Learner
-	peers   PeerLoad // nil without a mesh
+	peers   PeerLoad    // nil without a mesh
+	lessons PeerLessons // peers, when it carries lessons; nil otherwise
 	routed  atomic.Uint64
 	upt     atomic.Uint64 // float64 bits: estimated prompt units per token (belief)
 	reuse   reuseAverage  // share of prompt tokens answered cached (Request.Reuse)
@@ -141,6 +142,9 @@ func New(cfg Config, deps Deps) (*Router, error) {
 	}
 	if rt.now == nil {
 		rt.now = time.Now
+	}
+	if pl, ok := deps.Peers.(PeerLessons); ok {
+		rt.lessons = pl
 	}
 	if rt.learner == nil {
 		l := NewLocalLearner(deps.Index, "local")

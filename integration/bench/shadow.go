@@ -110,6 +110,24 @@ func (s *shadowRouter) PeerWritten(id tree.BackendID) (w float64) {
 }
 func (s *shadowRouter) BookingsChanged() {}
 
+// PeerLesson is the newest lesson any node learned from its answers about
+// the backend (router.PeerLessons): the shadow learns from every node's
+// answers, as one router seeing all the traffic would.
+func (s *shadowRouter) PeerLesson(id tree.BackendID) (stamp int64, scale, learned, doubt float64, doubtN uint64) {
+	for i, n := range s.nodes {
+		if int(id) >= len(s.toNode[i]) || s.toNode[i][id] == noBackend {
+			continue
+		}
+		want := s.toNode[i][id]
+		n.LocalLessons(func(nid tree.BackendID, st int64, sc, le, d float64, dn uint64) {
+			if nid == want && st > stamp {
+				stamp, scale, learned, doubt, doubtN = st, sc, le, d, dn
+			}
+		})
+	}
+	return stamp, scale, learned, doubt, doubtN
+}
+
 func (s *shadowRouter) Close() { _ = s.rt.Close() }
 
 // teeLearner passes a node's learns to its own learner and to the shadow's
