@@ -25,11 +25,12 @@ import (
 type LessonSource interface {
 	// LocalLessons calls fn with this node's lesson for every backend that
 	// has one (stamp > 0): its stamp (ms, ordered: the newest wins), the
-	// capacity scale over the backend's configured capacity (0: none), the
-	// capacity in prompt units learned with none configured (0: none), the
-	// worth of a doubted claim (0: none learned) and how many answers it
-	// was learned from.
-	LocalLessons(fn func(id tree.BackendID, stamp int64, scale, learned, doubt float64, doubtN uint64))
+	// capacity scale over the backend's configured capacity (0: not
+	// carried), the capacity in prompt units learned with none configured
+	// (0: not carried), the worth of a doubted claim (0: none learned) and
+	// how many answers it was learned from. Without all, only the lessons
+	// the node learned itself; with all, those it adopted from peers too.
+	LocalLessons(all bool, fn func(id tree.BackendID, stamp int64, scale, learned, doubt float64, doubtN uint64))
 }
 
 // PeerLesson returns the newest lesson the peers sent about backend id,
@@ -103,10 +104,12 @@ func (t *loadTable) lesson(id tree.BackendID) *lessonWire {
 	return t.sums[id].lesson.Load()
 }
 
-// publishLessons sends this node's lessons that changed since the peers
-// were last told (all of them with all: after a snapshot, so that a peer
-// that joined or lost a message has them within LoadRefresh), in a lesson
-// message of their own. Caller holds loadMu.
+// publishLessons sends this node's own lessons that changed since the
+// peers were last told; with all (after a snapshot), every lesson it
+// holds, adopted ones included, so that a peer that joined, restarted or
+// lost a message has the mesh's newest within LoadRefresh even when their
+// authors left. They go in a lesson message of their own. Caller holds
+// loadMu.
 func (n *Node) publishLessons(src LoadSource, all bool) {
 	ls, ok := src.(LessonSource)
 	if !ok {
@@ -118,7 +121,7 @@ func (n *Node) publishLessons(src LoadSource, all bool) {
 	}
 	m := &p.lessonOut
 	*m = loadMsg{Lessons: true, Entries: m.Entries[:0]}
-	ls.LocalLessons(func(id tree.BackendID, stamp int64, scale, learned, doubt float64, doubtN uint64) {
+	ls.LocalLessons(all, func(id tree.BackendID, stamp int64, scale, learned, doubt float64, doubtN uint64) {
 		l := toLessonWire(stamp, scale, learned, doubt, doubtN)
 		if l.Stamp == 0 || (!all && p.lessonLast[id] == l) {
 			return

@@ -62,7 +62,7 @@ type lessonLoad struct {
 	stamp atomic.Int64
 }
 
-func (l *lessonLoad) LocalLessons(fn func(id tree.BackendID, stamp int64, scale, learned, doubt float64, doubtN uint64)) {
+func (l *lessonLoad) LocalLessons(_ bool, fn func(id tree.BackendID, stamp int64, scale, learned, doubt float64, doubtN uint64)) {
 	if s := l.stamp.Load(); s > 0 {
 		id, _ := l.ix.BackendByName("b2")
 		fn(id, s, 0.5, 0, 0.125, 40)

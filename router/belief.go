@@ -194,13 +194,14 @@ func (cb *cacheBelief) doubtTrust(cfg *BeliefConfig) float64 {
 
 // learnDoubt moves the learned doubt trust towards what an answer showed
 // of a doubted claim: the share of the blocks only it covered that were
-// cached (0..1). Concurrent answers may lose an update.
-func (cb *cacheBelief) learnDoubt(share float64, cfg *BeliefConfig) {
+// cached (0..1), and stamps the lesson at nowMs (lesson.go).
+func (cb *cacheBelief) learnDoubt(share float64, cfg *BeliefConfig, nowMs int64) {
 	cb.mu.Lock()
 	defer cb.mu.Unlock()
 	cur, target := cb.doubtTrust(cfg), share
 	w := max(doubtEWMA, 1/float64(cb.doubtN.Add(1)+doubtPrior))
 	cb.doubt.Store(math.Float64bits(min(max(cur+w*(target-cur), minDoubtTrust), 1)))
+	cb.stampLocked(nowMs)
 }
 
 func (cb *cacheBelief) init() { cb.scale = 1 }
@@ -310,8 +311,8 @@ func (cb *cacheBelief) trust(ms int64, cfg *BeliefConfig) float64 {
 // learn moves the capacity estimate towards what an answer showed: a match
 // at distance x that the backend still held (held=true) says the capacity
 // is at least x; one it no longer held says it is less. It reports
-// whether the estimate moved.
-func (cb *cacheBelief) learn(x float64, held bool, upt float64, cfg *BeliefConfig) bool {
+// whether the estimate moved, and stamps the lesson at nowMs if it did.
+func (cb *cacheBelief) learn(x float64, held bool, upt float64, cfg *BeliefConfig, nowMs int64) bool {
 	if !(x > 0) {
 		return false
 	}
@@ -341,5 +342,6 @@ func (cb *cacheBelief) learn(x float64, held bool, upt float64, cfg *BeliefConfi
 	}
 	cb.kappa.Store(math.Float64bits(kappa))
 	cb.updated.Store(0) // recompute the bound at the next request
+	cb.stampLocked(nowMs)
 	return true
 }

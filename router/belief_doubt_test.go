@@ -67,7 +67,7 @@ func TestDoubtLearnsShareFromAnswer(t *testing.T) {
 	// The answer is a lesson for the mesh: stamped at the router's clock,
 	// listed with the worth it taught.
 	var listed int
-	g.rt.LocalLessons(func(id tree.BackendID, stamp int64, scale, learned, doubt float64, n uint64) {
+	g.rt.LocalLessons(false, func(id tree.BackendID, stamp int64, scale, learned, doubt float64, n uint64) {
 		listed++
 		if id != b.id || stamp <= 0 || stamp > clock.Load() || math.Abs(doubt-want) > 0.01 || n != 1 {
 			t.Errorf("lesson about %d: stamp %d (clock %d), doubt %v, %d answers; want b's, worth %v from 1 answer",

@@ -113,10 +113,14 @@ func (rt *Router) learnFromAnswer(b *backend, st *reqState, d Decision, prompt, 
 	// evicts a prefix block by block from its tail, and on the Mooncake
 	// trace 43% of doubted claims still held part of their blocks while
 	// 7% held most; what they were worth was 16% of their blocks.)
+	// Learn on top of the mesh's newest lesson, not on what this node
+	// knew when it last routed.
+	rt.adoptLesson(b)
+	nowMs := rt.now().UnixMilli()
 	learned := false
 	if fb.all > fb.trusted && cfg.DoubtLearn {
 		if lo, hi := tokens(fb.trusted), tokens(fb.all); hi > lo {
-			b.belief.learnDoubt(doubtShare(float64(cached), lo, hi), cfg)
+			b.belief.learnDoubt(doubtShare(float64(cached), lo, hi), cfg, nowMs)
 			learned = true
 		}
 	}
@@ -126,14 +130,13 @@ func (rt *Router) learnFromAnswer(b *backend, st *reqState, d Decision, prompt, 
 	whole := func(blocks int32) bool { return float64(cached) >= wholeShare*tokens(blocks) }
 	switch {
 	case fb.all > fb.trusted && whole(fb.all):
-		learned = b.belief.learn(fb.distAll, true, old, cfg) || learned // kept more than believed
+		learned = b.belief.learn(fb.distAll, true, old, cfg, nowMs) || learned // kept more than believed
 	case fb.trusted > 0 && !whole(fb.trusted):
-		learned = b.belief.learn(fb.distTrust, false, old, cfg) || learned // kept less
+		learned = b.belief.learn(fb.distTrust, false, old, cfg, nowMs) || learned // kept less
 	case fb.trusted > 0:
-		learned = b.belief.learn(fb.distTrust, true, old, cfg) || learned
+		learned = b.belief.learn(fb.distTrust, true, old, cfg, nowMs) || learned
 	}
 	if learned {
-		b.belief.stampLesson(rt.now().UnixMilli())
 		rt.metrics.lessons[0].Inc()
 	}
 }

@@ -71,29 +71,29 @@ func TestCacheBeliefLearns(t *testing.T) {
 	cb.init()
 	cb.capTokens.Store(1000)
 	for range 60 {
-		cb.learn(2000, false, 4, &cfg) // matches 2,000 units back were gone
+		cb.learn(2000, false, 4, &cfg, 0) // matches 2,000 units back were gone
 	}
 	if k := kappaOf(&cb); k > 2000 || k < 1800 {
 		t.Fatalf("after refuted matches at 2000: capacity %v, want just under 2000", k)
 	}
 	for range 60 {
-		cb.learn(6000, true, 4, &cfg) // and ones 6,000 back were held
+		cb.learn(6000, true, 4, &cfg, 0) // and ones 6,000 back were held
 	}
 	if k := kappaOf(&cb); k < 6000 || k > 6400 {
 		t.Fatalf("after held matches at 6000: capacity %v, want just over 6000", k)
 	}
 	before := kappaOf(&cb)
-	cb.learn(3000, true, 4, &cfg) // consistent: nothing to learn
+	cb.learn(3000, true, 4, &cfg, 0) // consistent: nothing to learn
 	if kappaOf(&cb) != before {
 		t.Fatal("a consistent answer moved the capacity")
 	}
 	var unknown cacheBelief
 	unknown.init()
-	unknown.learn(5000, true, 4, &cfg)
+	unknown.learn(5000, true, 4, &cfg, 0)
 	if kappaOf(&unknown) != 0 {
 		t.Fatal("a held match set a capacity where none was known")
 	}
-	unknown.learn(5000, false, 4, &cfg)
+	unknown.learn(5000, false, 4, &cfg, 0)
 	if k := kappaOf(&unknown); k != 4750 {
 		t.Fatalf("first refuted match at 5000: capacity %v, want 4750", k)
 	}
@@ -282,21 +282,21 @@ func TestCacheBeliefLearnsDoubtTrust(t *testing.T) {
 	// as doubtPrior answers: after 1 held and 9 gone it is (2x0.5+1)/12,
 	// about 0.17, where an average weighted 1/32 from the start would
 	// still be about 0.39.
-	cb.learnDoubt(1, &cfg)
+	cb.learnDoubt(1, &cfg, 0)
 	for range 9 {
-		cb.learnDoubt(0, &cfg)
+		cb.learnDoubt(0, &cfg, 0)
 	}
 	if got, want := cb.doubtTrust(&cfg), (doubtPrior*cfg.DoubtTrust+1)/(doubtPrior+10); math.Abs(got-want) > 1e-9 {
 		t.Fatalf("after 1 held of 10: %v, want the mean with the prior %v", got, want)
 	}
 	for range 200 {
-		cb.learnDoubt(0, &cfg)
+		cb.learnDoubt(0, &cfg, 0)
 	}
 	if got := cb.doubtTrust(&cfg); got != minDoubtTrust {
 		t.Fatalf("after 200 doubted claims gone: %v, want the floor %v", got, minDoubtTrust)
 	}
 	for range 32 {
-		cb.learnDoubt(1, &cfg)
+		cb.learnDoubt(1, &cfg, 0)
 	}
 	if got := cb.doubtTrust(&cfg); !(got > 0.5 && got < 1) {
 		t.Fatalf("after 32 held: %v, want above 0.5", got)
@@ -305,7 +305,7 @@ func TestCacheBeliefLearnsDoubtTrust(t *testing.T) {
 	// whether most were there: a quarter of them, again and again, is
 	// worth a quarter.
 	for range 300 {
-		cb.learnDoubt(0.25, &cfg)
+		cb.learnDoubt(0.25, &cfg, 0)
 	}
 	if got := cb.doubtTrust(&cfg); math.Abs(got-0.25) > 1e-3 {
 		t.Fatalf("after answers that found a quarter of the doubted blocks: %v, want 0.25", got)

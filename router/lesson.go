@@ -12,7 +12,9 @@ import (
 // answers rather than from its share of them. A lesson is a
 // last-writer-wins register per backend: learning stamps it later than any
 // lesson the node holds, and a peer's lesson with a later stamp replaces
-// the node's own (mesh/lesson.go carries them on the load channel).
+// the node's own (mesh/lesson.go carries them on the load channel). A node
+// adopts the peers' newest lesson before it routes and before it learns
+// from an answer, so that it learns on top of it.
 
 // PeerLessons is a PeerLoad that also carries the peers' newest lessons
 // (mesh.Node implements it).
@@ -24,17 +26,21 @@ type PeerLessons interface {
 
 // LocalLessons calls fn with this node's lesson about every backend it
 // has one for: its stamp (ms, made later than every lesson adopted), the
-// capacity scale over the configured or scraped capacity, the capacity in
-// prompt units learned with none known (0: none), the learned worth of a
-// doubted claim (0: none yet) and the answers it was learned from. The
-// mesh's load channel reads it to tell the peers.
+// capacity as a scale over the configured or scraped capacity (0 when this
+// node knows none) or, when it knows none, in prompt units learned from
+// the answers alone (else 0), the learned worth of a doubted claim (0:
+// none yet) and the answers it was learned from. The mesh's load channel
+// reads it to tell the peers.
 //
-// A lesson adopted from a peer is not listed until this node learns on top
-// of it: the peer that learned it told every other node already, and
-// relaying it would multiply the channel's traffic by the mesh's size.
-func (rt *Router) LocalLessons(fn func(id tree.BackendID, stamp int64, scale, learned, doubt float64, doubtN uint64)) {
+// Without all, only the lessons this node learned itself are listed: the
+// peer that learned an adopted one told every other node already, and
+// relaying each would multiply the traffic by the mesh's size. With all
+// (the mesh's resend after each snapshot), adopted ones too, so that a
+// node that joins or restarts hears the mesh's newest lessons even when
+// their authors left.
+func (rt *Router) LocalLessons(all bool, fn func(id tree.BackendID, stamp int64, scale, learned, doubt float64, doubtN uint64)) {
 	for _, b := range rt.backends() {
-		if stamp, scale, learned, doubt, n, own := b.belief.lesson(); stamp > 0 && own {
+		if stamp, scale, learned, doubt, n, own := b.belief.lesson(); stamp > 0 && (own || all) {
 			fn(b.id, stamp, scale, learned, doubt, n)
 		}
 	}
@@ -46,41 +52,50 @@ func (rt *Router) adoptLesson(b *backend) {
 		return
 	}
 	if stamp, scale, learned, doubt, n := rt.lessons.PeerLesson(b.id); stamp > b.belief.stamp.Load() {
-		if b.belief.adopt(stamp, scale, learned, doubt, n) {
+		if b.belief.adopt(stamp, scale, learned, doubt, n, rt.unitsPerToken()) {
 			rt.metrics.lessons[1].Inc()
 		}
 	}
 }
 
-// stampLesson marks a lesson learned at nowMs: later than every lesson
-// held, so that the peers adopt it.
-func (cb *cacheBelief) stampLesson(nowMs int64) {
-	cb.mu.Lock()
-	defer cb.mu.Unlock()
+// stampLocked marks a lesson learned at nowMs: later than every lesson
+// held, so that the peers adopt it. Caller holds mu.
+func (cb *cacheBelief) stampLocked(nowMs int64) {
 	cb.stamp.Store(max(nowMs, cb.stamp.Load()+1))
 	cb.own = true
 }
 
-// lesson reads the belief's lesson, and whether it was learned here (own)
-// rather than adopted from a peer.
+// lesson reads the belief's lesson (in LocalLessons' terms), and whether
+// it was learned here (own) rather than adopted from a peer.
 func (cb *cacheBelief) lesson() (stamp int64, scale, learned, doubt float64, doubtN uint64, own bool) {
 	cb.mu.Lock()
 	defer cb.mu.Unlock()
-	return cb.stamp.Load(), cb.scale, cb.learned, math.Float64frombits(cb.doubt.Load()), cb.doubtN.Load(), cb.own
+	if cb.capTokens.Load() > 0 {
+		scale = cb.scale
+	} else {
+		learned = cb.learned
+	}
+	return cb.stamp.Load(), scale, learned, math.Float64frombits(cb.doubt.Load()), cb.doubtN.Load(), cb.own
 }
 
 // adopt takes a peer's lesson if it is later than the belief's own, and
-// reports whether it did.
-func (cb *cacheBelief) adopt(stamp int64, scale, learned, doubt float64, doubtN uint64) bool {
+// reports whether it did. A figure the lesson does not carry (0) keeps
+// this node's: a peer that knows no configured capacity sends what it
+// learned in units, converted here to a scale (upt units per token) when
+// this node knows one; a scale is taken only against a known capacity.
+func (cb *cacheBelief) adopt(stamp int64, scale, learned, doubt float64, doubtN uint64, upt float64) bool {
 	cb.mu.Lock()
 	defer cb.mu.Unlock()
 	if stamp <= cb.stamp.Load() {
 		return false
 	}
-	if scale > 0 {
+	c := float64(cb.capTokens.Load())
+	switch {
+	case c > 0 && scale > 0:
 		cb.scale = min(max(scale, 0.02), 50)
-	}
-	if learned >= 0 && !math.IsInf(learned, 0) {
+	case c > 0 && learned > 0 && upt > 0 && !math.IsInf(learned, 0):
+		cb.scale = min(max(learned/(c*upt), 0.02), 50)
+	case c == 0 && learned > 0 && !math.IsInf(learned, 0):
 		cb.learned = learned
 	}
 	if doubt > 0 {

@@ -28,32 +28,73 @@ func TestCacheBeliefAdoptsNewerLessons(t *testing.T) {
 	var cb cacheBelief
 	cb.init()
 	cb.capTokens.Store(1000)
-	cb.adopt(5_000, 0.5, 0, 0.2, 12)
+	cb.adopt(5_000, 0.5, 0, 0.2, 12, 4)
 	if stamp, scale, _, doubt, n, own := cb.lesson(); stamp != 5_000 || scale != 0.5 || doubt != 0.2 || n != 12 || own {
 		t.Fatalf("after adopting: stamp %d, scale %v, doubt %v, %d answers, own %v", stamp, scale, doubt, n, own)
 	}
 	if got := cb.doubtTrust(&cfg); got != 0.2 {
 		t.Fatalf("adopted doubt worth %v, want 0.2", got)
 	}
-	cb.adopt(4_000, 2, 0, 0.9, 50) // older: ignored
+	cb.adopt(4_000, 2, 0, 0.9, 50, 4) // older: ignored
 	if stamp, scale, _, doubt, _, _ := cb.lesson(); stamp != 5_000 || scale != 0.5 || doubt != 0.2 {
 		t.Fatalf("an older lesson was adopted: stamp %d, scale %v, doubt %v", stamp, scale, doubt)
 	}
 	// This node's clock is behind the peer that taught it: its next lesson
-	// is still later than the adopted one.
-	cb.learnDoubt(0, &cfg)
-	cb.stampLesson(1_000)
+	// is still later than the adopted one, and learned on top of it.
+	cb.learnDoubt(0, &cfg, 1_000)
 	if stamp, _, _, doubt, n, own := cb.lesson(); stamp != 5_001 || n != 13 || !(doubt < 0.2) || !own {
 		t.Fatalf("a lesson after adopting: stamp %d, doubt %v, %d answers, own %v; want 5001, below 0.2, 13, own", stamp, doubt, n, own)
 	}
-	cb.stampLesson(9_000)
+	cb.learnDoubt(0, &cfg, 9_000)
 	if stamp := cb.stamp.Load(); stamp != 9_000 {
 		t.Fatalf("a lesson at a later clock is stamped %d, want 9000", stamp)
 	}
+	// A capacity answer that agrees with the estimate teaches nothing and
+	// stamps nothing.
+	if cb.learn(1, true, 4, &cfg, 20_000) || cb.stamp.Load() != 9_000 {
+		t.Fatalf("an agreeing answer moved the lesson to stamp %d", cb.stamp.Load())
+	}
 	// Out-of-range figures from a peer are clamped to what a belief holds.
-	cb.adopt(10_000, 1e9, math.Inf(1), 7, 1)
-	if _, scale, learned, doubt, _, _ := cb.lesson(); scale != 50 || learned != 0 || doubt != 1 {
-		t.Fatalf("out-of-range lesson adopted as scale %v, learned %v, doubt %v", scale, learned, doubt)
+	cb.adopt(10_000, 1e9, math.Inf(1), 7, 1, 4)
+	if _, scale, _, doubt, _, _ := cb.lesson(); scale != 50 || doubt != 1 {
+		t.Fatalf("out-of-range lesson adopted as scale %v, doubt %v", scale, doubt)
+	}
+}
+
+// Nodes need not agree on whether a backend's capacity is known (each
+// scrapes it): a lesson carries the scale only from a node that knows the
+// capacity and the learned capacity only from one that does not, and a
+// receiver keeps what the lesson does not carry, converting a learned
+// capacity to its own scale when it knows the capacity.
+func TestLessonsAcrossCapacityKnowledge(t *testing.T) {
+	cfg := DefaultBeliefConfig()
+	var knows, blind cacheBelief
+	knows.init()
+	blind.init()
+	knows.capTokens.Store(1000) // 4,000 units at 4 units per token
+	if !knows.learn(2000, false, 4, &cfg, 100) {
+		t.Fatal("a lost match within the capacity did not teach")
+	}
+	if !blind.learn(3000, false, 4, &cfg, 50) {
+		t.Fatal("a first lost match did not teach a backend of unknown capacity")
+	}
+	st, scale, learned, _, _, _ := knows.lesson()
+	if !(scale > 0 && scale < 1) || learned != 0 {
+		t.Fatalf("the knowing node's lesson: scale %v, learned %v; want a scale below 1 and no learned capacity", scale, learned)
+	}
+	_, bscale, blearned, _, _, _ := blind.lesson()
+	if bscale != 0 || blearned != 2850 {
+		t.Fatalf("the blind node's lesson: scale %v, learned %v; want no scale and 2850 units", bscale, blearned)
+	}
+	// The blind node adopts the knowing node's newer lesson: its own learned
+	// capacity stays (the lesson does not carry one).
+	if !blind.adopt(st, scale, learned, 0, 0, 4) || blind.learned != 2850 {
+		t.Fatalf("the blind node's learned capacity became %v, want 2850 kept", blind.learned)
+	}
+	// The knowing node adopts a newer lesson from a blind node: the learned
+	// 2,850 units become its scale (2850 / (1000 x 4)).
+	if !knows.adopt(st+1, bscale, blearned, 0, 0, 4) || math.Abs(knows.scale-0.7125) > 1e-9 {
+		t.Fatalf("the knowing node's scale became %v, want 0.7125", knows.scale)
 	}
 }
 
@@ -70,6 +111,9 @@ func TestRouterAdoptsPeerLessons(t *testing.T) {
 	}, a)
 	b := g.rt.backendByName("a")
 	peers.lessons[b.id] = [5]float64{float64(g.rt.now().UnixMilli()), 0.25, 0, 0.05, 40}
+	if got := b.belief.doubtTrust(&g.rt.cfg.Belief); got != 0.5 {
+		t.Fatalf("doubt worth %v before routing, want the configured 0.5", got)
+	}
 	g.call("POST", "/v1/chat/completions", chat("m1", "a prompt", "to route"))
 	if got := b.belief.doubtTrust(&g.rt.cfg.Belief); got != 0.05 {
 		t.Fatalf("doubt worth %v after routing, want the peers' 0.05", got)
@@ -80,10 +124,20 @@ func TestRouterAdoptsPeerLessons(t *testing.T) {
 	if _, scale, _, _, _, _ := b.belief.lesson(); scale != 0.25 {
 		t.Fatalf("capacity scale %v after routing, want the peers' 0.25", scale)
 	}
-	// An adopted lesson is not relayed: its author told every peer.
-	g.rt.LocalLessons(func(id tree.BackendID, stamp int64, _, _, _ float64, _ uint64) {
+	// An adopted lesson is not relayed with this node's own, but is listed
+	// in full (the resend after a snapshot).
+	g.rt.LocalLessons(false, func(id tree.BackendID, stamp int64, _, _, _ float64, _ uint64) {
 		t.Errorf("the adopted lesson about %d (stamp %d) is listed as this node's", id, stamp)
 	})
+	var all int
+	g.rt.LocalLessons(true, func(id tree.BackendID, _ int64, scale, _, doubt float64, _ uint64) {
+		if all++; id != b.id || scale != 0.25 || doubt != 0.05 {
+			t.Errorf("lesson listed in full: backend %d, scale %v, doubt %v", id, scale, doubt)
+		}
+	})
+	if all != 1 {
+		t.Fatalf("%d lessons listed in full, want the adopted one", all)
+	}
 	// An older lesson than the one held is not adopted.
 	peers.lessons[b.id] = [5]float64{1, 1, 0, 0.9, 1}
 	g.call("POST", "/v1/chat/completions", chat("m1", "another prompt", "to route"))

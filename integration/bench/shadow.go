@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/kvmesh/kvmesh/router"
@@ -22,6 +23,10 @@ type shadowRouter struct {
 	nodes  []*router.Router
 	toNode [][]tree.BackendID // [node][shadow id] -> that node's id, noBackend if unknown
 	path   string
+
+	lessonMu sync.Mutex
+	lessonAt int64 // ms of the last read of the nodes' lessons
+	lessons  map[tree.BackendID]shadowLesson
 }
 
 func newShadowRouter(rc router.Config, tcfg tree.Config, tokens bool, path string) (*shadowRouter, error) {
@@ -29,7 +34,7 @@ func newShadowRouter(rc router.Config, tcfg tree.Config, tokens bool, path strin
 	if err != nil {
 		return nil, err
 	}
-	s := &shadowRouter{ix: ix, learn: router.NewLocalLearner(ix, "shadow"), path: path}
+	s := &shadowRouter{ix: ix, learn: router.NewLocalLearner(ix, "shadow"), path: path, lessons: make(map[tree.BackendID]shadowLesson)}
 	deps := router.Deps{Index: ix, Learner: s.learn, Peers: s}
 	if tokens {
 		deps.Tokenizer = router.WordTokenizer{}
@@ -110,22 +115,35 @@ func (s *shadowRouter) PeerWritten(id tree.BackendID) (w float64) {
 }
 func (s *shadowRouter) BookingsChanged() {}
 
-// PeerLesson is the newest lesson any node learned from its answers about
-// the backend (router.PeerLessons): the shadow learns from every node's
-// answers, as one router seeing all the traffic would.
+// PeerLesson is the newest lesson any node holds about the backend
+// (router.PeerLessons): the shadow learns from every node's answers, as
+// one router seeing all the traffic would. The nodes' lessons are read at
+// most once a millisecond: each read takes every node's belief locks.
 func (s *shadowRouter) PeerLesson(id tree.BackendID) (stamp int64, scale, learned, doubt float64, doubtN uint64) {
-	for i, n := range s.nodes {
-		if int(id) >= len(s.toNode[i]) || s.toNode[i][id] == noBackend {
-			continue
+	s.lessonMu.Lock()
+	defer s.lessonMu.Unlock()
+	if now := time.Now().UnixMilli(); now != s.lessonAt {
+		s.lessonAt = now
+		clear(s.lessons)
+		for i, n := range s.nodes {
+			n.LocalLessons(true, func(nid tree.BackendID, st int64, sc, le, d float64, dn uint64) {
+				for sid, want := range s.toNode[i] {
+					if want == nid && st > s.lessons[tree.BackendID(sid)].stamp {
+						s.lessons[tree.BackendID(sid)] = shadowLesson{st, sc, le, d, dn}
+					}
+				}
+			})
 		}
-		want := s.toNode[i][id]
-		n.LocalLessons(func(nid tree.BackendID, st int64, sc, le, d float64, dn uint64) {
-			if nid == want && st > stamp {
-				stamp, scale, learned, doubt, doubtN = st, sc, le, d, dn
-			}
-		})
 	}
-	return stamp, scale, learned, doubt, doubtN
+	l := s.lessons[id]
+	return l.stamp, l.scale, l.learned, l.doubt, l.doubtN
+}
+
+// shadowLesson is one lesson as router.Router.LocalLessons lists it.
+type shadowLesson struct {
+	stamp                 int64
+	scale, learned, doubt float64
+	doubtN                uint64
 }
 
 func (s *shadowRouter) Close() { _ = s.rt.Close() }
