@@ -105,11 +105,11 @@ func (t *loadTable) lesson(id tree.BackendID) *lessonWire {
 }
 
 // publishLessons sends this node's own lessons that changed since the
-// peers were last told; with all (after a snapshot), every lesson it
-// holds, adopted ones included, so that a peer that joined, restarted or
-// lost a message has the mesh's newest within LoadRefresh even when their
-// authors left. They go in a lesson message of their own. Caller holds
-// loadMu.
+// peers were last told; with all (after a snapshot with names: the first
+// ones, every loadNamesEvery-th, and when members joined), every lesson
+// it holds, adopted ones included, so that a peer that joined, restarted
+// or lost a message has the mesh's newest even when their authors left.
+// They go in a lesson message of their own. Caller holds loadMu.
 func (n *Node) publishLessons(src LoadSource, all bool) {
 	ls, ok := src.(LessonSource)
 	if !ok {

@@ -186,8 +186,9 @@ func (n *Node) publishLoad(src LoadSource, now int64) {
 }
 
 // publishBookings is publishLoad's part for bookings; it reports whether
-// it sent a snapshot.
-func (n *Node) publishBookings(src LoadSource, now int64) (snapshot bool) {
+// it sent a snapshot with names (the first ones, every loadNamesEvery-th,
+// and after members joined), after which every lesson is resent too.
+func (n *Node) publishBookings(src LoadSource, now int64) (named bool) {
 	p := &n.lp
 	p.cur = p.cur[:0]
 	src.LocalLoad(func(id tree.BackendID, units, requests, inFlight, written int64) {
@@ -199,7 +200,7 @@ func (n *Node) publishBookings(src LoadSource, now int64) (snapshot bool) {
 	joined := n.loadJoined.Swap(false)
 	if joined || now-p.lastSnap >= n.cfg.LoadRefresh.Milliseconds() {
 		n.sendLoadSnapshot(src, now, joined)
-		return true
+		return p.out.Names
 	}
 	urgent, lazy := false, false
 	for _, c := range p.cur {
