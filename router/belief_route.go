@@ -108,16 +108,16 @@ func (rt *Router) learnFromAnswer(b *backend, st *reqState, d Decision, prompt, 
 			b.prefixRoutes[2].Inc()
 		}
 	}
-	// A doubted claim beyond the trusted match: how much of what only it
-	// covers was there? (The share, not whether most of it was: a cache
-	// evicts a prefix block by block from its tail, and on the Mooncake
-	// trace 43% of doubted claims still held part of their blocks while
-	// 7% held most; what they were worth was 16% of their blocks.)
 	// Learn on top of the mesh's newest lesson, not on what this node
 	// knew when it last routed.
 	rt.adoptLesson(b)
 	nowMs := rt.now().UnixMilli()
 	learned := false
+	// A doubted claim beyond the trusted match: how much of what only it
+	// covers was there? (The share, not whether most of it was: a cache
+	// evicts a prefix block by block from its tail, and on the Mooncake
+	// trace 43% of doubted claims still held part of their blocks while
+	// 7% held most; what they were worth was 16% of their blocks.)
 	if fb.all > fb.trusted && cfg.DoubtLearn {
 		if lo, hi := tokens(fb.trusted), tokens(fb.all); hi > lo {
 			b.belief.learnDoubt(doubtShare(float64(cached), lo, hi), cfg, nowMs)
