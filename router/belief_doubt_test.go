@@ -21,17 +21,23 @@ import (
 func TestDoubtLearnsShareFromAnswer(t *testing.T) {
 	a := newFakeBackend(t, "a")
 	var cachedTokens atomic.Int64
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixMilli())
+	peers := &lessonPeers{fakePeers: fakePeers{share: 1}, lessons: map[tree.BackendID][5]float64{}}
+	var midFlight atomic.Bool
 	a.setHook(func(w http.ResponseWriter, r *http.Request, body []byte) {
+		if midFlight.Load() {
+			peers.set(0, [5]float64{float64(clock.Load() + 1000), 1, 0, 0.1, 40}) // a, the only backend, is id 0
+		}
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"choices":[{"message":{"role":"assistant","content":"hi"}}],"usage":{"prompt_tokens":%d,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":%d}}}`,
 			len(body)/4, cachedTokens.Load())
 	})
-	var clock atomic.Int64
-	clock.Store(time.Now().UnixMilli())
 	g := newRig(t, func(c *Config, d *Deps) {
 		c.Belief.Enabled, c.Belief.DoubtBeyond, c.Belief.DoubtTrust, c.Belief.DoubtLearn = true, 1, 0.5, true
 		c.Backends[0].KVCapacityTokens = 5000
 		d.Now = func() time.Time { return time.UnixMilli(clock.Add(5)) }
+		d.Peers = peers
 	}, a)
 	sys := longText("doubt share system prompt", 3000)
 	g.call("POST", "/v1/chat/completions", chat("m1", sys, "question one"))
@@ -76,5 +82,13 @@ func TestDoubtLearnsShareFromAnswer(t *testing.T) {
 	})
 	if listed != 1 {
 		t.Fatalf("%d lessons listed, want 1", listed)
+	}
+	// A peer's newer lesson (worth 0.1 from 40 answers) that arrives while
+	// a request is in flight, after it was routed, is what its answer
+	// learns on top of.
+	midFlight.Store(true)
+	g.call("POST", "/v1/chat/completions", follow)
+	if got, want := b.belief.doubtTrust(&g.rt.cfg.Belief), 0.1+(0.25-0.1)*doubtEWMA; math.Abs(got-want) > 0.005 {
+		t.Fatalf("after a peer's lesson and an answer: worth %v, want %v (learned on top of the peer's 0.1)", got, want)
 	}
 }

@@ -2,6 +2,7 @@ package router
 
 import (
 	"math"
+	"sync"
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
@@ -12,12 +13,21 @@ import (
 // lessonPeers is a fakePeers that also carries a lesson per backend id.
 type lessonPeers struct {
 	fakePeers
+	mu      sync.Mutex
 	lessons map[tree.BackendID][5]float64 // stamp, scale, learned, doubt, answers
 }
 
 func (f *lessonPeers) PeerLesson(id tree.BackendID) (int64, float64, float64, float64, uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	l := f.lessons[id]
 	return int64(l[0]), l[1], l[2], l[3], uint64(l[4])
+}
+
+func (f *lessonPeers) set(id tree.BackendID, l [5]float64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lessons[id] = l
 }
 
 // A belief adopts a peer's lesson only when it is newer than its own, and
@@ -110,7 +120,7 @@ func TestRouterAdoptsPeerLessons(t *testing.T) {
 		d.Peers = peers
 	}, a)
 	b := g.rt.backendByName("a")
-	peers.lessons[b.id] = [5]float64{float64(g.rt.now().UnixMilli()), 0.25, 0, 0.05, 40}
+	peers.set(b.id, [5]float64{float64(g.rt.now().UnixMilli()), 0.25, 0, 0.05, 40})
 	if got := b.belief.doubtTrust(&g.rt.cfg.Belief); got != 0.5 {
 		t.Fatalf("doubt worth %v before routing, want the configured 0.5", got)
 	}
@@ -139,7 +149,7 @@ func TestRouterAdoptsPeerLessons(t *testing.T) {
 		t.Fatalf("%d lessons listed in full, want the adopted one", all)
 	}
 	// An older lesson than the one held is not adopted.
-	peers.lessons[b.id] = [5]float64{1, 1, 0, 0.9, 1}
+	peers.set(b.id, [5]float64{1, 1, 0, 0.9, 1})
 	g.call("POST", "/v1/chat/completions", chat("m1", "another prompt", "to route"))
 	if got := b.belief.doubtTrust(&g.rt.cfg.Belief); got != 0.05 {
 		t.Fatalf("doubt worth %v after an older peer lesson, want 0.05 kept", got)
