@@ -64,18 +64,12 @@ func toLessonWire(stamp int64, scale, learned, doubt float64, doubtN uint64) les
 // applyLessons records a lesson message's entries (the caller checked its
 // sequence and that the peer's indexes are known).
 func (t *loadTable) applyLessons(p *peerLoad, m *loadMsg) {
-	for i := range m.Entries {
-		e := &m.Entries[i]
-		id, ok := t.idOf(p, e.Idx)
-		if !ok {
-			p.unknown++
-			continue
-		}
+	t.eachEntry(p, m, func(id tree.BackendID, e *loadEntry) {
 		if e.Lesson.Stamp > p.lessons[id].Stamp {
 			p.lessons[id] = e.Lesson
 			p.fresh[id] = e.Lesson
 		}
-	}
+	})
 }
 
 // publishLessons makes the peers' lessons received since the last publish

@@ -139,6 +139,20 @@ func (t *loadTable) apply(peer string, m *loadMsg, size int, now int64) loadAppl
 		clear(p.book)
 		t.observeRouted(p, int64(min(m.Routed, math.MaxInt64)), now)
 	}
+	t.eachEntry(p, m, func(id tree.BackendID, e *loadEntry) {
+		p.written[id] = max(p.written[id], e.Written)
+		if e.Units == 0 && e.Requests == 0 && e.InFlight == 0 {
+			delete(p.book, id)
+			return
+		}
+		p.book[id] = booking{units: e.Units, requests: e.Requests, inFlight: e.InFlight}
+	})
+	return loadApplyOK
+}
+
+// eachEntry calls fn with each entry of m whose backend index resolves to
+// an id of this node's, and counts the others as unknown.
+func (t *loadTable) eachEntry(p *peerLoad, m *loadMsg, fn func(id tree.BackendID, e *loadEntry)) {
 	for i := range m.Entries {
 		e := &m.Entries[i]
 		id, ok := t.idOf(p, e.Idx)
@@ -146,14 +160,8 @@ func (t *loadTable) apply(peer string, m *loadMsg, size int, now int64) loadAppl
 			p.unknown++
 			continue
 		}
-		p.written[id] = max(p.written[id], e.Written)
-		if e.Units == 0 && e.Requests == 0 && e.InFlight == 0 {
-			delete(p.book, id)
-			continue
-		}
-		p.book[id] = booking{units: e.Units, requests: e.Requests, inFlight: e.InFlight}
+		fn(id, e)
 	}
-	return loadApplyOK
 }
 
 // idOf is this node's id for the peer's backend index idx.
