@@ -178,6 +178,18 @@ type Config struct {
 	// router's bookings must not hold backends busy that long.
 	LoadFresh  time.Duration
 	LoadMaxAge time.Duration
+	// LessonGrace: a node authors lessons (what its backends' answers
+	// taught it, mesh/lesson.go) only once it has heard the mesh's: a
+	// snapshot with names from a peer, at least LoadRefresh ago (the
+	// peer's lessons follow that snapshot), or, having heard none,
+	// LessonGrace after Start (alone, its lessons are the mesh's). Until
+	// then its router learns from the answers without stamping, and the
+	// first lesson a peer sends replaces what it learned: a node that
+	// starts or restarts does not replace the estimate the mesh learned
+	// from every node's answers with its first few. 10 s: joining through
+	// the seeds takes a second or two on a LAN, so a node that heard no
+	// peer in 10 s is alone or cut off. 0: author at once.
+	LessonGrace time.Duration
 	// LoadQueueDepth is how many load messages may wait for one peer; more
 	// are dropped (the next message or snapshot supersedes them). 16.
 	LoadQueueDepth int
@@ -319,6 +331,7 @@ func DefaultConfig() Config {
 		LoadFresh:           1500 * time.Millisecond,
 		LoadMaxAge:          3 * time.Second,
 		LoadQueueDepth:      16,
+		LessonGrace:         10 * time.Second,
 		Membership:          LANTimings(),
 		Replica:             defaultReplicaConfig(),
 	}
@@ -427,6 +440,9 @@ func (c Config) Validate() error {
 	}
 	if c.LoadLazyDelay < 0 || c.LoadMinGap < 0 {
 		add("LoadLazyDelay and LoadMinGap must not be negative, got %v and %v", c.LoadLazyDelay, c.LoadMinGap)
+	}
+	if c.LessonGrace < 0 {
+		add("LessonGrace must not be negative, got %v", c.LessonGrace)
 	}
 	if c.LoadMaxAge <= c.LoadFresh {
 		add("LoadMaxAge (%v) must exceed LoadFresh (%v)", c.LoadMaxAge, c.LoadFresh)

@@ -75,6 +75,7 @@ func TestValidateRejects(t *testing.T) {
 		{func(c *Config) { c.Membership.ProbeTimeout = 2 * c.Membership.ProbeInterval }, "ProbeTimeout"},
 		{func(c *Config) { c.Membership.GossipNodes = 0 }, "GossipNodes"},
 		{func(c *Config) { c.Replica.Window = 0 }, "Replica: crdt: Window"},
+		{func(c *Config) { c.LessonGrace = -time.Second }, "LessonGrace must not be negative"},
 	}
 	for _, c := range cases {
 		cfg := validConfig()

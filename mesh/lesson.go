@@ -43,6 +43,21 @@ func (n *Node) PeerLesson(id tree.BackendID) (stamp int64, scale, learned, doubt
 	return int64(l.Stamp), float64(l.Scale) / loadFracOne, float64(l.Learned), float64(l.Doubt) / loadFracOne, l.DoubtN
 }
 
+// LessonsSettled reports whether this node's router may author lessons
+// (router.LessonGate): it has heard a snapshot with names from a peer at
+// least LoadRefresh ago, or LessonGrace has passed since Start.
+func (n *Node) LessonsSettled() bool {
+	if n.cfg.LessonGrace == 0 {
+		return true
+	}
+	now := n.nowMs()
+	if at := n.loads.namedAt.Load(); at > 0 && now-at >= n.cfg.LoadRefresh.Milliseconds() {
+		return true
+	}
+	start := n.startMs.Load()
+	return start > 0 && now-start >= n.cfg.LessonGrace.Milliseconds()
+}
+
 // toLessonWire converts a lesson to wire units, clamped to what the wire
 // carries.
 func toLessonWire(stamp int64, scale, learned, doubt float64, doubtN uint64) lessonWire {

@@ -100,3 +100,33 @@ func TestLoadChannelSharesLessons(t *testing.T) {
 		t.Fatalf("n00 hears its own lesson back as a peer's (stamp %d)", stamp)
 	}
 }
+
+// A node authors lessons once it has heard the mesh's: a snapshot with
+// names from a peer (a LoadRefresh before, so that the lessons sent
+// after it have arrived), or, alone, once LessonGrace has passed since
+// Start; with LessonGrace 0, at once.
+func TestLessonsSettle(t *testing.T) {
+	c := newTestCluster(t, func(cfg *Config) { cfg.LessonGrace = time.Hour })
+	var nodes []*testNode
+	for i := 0; i < 2; i++ {
+		tn := c.start(nodeName(i))
+		if i == 0 && tn.n.LessonsSettled() {
+			t.Fatal("n00 settled alone, an hour before its grace ends")
+		}
+		tn.n.SetLoadSource(newFakeLoad(t, tn.ix))
+		nodes = append(nodes, tn)
+	}
+	c.waitMesh(30 * time.Second)
+	for _, tn := range nodes {
+		waitFor(t, 10*time.Second, tn.name+" to settle on hearing its peer", tn.n.LessonsSettled)
+	}
+
+	alone := newTestCluster(t, func(cfg *Config) { cfg.LessonGrace = 50 * time.Millisecond })
+	lone := alone.start(nodeName(0))
+	waitFor(t, 10*time.Second, "a lone node to settle after its grace", lone.n.LessonsSettled)
+
+	at := newTestCluster(t, func(cfg *Config) { cfg.LessonGrace = 0 })
+	if tn := at.start(nodeName(0)); !tn.n.LessonsSettled() {
+		t.Fatal("LessonGrace 0: not settled at once")
+	}
+}

@@ -36,6 +36,10 @@ type loadTable struct {
 	// backend id, so that the mesh's written total never goes back.
 	retired []uint64
 
+	// namedAt is when the first snapshot with names from any peer was
+	// applied (ms; 0: none yet): Node.LessonsSettled.
+	namedAt atomic.Int64
+
 	scratch []float64
 }
 
@@ -127,6 +131,9 @@ func (t *loadTable) apply(peer string, m *loadMsg, size int, now int64) loadAppl
 		return loadApplyOK
 	}
 	if m.Names {
+		if t.namedAt.Load() == 0 {
+			t.namedAt.Store(now)
+		}
 		if p.names == nil {
 			p.names = make(map[uint32]string, len(m.Entries))
 			p.ids = make(map[uint32]tree.BackendID, len(m.Entries))

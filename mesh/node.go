@@ -133,6 +133,7 @@ type Node struct {
 	lp         loadPublisher
 
 	state     atomic.Int32    // 0 new, 1 started, 2 closed
+	startMs   atomic.Int64    // when Start ran (ms; 0: not yet)
 	ctx       context.Context // cancelled by Close; parent of every send
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -237,6 +238,7 @@ func (n *Node) Start(ctx context.Context) error {
 		return err
 	}
 	n.serf.Store(s)
+	n.startMs.Store(n.nowMs())
 	if n.cfg.GossipKey == "" {
 		n.log.Warn().Msg("mesh: dev mode: gossip is not encrypted")
 	}

@@ -194,7 +194,8 @@ func (cb *cacheBelief) doubtTrust(cfg *BeliefConfig) float64 {
 
 // learnDoubt moves the learned doubt trust towards what an answer showed
 // of a doubted claim: the share of the blocks only it covered that were
-// cached (0..1), and stamps the lesson at nowMs (lesson.go).
+// cached (0..1), and stamps the lesson at nowMs (lesson.go; unstamped
+// leaves the stamp alone).
 func (cb *cacheBelief) learnDoubt(share float64, cfg *BeliefConfig, nowMs int64) {
 	cb.mu.Lock()
 	defer cb.mu.Unlock()
@@ -311,7 +312,8 @@ func (cb *cacheBelief) trust(ms int64, cfg *BeliefConfig) float64 {
 // learn moves the capacity estimate towards what an answer showed: a match
 // at distance x that the backend still held (held=true) says the capacity
 // is at least x; one it no longer held says it is less. It reports
-// whether the estimate moved, and stamps the lesson at nowMs if it did.
+// whether the estimate moved, and stamps the lesson at nowMs if it did
+// (unstamped leaves the stamp alone).
 func (cb *cacheBelief) learn(x float64, held bool, upt float64, cfg *BeliefConfig, nowMs int64) bool {
 	if !(x > 0) {
 		return false

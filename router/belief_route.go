@@ -111,7 +111,9 @@ func (rt *Router) learnFromAnswer(b *backend, st *reqState, d Decision, prompt, 
 	// Learn on top of the mesh's newest lesson, not on what this node
 	// knew when it last routed.
 	rt.adoptLesson(b)
-	nowMs := rt.now().UnixMilli()
+	// What it learns is a lesson stamped now, or unstamped while this node
+	// has not heard the mesh's lessons (LessonGate).
+	stampMs := rt.lessonStamp(rt.now().UnixMilli())
 	learned := false
 	// A doubted claim beyond the trusted match: how much of what only it
 	// covers was there? (The share, not whether most of it was: a cache
@@ -120,7 +122,7 @@ func (rt *Router) learnFromAnswer(b *backend, st *reqState, d Decision, prompt, 
 	// 7% held most; what they were worth was 16% of their blocks.)
 	if fb.all > fb.trusted && cfg.DoubtLearn {
 		if lo, hi := tokens(fb.trusted), tokens(fb.all); hi > lo {
-			b.belief.learnDoubt(doubtShare(float64(cached), lo, hi), cfg, nowMs)
+			b.belief.learnDoubt(doubtShare(float64(cached), lo, hi), cfg, stampMs)
 			learned = true
 		}
 	}
@@ -130,11 +132,11 @@ func (rt *Router) learnFromAnswer(b *backend, st *reqState, d Decision, prompt, 
 	whole := func(blocks int32) bool { return float64(cached) >= wholeShare*tokens(blocks) }
 	switch {
 	case fb.all > fb.trusted && whole(fb.all):
-		learned = b.belief.learn(fb.distAll, true, old, cfg, nowMs) || learned // kept more than believed
+		learned = b.belief.learn(fb.distAll, true, old, cfg, stampMs) || learned // kept more than believed
 	case fb.trusted > 0 && !whole(fb.trusted):
-		learned = b.belief.learn(fb.distTrust, false, old, cfg, nowMs) || learned // kept less
+		learned = b.belief.learn(fb.distTrust, false, old, cfg, stampMs) || learned // kept less
 	case fb.trusted > 0:
-		learned = b.belief.learn(fb.distTrust, true, old, cfg, nowMs) || learned
+		learned = b.belief.learn(fb.distTrust, true, old, cfg, stampMs) || learned
 	}
 	if learned {
 		rt.metrics.lessons[0].Inc()

@@ -24,6 +24,29 @@ type PeerLessons interface {
 	PeerLesson(id tree.BackendID) (stamp int64, scale, learned, doubt float64, doubtN uint64)
 }
 
+// LessonGate is a PeerLessons that says when this node may author lessons
+// (mesh.Node implements it). Until LessonsSettled, the node has not heard
+// the mesh's lessons yet: it learns from its answers but leaves what it
+// learned unstamped (not a lesson: not sent, and replaced by the first
+// lesson a peer sends), so that a node that starts or restarts does not
+// replace the mesh's estimate, learned from every node's answers, with
+// what its first few answers taught it on top of the starting values.
+type LessonGate interface {
+	LessonsSettled() bool
+}
+
+// lessonStamp is the stamp a lesson learned at nowMs gets: nowMs, or
+// unstamped while the gate says the mesh's lessons are not heard yet.
+func (rt *Router) lessonStamp(nowMs int64) int64 {
+	if rt.gate != nil && !rt.gate.LessonsSettled() {
+		return unstamped
+	}
+	return nowMs
+}
+
+// unstamped marks learning that is not a lesson (see LessonGate).
+const unstamped = 0
+
 // LocalLessons calls fn with this node's lesson about every backend it
 // has one for: its stamp (ms, made later than every lesson adopted), the
 // capacity as a scale over the configured or scraped capacity (0 when this
@@ -59,8 +82,12 @@ func (rt *Router) adoptLesson(b *backend) {
 }
 
 // stampLocked marks a lesson learned at nowMs: later than every lesson
-// held, so that the peers adopt it. Caller holds mu.
+// held, so that the peers adopt it; unstamped leaves the stamp as it is
+// (see LessonGate). Caller holds mu.
 func (cb *cacheBelief) stampLocked(nowMs int64) {
+	if nowMs == unstamped {
+		return
+	}
 	cb.stamp.Store(max(nowMs, cb.stamp.Load()+1))
 	cb.own = true
 }

@@ -1,9 +1,13 @@
 package router
 
 import (
+	"fmt"
 	"math"
+	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 
@@ -156,5 +160,73 @@ func TestRouterAdoptsPeerLessons(t *testing.T) {
 	}
 	if got := counterValue(g.rt.metrics.lessons[1], new(dto.Metric)); got != 1 {
 		t.Fatalf("belief_lessons_total{source=peer} = %v after an older lesson, want 1", got)
+	}
+}
+
+// gatedPeers is a lessonPeers that says whether this node may author
+// lessons yet (LessonGate).
+type gatedPeers struct {
+	lessonPeers
+	settled atomic.Bool
+}
+
+func (g *gatedPeers) LessonsSettled() bool { return g.settled.Load() }
+
+// A node that has not heard the mesh's lessons yet (a node starting or
+// restarting) learns from its answers without making a lesson of it: it
+// lists none, and a peer's lesson, even one older than its clock, replaces
+// what it learned. Once settled it authors lessons again, later than the
+// one it adopted. Without the gate its first answer's lesson would be
+// stamped now and outrank the mesh's estimate.
+func TestLessonsWaitForTheMesh(t *testing.T) {
+	a := newFakeBackend(t, "a")
+	a.setHook(func(w http.ResponseWriter, r *http.Request, body []byte) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"choices":[{"message":{"role":"assistant","content":"hi"}}],"usage":{"prompt_tokens":%d,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":0}}}`, len(body)/4)
+	})
+	peers := &gatedPeers{lessonPeers: lessonPeers{fakePeers: fakePeers{share: 1}, lessons: map[tree.BackendID][5]float64{}}}
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixMilli())
+	g := newRig(t, func(c *Config, d *Deps) {
+		c.Belief.Enabled = true
+		c.Backends[0].KVCapacityTokens = 5000
+		d.Now = func() time.Time { return time.UnixMilli(clock.Add(5)) }
+		d.Peers = peers
+	}, a)
+	b := g.rt.backendByName("a")
+	sys := longText("lesson gate system prompt", 3000)
+	scale := func() float64 { _, s, _, _, _, _ := b.belief.lesson(); return s }
+	// Each follow-up matches the conversation's claim, which the backend
+	// answers it no longer holds: the capacity estimate shrinks.
+	g.call("POST", "/v1/chat/completions", chat("m1", sys, "question one"))
+	g.call("POST", "/v1/chat/completions", chat("m1", longText("a filler", 500), "q")) // written after the claim
+	g.call("POST", "/v1/chat/completions", chat("m1", sys, "question one", "answer", "question two"))
+	if got := scale(); !(got < 1) {
+		t.Fatalf("capacity scale %v after an answer that lost a believed match, want below 1", got)
+	}
+	if got := counterValue(g.rt.metrics.lessons[0], new(dto.Metric)); got != 1 {
+		t.Fatalf("belief_lessons_total{source=answer} = %v, want 1 (learned, even unstamped)", got)
+	}
+	g.rt.LocalLessons(true, func(id tree.BackendID, stamp int64, _, _, _ float64, _ uint64) {
+		t.Errorf("unsettled: lesson about %d listed (stamp %d); learning before the mesh is heard is not a lesson", id, stamp)
+	})
+	// The mesh's lesson, stamped long before this node's clock, replaces it.
+	peers.set(b.id, [5]float64{1, 0.8, 0, 0, 0})
+	g.call("POST", "/v1/chat/completions", chat("m1", longText("an unrelated prompt", 100), "q"))
+	if got := scale(); got != 0.8 {
+		t.Fatalf("capacity scale %v after the peers' lesson (stamp 1), want their 0.8", got)
+	}
+	// Settled: the next answer's lesson is learned on top of the adopted
+	// one and stamped later than it, as this node's own.
+	peers.settled.Store(true)
+	g.call("POST", "/v1/chat/completions", chat("m1", sys, "question one", "answer", "question two", "answer", "question three"))
+	var listed int
+	g.rt.LocalLessons(false, func(id tree.BackendID, stamp int64, sc, _, _ float64, _ uint64) {
+		if listed++; id != b.id || stamp <= 1 || !(sc < 0.8) {
+			t.Errorf("settled: lesson about %d, stamp %d, scale %v; want a's, stamped after 1, below 0.8", id, stamp, sc)
+		}
+	})
+	if listed != 1 {
+		t.Fatalf("settled: %d lessons of this node's, want 1", listed)
 	}
 }

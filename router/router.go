@@ -76,6 +76,7 @@ type Router struct {
 	learner Learner
 	peers   PeerLoad    // nil without a mesh
 	lessons PeerLessons // peers, when it carries lessons; nil otherwise
+	gate    LessonGate  // peers, when they say whether to author lessons yet; nil: always
 	routed  atomic.Uint64
 	upt     atomic.Uint64 // float64 bits: estimated prompt units per token (belief)
 	reuse   reuseAverage  // share of prompt tokens answered cached (Request.Reuse)
@@ -145,6 +146,9 @@ func New(cfg Config, deps Deps) (*Router, error) {
 	}
 	if pl, ok := deps.Peers.(PeerLessons); ok {
 		rt.lessons = pl
+	}
+	if g, ok := deps.Peers.(LessonGate); ok {
+		rt.gate = g
 	}
 	if rt.learner == nil {
 		l := NewLocalLearner(deps.Index, "local")
