@@ -13,11 +13,11 @@ import (
 
 // The precise arm runs end to end: the routers key requests by the
 // simulated backends' own tokens (their /tokenize), the backends' KV events
-// become claims, and routing on them is as good as the approximate arm's on
-// a workload whose shared prefixes fit in the fleet's caches.
+// become claims, and routing on them reuses the fleet's caches on a
+// workload whose shared prefixes fit in them.
 func TestPreciseArm(t *testing.T) {
 	w, sc := prefixHeavy(t)
-	for _, arms := range []string{"kvmesh,kvmesh-precise", "kvmesh-precise:2:mesh"} {
+	for _, arms := range []string{"round_robin,kvmesh-precise", "round_robin,kvmesh-precise:2:mesh"} {
 		cfg := e2eConfig(t, sc, arms)
 		cfg.PreciseFleet = PreciseSimFleet(2, sc)
 		rep, err := Run(context.Background(), cfg, w)
@@ -32,17 +32,21 @@ func TestPreciseArm(t *testing.T) {
 			hit[run.Arm] = run.HitRate
 		}
 		t.Logf("%s: hit rates %v", arms, hit)
-		// On this small workload both arms' hit rates take one of a few
-		// values (0.79 or 0.88 in most runs), by how the first requests'
-		// timing places a couple of prefixes, so the comparison leaves room
-		// for one such step; that the precise arm routes on claims from
-		// the engines' events is what its precision says.
+		// On this small workload a cache-aware arm's hit rate takes one of
+		// a few values (0.89 at best, 0.73-0.79 when the first requests'
+		// timing on a busy machine places a prefix on both backends), and
+		// a cache-blind one's 0.44-0.63 (round robin, least loaded; each
+		// group's prefix on both backends, more than the caches hold). So
+		// the precise arm is compared with round robin in the same run, not
+		// with the approximate arm, whose own steps made a comparison with
+		// it fail on a loaded machine; that it routes on claims from the
+		// engines' events is what its precision says.
 		for _, run := range rep.Runs {
 			if !strings.HasPrefix(run.Arm, "kvmesh-precise") {
 				continue
 			}
-			if h := run.HitRate; h < 0.5 || h < hit["kvmesh"]-0.12 {
-				t.Fatalf("%s: hit rate %.3f (approximate kvmesh %.3f)", run.Arm, h, hit["kvmesh"])
+			if h := run.HitRate; h < 0.6 || h < hit["round_robin"]+0.05 {
+				t.Fatalf("%s: hit rate %.3f (round robin %.3f)", run.Arm, h, hit["round_robin"])
 			}
 			if run.Precision < 0.9 || run.Decisions["prefix"] < 0.5 {
 				t.Fatalf("%s: precision %.3f, prefix routes %.3f of decisions: want claims from the engines' events", run.Arm, run.Precision, run.Decisions["prefix"])

