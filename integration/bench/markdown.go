@@ -299,13 +299,15 @@ func writeReach(ew *errWriter, r *Report) {
 	ew.printf("Reach: before each request was sent, the simulated backends were asked how many of its prompt tokens the ")
 	ew.printf("best-placed one held; *reach* is the share of those the request reused, *regret* the tokens per request ")
 	ew.printf("that some backend held but the request recomputed (a greedy per-request bound: it ignores load and the ")
-	ew.printf("evictions a placement causes).\n\n| arm | reach | regret tokens / request |\n|---|---|---|\n")
+	ew.printf("evictions a placement causes). *Moved* is the share of a conversation's follow-up requests sent to another ")
+	ew.printf("backend than its previous one; *regret in moves* the share of all prompt tokens that those recomputed while ")
+	ew.printf("some backend held them.\n\n| arm | reach | regret tokens / request | moved | regret in moves |\n|---|---|---|---|---|\n")
 	for i := range r.Arms {
 		a := &r.Arms[i]
 		if a.Reach.N == 0 {
 			continue
 		}
-		ew.printf("| %s | %s | %s |\n", a.Arm.Name, spreadPct(a.Reach), spreadNum(a.RegretTokens, 0))
+		ew.printf("| %s | %s | %s | %s | %s |\n", a.Arm.Name, spreadPct(a.Reach), spreadNum(a.RegretTokens, 0), spreadPct(a.Moved), spreadPct(a.MoveRegret))
 	}
 	ew.printf("\n")
 }

@@ -76,6 +76,12 @@ type RunResult struct {
 	// but the request recomputed. 0 when not measured.
 	Reach        float64 `json:"reach,omitempty"`
 	RegretTokens float64 `json:"regret_tokens_per_request,omitempty"`
+	// Moved is the share of a conversation's follow-up requests sent to
+	// another backend than its previous one; MoveRegret the share of the
+	// prompt tokens those moves recomputed while some backend held them
+	// (0 when not measured). See moves.go.
+	Moved      float64 `json:"moved_share"`
+	MoveRegret float64 `json:"move_regret_share,omitempty"`
 	// Agreement is, for a multi-node arm, the share of requests the nodes
 	// sent where one router seeing all the traffic (shadowRouter) would
 	// have; 0 for one node.
@@ -109,6 +115,8 @@ type ArmSummary struct {
 	DoubtPrecision          Spread `json:"doubt_precision,omitzero"`
 	Reach                   Spread `json:"reach,omitzero"`
 	RegretTokens            Spread `json:"regret_tokens_per_request,omitzero"`
+	Moved                   Spread `json:"moved_share,omitzero"`
+	MoveRegret              Spread `json:"move_regret_share,omitzero"`
 	LoadBytesPerRequestPeer Spread `json:"load_bytes_per_request_peer,omitzero"`
 }
 
@@ -201,7 +209,7 @@ type Report struct {
 func Summarize(arms []Arm, runs []RunResult) []ArmSummary {
 	out := make([]ArmSummary, 0, len(arms))
 	for _, a := range arms {
-		var hit, t50, t90, t99, e50, e99, rps, tps, wcv, rcv, errs, agree, lbytes, prec, dprec, rch, rgt []float64
+		var hit, t50, t90, t99, e50, e99, rps, tps, wcv, rcv, errs, agree, lbytes, prec, dprec, rch, rgt, mv, mvr []float64
 		for i := range runs {
 			r := &runs[i]
 			if r.Arm != a.Name {
@@ -218,6 +226,7 @@ func Summarize(arms []Arm, runs []RunResult) []ArmSummary {
 			wcv = append(wcv, r.WorkCV)
 			rcv = append(rcv, r.RequestsCV)
 			errs = append(errs, float64(r.Errors))
+			mv = append(mv, r.Moved)
 			if r.Precision > 0 {
 				prec = append(prec, r.Precision)
 			}
@@ -227,6 +236,7 @@ func Summarize(arms []Arm, runs []RunResult) []ArmSummary {
 			if r.Reach > 0 {
 				rch = append(rch, r.Reach)
 				rgt = append(rgt, r.RegretTokens)
+				mvr = append(mvr, r.MoveRegret)
 			}
 			if a.Nodes > 1 {
 				agree = append(agree, r.Agreement)
@@ -244,6 +254,7 @@ func Summarize(arms []Arm, runs []RunResult) []ArmSummary {
 			Agreement: SpreadOf(agree), LoadBytesPerRequestPeer: SpreadOf(lbytes), Precision: SpreadOf(prec),
 			DoubtPrecision: SpreadOf(dprec),
 			Reach:          SpreadOf(rch), RegretTokens: SpreadOf(rgt),
+			Moved:          SpreadOf(mv), MoveRegret: SpreadOf(mvr),
 		})
 	}
 	return out

@@ -112,7 +112,7 @@ func RunOnce(ctx context.Context, cfg *Config, w *workload.Workload, arm Arm, re
 	if err != nil {
 		return nil, err
 	}
-	fillResult(res, samples, counters, wall, cfg.TimeScale)
+	fillResult(res, samples, counters, wall, cfg.TimeScale, func(i int) int { return w.Requests[i].Conversation })
 	switch max := cfg.MaxLag.Seconds(); {
 	case max <= 0:
 	case res.MaxEngineLag > max:
@@ -127,8 +127,9 @@ func RunOnce(ctx context.Context, cfg *Config, w *workload.Workload, arm Arm, re
 }
 
 // fillResult computes a run's figures from its samples and the fleet's
-// counters. scale converts wall time to simulated time.
-func fillResult(res *RunResult, samples []Sample, counters []BackendCounters, wall time.Duration, scale float64) {
+// counters. scale converts wall time to simulated time; conversation gives
+// each request's conversation (Sample.Index).
+func fillResult(res *RunResult, samples []Sample, counters []BackendCounters, wall time.Duration, scale float64, conversation func(int) int) {
 	res.Requests = len(samples)
 	res.Backends = counters
 	var ttft, e2e, late, dispatch []float64
@@ -148,6 +149,8 @@ func fillResult(res *RunResult, samples []Sample, counters []BackendCounters, wa
 	res.Precision, _ = precision(samples, "prefix")
 	res.DoubtPrecision, res.DoubtRoutes = precision(samples, "doubt")
 	res.Reach, res.RegretTokens = reach(samples)
+	mv := sessionMoves(samples, conversation)
+	res.Moved, res.MoveRegret = mv.Moved, mv.Regret
 	for i := range samples {
 		s := &samples[i]
 		res.ClientCachedTokens += int64(s.CachedTokens)

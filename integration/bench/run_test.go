@@ -160,7 +160,7 @@ func TestFillResult(t *testing.T) {
 		{Name: "b1", PrefixCacheQueries: 100, PrefixCacheHits: 0, Requests: 1},
 	}
 	var r RunResult
-	fillResult(&r, samples, counters, 2*time.Second, 10)
+	fillResult(&r, samples, counters, 2*time.Second, 10, func(i int) int { return i })
 	if r.OK != 2 || r.Errors != 1 || r.ErrorKinds["http-500"] != 1 {
 		t.Errorf("ok %d errors %d kinds %v", r.OK, r.Errors, r.ErrorKinds)
 	}
