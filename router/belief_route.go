@@ -92,6 +92,12 @@ func (rt *Router) learnFromAnswer(b *backend, st *reqState, d Decision, prompt, 
 	}
 	tokens := func(blocks int32) float64 { return float64(min(st.chain.UnitsAt(int(blocks)), st.chain.Units)) / upt }
 	held := func(blocks int32) bool { return float64(cached) >= cfg.ConfirmShare*tokens(blocks) }
+	if fb.trusted > 0 && !held(fb.trusted) && cfg.LostTTL > 0 {
+		if k, ok := leafKey(&st.chain); ok {
+			rt.lost.mark(k, b.id, rt.now().UnixMilli())
+			rt.metrics.lostPrefixes.Inc()
+		}
+	}
 	if fb.trusted > 0 && d.Reason == ReasonPrefix && !d.OwnMatch {
 		if held(fb.trusted) {
 			b.belief.confirmed.Add(1)

@@ -78,8 +78,11 @@ type CandidateExplanation struct {
 	MatchedUnits  int     `json:"matched_units"`
 	Score         float64 `json:"score"` // the policy's own score (kvmesh: cost, lower is better)
 	// Discount is the share of the match the router doubts (the claim is
-	// near the edge of what the backend's cache still holds).
+	// near the edge of what the backend's cache still holds, or Lost).
 	Discount float64 `json:"discount"`
+	// Lost: the match is a prompt this backend's answer showed it had lost
+	// (belief.lost_ttl), doubted.
+	Lost bool `json:"lost,omitempty"`
 	// DoubtedBlocks is the depth of a deeper claim past the edge of the
 	// backend's cache (worth belief.doubt_trust of its blocks), 0 if none.
 	DoubtedBlocks int      `json:"doubted_blocks"`
@@ -182,7 +185,7 @@ func (rt *Router) explain(st *reqState, ep Endpoint, path string, body []byte, t
 	for i := range st.cands {
 		c := &st.cands[i]
 		x.Candidates = append(x.Candidates, CandidateExplanation{Backend: c.Name, MatchedBlocks: int(c.Matched),
-			MatchedUnits: c.MatchedUnits(&st.chain), Score: st.scores[i], Discount: c.Discount, DoubtedBlocks: int(c.Doubted), Chosen: i == d.Index, Load: loadJSON(c.Load)})
+			MatchedUnits: c.MatchedUnits(&st.chain), Score: st.scores[i], Discount: c.Discount, Lost: c.Lost, DoubtedBlocks: int(c.Doubted), Chosen: i == d.Index, Load: loadJSON(c.Load)})
 	}
 	return x, nil
 }

@@ -76,6 +76,7 @@ type metrics struct {
 	decisionTime   prometheus.Histogram
 	learned        [3]prometheus.Counter // provisional, confirmed, first_byte
 	lessons        [2]prometheus.Counter // answer, peer
+	lostPrefixes   prometheus.Counter
 	cachedTokens   *prometheus.CounterVec
 	promptTokens   *prometheus.CounterVec
 	prefixRoutes   *prometheus.CounterVec // by backend, outcome
@@ -122,6 +123,8 @@ func newMetrics(reg prometheus.Registerer, policy string, rt *Router) (*metrics,
 		Name: "belief_lessons_total", Help: "Lessons about a backend's cache (its capacity estimate, the worth of a doubted claim): learned from this node's answers (answer), or adopted from a peer's newer lesson over the mesh's load channel (peer)."}, []string{"source"})
 	m.lessons[0] = lessons.WithLabelValues("answer")
 	m.lessons[1] = lessons.WithLabelValues("peer")
+	m.lostPrefixes = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+		Name: "belief_lost_prefixes_total", Help: "Answers that showed a believed match lost (under belief.confirm_share of it cached): the prompt is marked lost at that backend for belief.lost_ttl, and its conversation's next request doubts the backend's match."})
 	m.cachedTokens = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 		Name: "backend_cached_tokens_total", Help: "Prompt tokens the backend reported as served from its prefix cache (usage.prompt_tokens_details.cached_tokens)."}, []string{"backend"})
 	m.promptTokens = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
@@ -151,7 +154,7 @@ func newMetrics(reg prometheus.Registerer, policy string, rt *Router) (*metrics,
 		Help: "Share of prompt tokens the backends answered they had cached, a moving average over this node's last ~128 answers (-1 before any): the r of the kvmesh policy's spread term."},
 		func() float64 { return rt.reuse.share() })
 	for _, c := range []prometheus.Collector{m.decisions, m.matchedRatio, requests, duration, ttfb, m.decisionTime,
-		learned, lessons, m.cachedTokens, m.promptTokens, m.prefixRoutes, m.retries, m.ejections, m.invalidations, errs, m.backendsGauges,
+		learned, lessons, m.lostPrefixes, m.cachedTokens, m.promptTokens, m.prefixRoutes, m.retries, m.ejections, m.invalidations, errs, m.backendsGauges,
 		m.tenantShareExceeded, reuse} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -89,7 +89,11 @@ type Candidate struct {
 	// expected to be held with probability DoubtTrust.
 	Doubted    int32
 	DoubtTrust float64
-	Load       LoadView
+	// Lost says the match is a prompt whose answer from this backend
+	// showed it lost (a conversation's previous request, within
+	// BeliefConfig.LostTTL): Discount counts it at DoubtTrust.
+	Lost bool
+	Load LoadView
 }
 
 // SavedUnits is the prefill the match is expected to save: MatchedUnits,

@@ -253,6 +253,10 @@ func (rt *Router) gather(st *reqState, model string, now time.Time) bool {
 				c.Matched = m.Blocks
 				if rt.cfg.Belief.Enabled && !rt.exact(st, b) {
 					c.Discount = 1 - b.belief.trust(m.Time.Millis(), &rt.cfg.Belief)
+					if c.Lost = rt.lostAt(st, b, m.Blocks, now); c.Lost {
+						// Its previous request found the context gone: doubted.
+						c.Discount = max(c.Discount, 1-b.belief.doubtTrust(&rt.cfg.Belief))
+					}
 				}
 			}
 			if st.filtered && rt.cfg.Belief.DoubtTrust > 0 {

@@ -79,6 +79,7 @@ type Router struct {
 	gate    LessonGate  // peers, when they say whether to author lessons yet; nil: always
 	routed  atomic.Uint64
 	upt     atomic.Uint64 // float64 bits: estimated prompt units per token (belief)
+	lost    lostSet       // prompts whose answers showed a believed match lost (lostprefix.go)
 	reuse   reuseAverage  // share of prompt tokens answered cached (Request.Reuse)
 	log     zerolog.Logger
 	policy  Policy

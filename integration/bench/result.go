@@ -254,7 +254,7 @@ func Summarize(arms []Arm, runs []RunResult) []ArmSummary {
 			Agreement: SpreadOf(agree), LoadBytesPerRequestPeer: SpreadOf(lbytes), Precision: SpreadOf(prec),
 			DoubtPrecision: SpreadOf(dprec),
 			Reach:          SpreadOf(rch), RegretTokens: SpreadOf(rgt),
-			Moved:          SpreadOf(mv), MoveRegret: SpreadOf(mvr),
+			Moved: SpreadOf(mv), MoveRegret: SpreadOf(mvr),
 		})
 	}
 	return out
