@@ -92,8 +92,11 @@ func (rt *Router) learnFromAnswer(b *backend, st *reqState, d Decision, prompt, 
 	}
 	tokens := func(blocks int32) float64 { return float64(min(st.chain.UnitsAt(int(blocks)), st.chain.Units)) / upt }
 	held := func(blocks int32) bool { return float64(cached) >= cfg.ConfirmShare*tokens(blocks) }
-	if fb.trusted > 0 && !held(fb.trusted) && cfg.LostTTL > 0 {
-		if k, ok := leafKey(&st.chain); ok {
+	if fb.trusted > 0 && !held(fb.trusted) && cfg.LostTTL > 0 && d.Learn {
+		// Where the conversation's next request will match: a claim this
+		// request learned, deeper than the match it found gone (not inside
+		// a head other conversations share).
+		if k, depth, ok := leafKey(&st.chain); ok && depth > fb.trusted {
 			rt.lost.mark(k, b.id, rt.now().UnixMilli())
 			rt.metrics.lostPrefixes.Inc()
 		}

@@ -27,8 +27,9 @@ type PeerLessons interface {
 // LessonGate is a PeerLessons that says when this node may author lessons
 // (mesh.Node implements it). Until LessonsSettled, the node has not heard
 // the mesh's lessons yet: it learns from its answers but leaves what it
-// learned unstamped (not a lesson: not sent, and replaced by the first
-// lesson a peer sends), so that a node that starts or restarts does not
+// learned unstamped (not a lesson: it lists no lessons at all, and the
+// first lesson a peer sends replaces the figures it carries), so that a
+// node that starts or restarts does not
 // replace the mesh's estimate, learned from every node's answers, with
 // what its first few answers taught it on top of the starting values.
 type LessonGate interface {
@@ -62,6 +63,12 @@ const unstamped = 0
 // node that joins or restarts hears the mesh's newest lessons even when
 // their authors left.
 func (rt *Router) LocalLessons(all bool, fn func(id tree.BackendID, stamp int64, scale, learned, doubt float64, doubtN uint64)) {
+	if rt.gate != nil && !rt.gate.LessonsSettled() {
+		// Nothing until the mesh's lessons are heard: an adopted lesson
+		// learned on since, unstamped, would go out under its author's
+		// stamp with other values.
+		return
+	}
 	for _, b := range rt.backends() {
 		if stamp, scale, learned, doubt, n, own := b.belief.lesson(); stamp > 0 && (own || all) {
 			fn(b.id, stamp, scale, learned, doubt, n)

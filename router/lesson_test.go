@@ -216,6 +216,11 @@ func TestLessonsWaitForTheMesh(t *testing.T) {
 	if got := scale(); got != 0.8 {
 		t.Fatalf("capacity scale %v after the peers' lesson (stamp 1), want their 0.8", got)
 	}
+	// Still unsettled, it relays nothing, not even the adopted lesson (it
+	// may have learned on it since, unstamped).
+	g.rt.LocalLessons(true, func(id tree.BackendID, stamp int64, _, _, _ float64, _ uint64) {
+		t.Errorf("unsettled: adopted lesson about %d (stamp %d) listed", id, stamp)
+	})
 	// Settled: the next answer's lesson is learned on top of the adopted
 	// one and stamped later than it, as this node's own.
 	peers.settled.Store(true)

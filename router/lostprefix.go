@@ -29,9 +29,11 @@ const lostSlots = 4096
 
 // lostSet is a direct-mapped set of (prompt key, backend) marks with the
 // time each was made. It never allocates after construction, and is
-// approximate by design: a mark and its time are written without a lock,
-// so a reader racing a writer may pair a new mark with the slot's old
-// time.
+// approximate by design: a mark and its time are two words written
+// without a lock (the time first), so a reader racing a writer may pair
+// the slot's old mark with the new time (an expired or overwritten mark
+// reads as fresh for that one lookup), and two writers racing on a slot
+// may pair one's mark with the other's time.
 type lostSet struct {
 	slots [lostSlots]lostSlot
 }
@@ -67,17 +69,18 @@ func (s *lostSet) lost(k tree.Key, id tree.BackendID, nowMs, ttlMs int64) bool {
 	return sl.tag.Load() == t && nowMs-sl.ms.Load() < ttlMs
 }
 
-// leafKey is the key of a prompt's last learn position: where its
-// conversation's next request will match the backend that served it.
-func leafKey(ch *tree.Chain) (tree.Key, bool) {
+// leafKey is the key of a prompt's last learn position, and its depth in
+// blocks: where its conversation's next request will match the backend
+// that served it.
+func leafKey(ch *tree.Chain) (tree.Key, int32, bool) {
 	if ch == nil || len(ch.Learn) == 0 {
-		return 0, false
+		return 0, 0, false
 	}
 	d := ch.Learn[len(ch.Learn)-1]
 	if d < 1 || int(d) > len(ch.Keys) {
-		return 0, false
+		return 0, 0, false
 	}
-	return ch.Keys[d-1], true
+	return ch.Keys[d-1], d, true
 }
 
 // lostAt reports whether b's match at depth blocks of st's prompt is a

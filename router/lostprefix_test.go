@@ -59,9 +59,12 @@ func TestLostPrefixDoubtsTheNextRequest(t *testing.T) {
 			return x.Candidates[0]
 		}
 		sys := longText("lost prefix system prompt", 2000)
-		turns := []string{"question one"}
+		// Turns of several blocks each, so that each request's last learn
+		// position is past the previous one's.
+		turn := func(i int) string { return longText(fmt.Sprint("turn ", i), 300) }
+		turns := []string{turn(0)}
 		next := func() string {
-			turns = append(turns, "answer", fmt.Sprint("question ", len(turns)/2+2))
+			turns = append(turns, "answer", turn(len(turns)))
 			return chat("m1", sys, turns...)
 		}
 		// Confirmed: the next request's match is believed whole.
@@ -85,6 +88,13 @@ func TestLostPrefixDoubtsTheNextRequest(t *testing.T) {
 		}
 		if want := 1 - b.belief.doubtTrust(&g.rt.cfg.Belief); c.MatchedBlocks == 0 || !c.Lost || c.Discount < want-1e-9 || marks != 1 {
 			t.Fatalf("after a refuted answer: %+v, %v marks; want the match lost, discounted by %v, 1 mark", c, marks, want)
+		}
+		// A refuted prompt that ends inside the head other conversations
+		// share (a short new conversation) marks nothing: the mark would
+		// doubt every conversation starting there.
+		g.call("POST", "/v1/chat/completions", chat("m1", sys, "q"))
+		if got := counterValue(g.rt.metrics.lostPrefixes, new(dto.Metric)); got != 1 {
+			t.Fatalf("a refuted prompt ending in the shared head was marked (%v marks, want 1)", got)
 		}
 	}
 }
