@@ -92,12 +92,13 @@ func (rt *Router) learnFromAnswer(b *backend, st *reqState, d Decision, prompt, 
 	}
 	tokens := func(blocks int32) float64 { return float64(min(st.chain.UnitsAt(int(blocks)), st.chain.Units)) / upt }
 	held := func(blocks int32) bool { return float64(cached) >= cfg.ConfirmShare*tokens(blocks) }
+	nowMs := rt.now().UnixMilli()
 	if fb.trusted > 0 && !held(fb.trusted) && cfg.LostTTL > 0 && d.Learn {
 		// Where the conversation's next request will match: a claim this
 		// request learned, deeper than the match it found gone (not inside
 		// a head other conversations share).
 		if k, depth, ok := leafKey(&st.chain); ok && depth > fb.trusted {
-			rt.lost.mark(k, b.id, rt.now().UnixMilli())
+			rt.lost.mark(k, b.id, nowMs)
 			rt.metrics.lostPrefixes.Inc()
 		}
 	}
@@ -122,7 +123,7 @@ func (rt *Router) learnFromAnswer(b *backend, st *reqState, d Decision, prompt, 
 	rt.adoptLesson(b)
 	// What it learns is a lesson stamped now, or unstamped while this node
 	// has not heard the mesh's lessons (LessonGate).
-	stampMs := rt.lessonStamp(rt.now().UnixMilli())
+	stampMs := rt.lessonStamp(nowMs)
 	learned := false
 	// A doubted claim beyond the trusted match: how much of what only it
 	// covers was there? (The share, not whether most of it was: a cache
