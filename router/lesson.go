@@ -39,11 +39,15 @@ type LessonGate interface {
 // lessonStamp is the stamp a lesson learned at nowMs gets: nowMs, or
 // unstamped while the gate says the mesh's lessons are not heard yet.
 func (rt *Router) lessonStamp(nowMs int64) int64 {
-	if rt.gate != nil && !rt.gate.LessonsSettled() {
+	if !rt.lessonsSettled() {
 		return unstamped
 	}
 	return nowMs
 }
+
+// lessonsSettled reports whether this node may author and list lessons
+// (always without a LessonGate).
+func (rt *Router) lessonsSettled() bool { return rt.gate == nil || rt.gate.LessonsSettled() }
 
 // unstamped marks learning that is not a lesson (see LessonGate).
 const unstamped = 0
@@ -63,7 +67,7 @@ const unstamped = 0
 // node that joins or restarts hears the mesh's newest lessons even when
 // their authors left.
 func (rt *Router) LocalLessons(all bool, fn func(id tree.BackendID, stamp int64, scale, learned, doubt float64, doubtN uint64)) {
-	if rt.gate != nil && !rt.gate.LessonsSettled() {
+	if !rt.lessonsSettled() {
 		// Nothing until the mesh's lessons are heard: an adopted lesson
 		// learned on since, unstamped, would go out under its author's
 		// stamp with other values.
