@@ -69,3 +69,13 @@ func (l *LocalLearner) stamp() (int64, tree.Timestamp) {
 	ms := now().UnixMilli()
 	return ms, l.clock.Now(ms)
 }
+
+// learnAbove is the suffix of learn (ascending depths) deeper than depth
+// blocks (Decision.LearnAbove); all of it for depth 0.
+func learnAbove(learn []int32, depth int32) []int32 {
+	i := 0
+	for i < len(learn) && learn[i] <= depth {
+		i++
+	}
+	return learn[i:]
+}

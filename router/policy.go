@@ -170,6 +170,13 @@ type Decision struct {
 	// Learn says whether the chosen backend is to be recorded as holding
 	// the prompt (claims learned at dispatch, confirmed on success).
 	Learn bool
+	// LearnAbove, with Learn, limits what is learned to the prompt's learn
+	// positions deeper than this many blocks: a load override learns the
+	// request's own part at the backend it diverted the request to (that
+	// backend computes and holds it: the conversation's next turn must find
+	// it there), not the shared prefix the overloaded holder keeps. 0: every
+	// position.
+	LearnAbove int32
 	// OwnMatch marks a policy that matched the prompt against a view of
 	// its own (sglang_cache_aware's private tree) rather than the shared
 	// claims: Matched, in units, is that match, which x-kvmesh-route
@@ -186,7 +193,7 @@ const (
 	ReasonPrefix       Reason = iota + 1 // it holds the deepest matched prefix
 	ReasonMiss                           // nothing matched: placed by rendezvous hashing, bounded by load
 	ReasonCost                           // it holds a shorter prefix (or none) but its load makes it cheaper
-	ReasonLoadOverride                   // the best holder is overloaded: diverted, the claim stays with the holder
+	ReasonLoadOverride                   // the best holder is overloaded: diverted; the shared prefix stays with the holder, the request's own part is learned where it went
 	ReasonReplicate                      // a hot prefix's holder is overloaded: a second holder is made
 	ReasonRetry                          // an earlier attempt failed before any byte reached the client
 	ReasonRoundRobin                     // round_robin's turn

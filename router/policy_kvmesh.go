@@ -147,9 +147,14 @@ type KVMeshConfig struct {
 	// its rate, 8 backends, hit rate over 3 runs each): 2: 13.4%
 	// (12.9-13.7); 4: 13.6% (13.3-13.8); off: 13.8% (13.6-14.1); with
 	// cache_weight 16, off: 14.2% (13.9-14.3) and 8: 14.1% (14.0-14.4); TTFT
-	// p99 7.6-10.5 s over these runs (least_loaded: 23-27 s). Diverting without
-	// learning (below) rather than learning the diverted copy measured no
-	// better: 12.9% (12.7-13.3) at 2.
+	// p99 7.6-10.5 s over these runs (least_loaded: 23-27 s). Learning the
+	// whole diverted copy measured no better than learning none of it: 12.9%
+	// (12.7-13.3) at 2. The backend diverted to learns the request's own part
+	// beyond the holder's match (Decision.LearnAbove): learning none of it
+	// starved a backend on the agent workload in a mesh, where the first
+	// diversions of a run went to it, it never got a claim, and new
+	// sessions, which pick holders of the shared system prompt, never went
+	// there (2-node mesh: 66-67% hit rate, against 82-83% with it).
 	LoadOverrideFactor float64 `yaml:"load_override_factor"`
 	// LoadOverrideFloor is the least load that counts as overloaded, in
 	// average prompts, whatever the median (with an idle fleet the median is
@@ -372,7 +377,10 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 
 	// Load override: the chosen holder is far busier than the typical
 	// candidate. A hot prefix gets a second holder (learned there too);
-	// otherwise the request is diverted and the claim stays where it was.
+	// otherwise the request is diverted: the shared prefix's claim stays
+	// with the holder, and the backend it goes to learns the request's own
+	// part, which it computes and keeps (the conversation's next turn finds
+	// it there).
 	hotKey := uint64(req.Chain.Keys[cands[best].Matched-1])
 	var hits float64
 	if req.Explain || req.Attempt > 0 {
@@ -405,7 +413,7 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 	if hits >= cfg.HotThreshold && holders < cfg.HotMaxHolders {
 		return Decision{Index: alt, Reason: ReasonReplicate, Learn: true}
 	}
-	return Decision{Index: alt, Reason: ReasonLoadOverride, Learn: false}
+	return Decision{Index: alt, Reason: ReasonLoadOverride, Learn: true, LearnAbove: cands[best].Matched}
 }
 
 // tieKey is the key that places a prompt among candidates holding it to

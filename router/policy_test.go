@@ -82,8 +82,9 @@ func TestKVMeshPrefersDeepestHolder(t *testing.T) {
 }
 
 // Load pressure on the deepest holder: when the work queued there is far
-// above the typical candidate's, the override diverts without learning,
-// although the cost (which saves the holder's match) still favours it.
+// above the typical candidate's, the override diverts, although the cost
+// (which saves the holder's match) still favours it, and learns only the
+// request's own part beyond the holder's match at the backend it diverts to.
 func TestKVMeshLoadOverride(t *testing.T) {
 	cfg := DefaultKVMeshConfig()
 	cfg.LoadOverrideFactor = 2
@@ -91,8 +92,8 @@ func TestKVMeshLoadOverride(t *testing.T) {
 	p := newKVMeshPolicy(cfg)
 	pc := newPolicyCase(40, 2, "a", "b", "c").match(40, 0, 0).pending(2000, 0, 0)
 	name, d := pc.choose(p)
-	if name != "b" || d.Reason != ReasonLoadOverride || d.Learn {
-		t.Fatalf("chose %s %+v (costs %v), want b (least cost among the others), load-override, no learning", name, d, pc.scores)
+	if name != "b" || d.Reason != ReasonLoadOverride || !d.Learn || d.LearnAbove != 40 {
+		t.Fatalf("chose %s %+v (costs %v), want b (least cost among the others), load-override, learning above the holder's 40 blocks", name, d, pc.scores)
 	}
 	if !(pc.scores[0] < pc.scores[1]) {
 		t.Fatalf("costs %v: the holder should still be the cheapest by cost", pc.scores)
@@ -208,8 +209,8 @@ func TestKVMeshHotPrefixReplicates(t *testing.T) {
 	}
 	pc.match(20, 20, 0, 0, 0).pending(1000, 1000, 20, 10, 0) // two holders, both overloaded: cap reached
 	name, d = pc.choose(p)
-	if name != "e" || d.Reason != ReasonLoadOverride || d.Learn {
-		t.Fatalf("chose %s %+v, want e load-override without learning", name, d)
+	if name != "e" || d.Reason != ReasonLoadOverride || !d.Learn || d.LearnAbove != 20 {
+		t.Fatalf("chose %s %+v, want e load-override learning above the holders' 20 blocks only", name, d)
 	}
 }
 

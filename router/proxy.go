@@ -48,10 +48,12 @@ type attemptResult struct {
 // client went away).
 func (rt *Router) forward(w http.ResponseWriter, r *http.Request, st *reqState, ep Endpoint, start time.Time, d Decision) int {
 	learnFirst := d.Learn
+	learnAll := st.chain.Learn // a decision may learn a suffix of it (Decision.LearnAbove)
 	rt.outgoingHeader(st, r)
 	var last attemptResult
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
+			st.chain.Learn = learnAll
 			now := rt.now()
 			rt.gather(st, st.model, now)
 			if len(st.cands) == 0 {
@@ -68,6 +70,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, st *reqState, 
 		matched := routedUnits(&st.cands[d.Index], &st.chain, d)
 		rt.noteBelief(st, b, &st.cands[d.Index])
 		rt.record(st, b, d, matched)
+		st.chain.Learn = learnAbove(learnAll, d.LearnAbove)
 		learn := d.Learn && st.routed && len(st.chain.Learn) > 0 && rt.admitLearn(st, st.cands[d.Index].Matched)
 		st.confirm = nil
 		if learn {
