@@ -35,7 +35,9 @@
 // last-value state (load.go, loadtable.go, loadwire.go): the router prices
 // a backend with the work every node queued there. It is lossy and never
 // joined into the claims; a peer's bookings go when it leaves or falls
-// silent.
+// silent. The same channel carries the router's lessons about each
+// backend's cache (lesson.go) and the prompts it found lost at a backend
+// (lost.go), each in messages of their own.
 //
 // # Membership
 //

@@ -123,6 +123,7 @@ type loadPublisher struct {
 	// lessons; lessonOut the lesson message being built (lesson.go).
 	lessonLast map[tree.BackendID]lessonWire
 	lessonOut  loadMsg
+	lostOut    loadMsg // the lost message being built (lost.go)
 	// routed counter at the last snapshot, when, and the moving rate.
 	routed, routedAt int64
 	rate             float64
@@ -183,6 +184,7 @@ func (n *Node) loadTick(now int64) {
 // instead.
 func (n *Node) publishLoad(src LoadSource, now int64) {
 	n.publishLessons(src, n.publishBookings(src, now))
+	n.publishLost(src)
 }
 
 // publishBookings is publishLoad's part for bookings; it reports whether
@@ -321,6 +323,7 @@ func (n *Node) receiveLoad(msg transport.Message) {
 	res := n.loads.apply(msg.From, &n.loadIn, len(msg.Data), now)
 	if res == loadApplyOK {
 		n.loads.publish(now, n.lp.rate)
+		n.deliverLost()
 	}
 	n.loadMu.Unlock()
 	switch res {

@@ -41,6 +41,9 @@ type loadTable struct {
 	namedAt atomic.Int64
 
 	scratch []float64
+	// lostIn holds the marks of the last applied lost message (lost.go),
+	// until the receive loop hands them to the router.
+	lostIn []lostIn
 }
 
 // peerSum is the published sum of peers' bookings at one backend.
@@ -128,6 +131,10 @@ func (t *loadTable) apply(peer string, m *loadMsg, size int, now int64) loadAppl
 	p.seq = m.Seq
 	if m.Lessons {
 		t.applyLessons(p, m)
+		return loadApplyOK
+	}
+	if m.Lost {
+		t.applyLost(p, m)
 		return loadApplyOK
 	}
 	if m.Names {

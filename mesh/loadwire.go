@@ -39,6 +39,16 @@ import (
 // still takes the bookings. Its indexes are those of the sender's
 // snapshots, and it shares their sequence.
 //
+// A lost message (loadFlagLost, alone) carries the prompts the sender's
+// router found lost at a backend (router/lostshare.go) since its last one:
+//
+//	loadMagic, version<<4 | loadFlagLost, uvarint seq, uvarint n,
+//	n x (uvarint backend index, 8 bytes prompt key (little-endian),
+//	     uvarint age in ms)
+//
+// It travels alone for the same reason as lessons, with the same indexes
+// and sequence.
+//
 // The backend index is the sender's own tree.BackendID; a snapshot with
 // names (sent at a new incarnation, to new peers and now and then) tells
 // the receiver which name each index stands for. The sender's name is not
@@ -51,7 +61,8 @@ const (
 	loadFlagSnapshot = 1 << 0 // the entries are every backend with bookings; carries incarnation and routed
 	loadFlagNames    = 1 << 1 // entries carry backend names (snapshots only)
 	loadFlagLessons  = 1 << 2 // the entries are lessons, not bookings (alone)
-	loadFlagsKnown   = loadFlagSnapshot | loadFlagNames | loadFlagLessons
+	loadFlagLost     = 1 << 3 // the entries are lost marks (alone)
+	loadFlagsKnown   = loadFlagSnapshot | loadFlagNames | loadFlagLessons | loadFlagLost
 )
 
 // Decoder limits: a peer cannot make a node allocate much or loop long.
@@ -82,6 +93,8 @@ type loadMsg struct {
 	Routed      uint64
 	// Lessons says the entries are lessons (Idx and Lesson only).
 	Lessons bool
+	// Lost says the entries are lost marks (Idx, Key and Age only).
+	Lost    bool
 	Entries []loadEntry
 }
 
@@ -100,6 +113,9 @@ type loadEntry struct {
 	// Lesson is the sender's lesson about the backend (lesson messages
 	// only).
 	Lesson lessonWire
+	// Key and Age are a lost mark (lost messages only): the prompt key the
+	// sender found lost at the backend, and how long ago (ms).
+	Key, Age uint64
 }
 
 // lessonWire is a lesson in wire units (see the format above).
@@ -119,11 +135,24 @@ func appendLoad(dst []byte, m *loadMsg) []byte {
 			flags |= loadFlagNames
 		}
 	}
-	if m.Lessons {
+	switch {
+	case m.Lessons:
 		flags = loadFlagLessons
+	case m.Lost:
+		flags = loadFlagLost
 	}
 	dst = append(dst, loadMagic, loadVersion<<4|flags)
 	dst = binary.AppendUvarint(dst, m.Seq)
+	if m.Lost {
+		dst = binary.AppendUvarint(dst, uint64(len(m.Entries)))
+		for i := range m.Entries {
+			e := &m.Entries[i]
+			dst = binary.AppendUvarint(dst, uint64(e.Idx))
+			dst = binary.LittleEndian.AppendUint64(dst, e.Key)
+			dst = binary.AppendUvarint(dst, min(e.Age, maxLoadValue))
+		}
+		return dst
+	}
 	if m.Lessons {
 		dst = binary.AppendUvarint(dst, uint64(len(m.Entries)))
 		for i := range m.Entries {
@@ -179,9 +208,12 @@ func decodeLoad(data []byte, m *loadMsg) error {
 	if flags&loadFlagLessons != 0 && flags != loadFlagLessons {
 		return fmt.Errorf("mesh: lesson message has other flags %#x", flags)
 	}
+	if flags&loadFlagLost != 0 && flags != loadFlagLost {
+		return fmt.Errorf("mesh: lost message has other flags %#x", flags)
+	}
 	r := loadReader{b: data[2:]}
 	*m = loadMsg{Entries: m.Entries[:0], Snapshot: flags&loadFlagSnapshot != 0, Names: flags&loadFlagNames != 0,
-		Lessons: flags&loadFlagLessons != 0}
+		Lessons: flags&loadFlagLessons != 0, Lost: flags&loadFlagLost != 0}
 	m.Seq = r.uvarint()
 	if m.Snapshot {
 		m.Incarnation = r.uvarint()
@@ -191,9 +223,13 @@ func decodeLoad(data []byte, m *loadMsg) error {
 	if r.err != nil {
 		return r.err
 	}
-	// Every entry takes at least 5 bytes: a count beyond that is a lie,
-	// caught before anything is allocated for it.
-	if n > maxLoadEntries || n > uint64(len(r.b))/5 {
+	// Every entry takes at least 5 bytes (a lost mark 10): a count beyond
+	// that is a lie, caught before anything is allocated for it.
+	least := uint64(5)
+	if m.Lost {
+		least = 10
+	}
+	if n > maxLoadEntries || n > uint64(len(r.b))/least {
 		return fmt.Errorf("mesh: load message claims %d entries in %d bytes", n, len(r.b))
 	}
 	for i := uint64(0); i < n; i++ {
@@ -203,6 +239,15 @@ func decodeLoad(data []byte, m *loadMsg) error {
 			return fmt.Errorf("mesh: load entry backend index %d out of range", idx)
 		}
 		e.Idx = uint32(idx)
+		if m.Lost {
+			e.Key = r.fixed64()
+			e.Age = r.value()
+			if r.err != nil {
+				return r.err
+			}
+			m.Entries = append(m.Entries, e)
+			continue
+		}
 		if m.Lessons {
 			l := &e.Lesson
 			l.Stamp = r.value()
@@ -251,6 +296,20 @@ func (r *loadReader) uvarint() uint64 {
 		return 0
 	}
 	r.b = r.b[k:]
+	return v
+}
+
+// fixed64 reads 8 little-endian bytes.
+func (r *loadReader) fixed64() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	if len(r.b) < 8 {
+		r.err = errLoadTruncated
+		return 0
+	}
+	v := binary.LittleEndian.Uint64(r.b)
+	r.b = r.b[8:]
 	return v
 }
 

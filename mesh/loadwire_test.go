@@ -19,6 +19,10 @@ func sampleLoadMsgs() []loadMsg {
 		{Seq: 9, Lessons: true, Entries: []loadEntry{
 			{Idx: 2, Lesson: lessonWire{Stamp: 1_790_000_000_123, Scale: loadFracOne * 3 / 4, Learned: 64 * 1000, Doubt: loadFracOne / 5, DoubtN: 31}},
 			{Idx: 65535, Lesson: lessonWire{Stamp: 1, Scale: maxLessonScale, Doubt: loadFracOne}}}},
+		{Seq: 10, Lost: true, Entries: []loadEntry{
+			{Idx: 4, Key: 0x9e3779b97f4a7c15, Age: 12},
+			{Idx: 65535, Key: 1<<64 - 1, Age: maxLoadValue},
+			{Idx: 0, Key: 0, Age: 0}}},
 	}
 }
 
@@ -74,7 +78,7 @@ func TestLoadWireRejects(t *testing.T) {
 		"empty":            {},
 		"not load":         {0x87, 0x02},
 		"version 2":        {loadMagic, 2 << 4, 1, 0},
-		"unknown flag":     {loadMagic, loadVersion<<4 | 8, 1, 0},
+		"lost and lessons": {loadMagic, loadVersion<<4 | loadFlagLost | loadFlagLessons, 1, 0},
 		"names, no snap":   {loadMagic, loadVersion<<4 | loadFlagNames, 1, 0},
 		"truncated":        valid[:len(valid)-1],
 		"trailing":         append(append([]byte{}, valid...), 0),
@@ -91,6 +95,11 @@ func TestLoadWireRejects(t *testing.T) {
 		"lesson truncated":     {loadMagic, loadVersion<<4 | loadFlagLessons, 1, 1, 0, 1, 0, 0, 0},
 		"scale too large":      {loadMagic, loadVersion<<4 | loadFlagLessons, 1, 1, 0, 1, 0x81, 0x80, 0x80, 0x02, 0, 0, 0},
 		"doubt above 1":        {loadMagic, loadVersion<<4 | loadFlagLessons, 1, 1, 0, 1, 0, 0, 0x81, 0x80, 0x04, 0},
+		// A lost mark: index, 8 key bytes, age.
+		"lost and snapshot":  {loadMagic, loadVersion<<4 | loadFlagLost | loadFlagSnapshot, 1, 0, 0, 1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 0},
+		"lost key truncated": {loadMagic, loadVersion<<4 | loadFlagLost, 1, 1, 0x80, 0x80, 0x01, 1, 2, 3, 4, 5, 6, 7},
+		"lost count lies":    {loadMagic, loadVersion<<4 | loadFlagLost, 1, 2, 0, 1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0},
+		"lost age too large": {loadMagic, loadVersion<<4 | loadFlagLost, 1, 1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01},
 	}
 	long := appendLoad(nil, &loadMsg{Seq: 1, Snapshot: true, Names: true, Incarnation: 1,
 		Entries: []loadEntry{{Idx: 1, Name: strings.Repeat("x", 300)}}})

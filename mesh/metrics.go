@@ -24,6 +24,7 @@ type metrics struct {
 	learnsQueued        prometheus.Counter
 	digestsSkipped      prometheus.Counter
 	loadDrops           *prometheus.CounterVec // by reason
+	lostMarks           *prometheus.CounterVec // by direction
 
 	// per message type, resolved once (the send and receive paths are hot)
 	sentBy, sentBytesBy, recvBy, recvBytesBy [16]prometheus.Counter
@@ -67,9 +68,16 @@ func newMetrics(n *Node, reg prometheus.Registerer) (*metrics, error) {
 			Name: "kvmesh_mesh_load_dropped_messages_total",
 			Help: "Load-channel messages dropped: queue_full or send_error (outgoing), decode_error, stale (older than one applied) or unsynced (before the sender's first snapshot) (incoming)."},
 			[]string{"reason"}),
+		lostMarks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvmesh_mesh_lost_marks_total",
+			Help: "Lost marks (prompts a router found lost at a backend, router belief.lost_ttl) on the load channel, by direction: sent (this node's, counted once however many peers) or received (from a peer, with a backend known here)."},
+			[]string{"direction"}),
 	}
 	for _, r := range []string{"queue_full", "send_error", "decode_error", "stale", "unsynced"} {
 		m.loadDrops.WithLabelValues(r)
+	}
+	for _, d := range []string{"sent", "received"} {
+		m.lostMarks.WithLabelValues(d)
 	}
 	for t := crdt.MsgDelta; t <= crdt.MsgRepair; t++ {
 		l := t.String()
@@ -87,7 +95,7 @@ func newMetrics(n *Node, reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		m.msgsSent, m.bytesSent, m.msgsRecv, m.bytesRecv, m.sendDrops, m.decodeErrors, m.unknownSenders,
-		m.receiveErrors, m.applyLag, m.topologyChanges, m.joins, m.learnsQueued, m.digestsSkipped, m.loadDrops,
+		m.receiveErrors, m.applyLag, m.topologyChanges, m.joins, m.learnsQueued, m.digestsSkipped, m.loadDrops, m.lostMarks,
 		&meshCollector{n: n}, NewIndexCollector(n.ix),
 	} {
 		if err := reg.Register(c); err != nil {

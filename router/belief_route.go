@@ -98,8 +98,7 @@ func (rt *Router) learnFromAnswer(b *backend, st *reqState, d Decision, prompt, 
 		// request learned, deeper than the match it found gone (not inside
 		// a head other conversations share).
 		if k, depth, ok := leafKey(&st.chain); ok && depth > fb.trusted {
-			rt.lost.mark(k, b.id, nowMs)
-			rt.metrics.lostPrefixes.Inc()
+			rt.markLost(k, b.id, nowMs)
 		}
 	}
 	if fb.trusted > 0 && d.Reason == ReasonPrefix && !d.OwnMatch {

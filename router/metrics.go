@@ -74,9 +74,9 @@ type metrics struct {
 	ttfb           *prometheus.HistogramVec // by endpoint and model
 	models         modelLabels              // the models served and their children (metrics_model.go)
 	decisionTime   prometheus.Histogram
-	learned        [3]prometheus.Counter // provisional, confirmed, first_byte
-	lessons        [2]prometheus.Counter // answer, peer
-	lostPrefixes   prometheus.Counter
+	learned        [3]prometheus.Counter  // provisional, confirmed, first_byte
+	lessons        [2]prometheus.Counter  // answer, peer
+	lostPrefixes   *prometheus.CounterVec // by origin: own, peer
 	cachedTokens   *prometheus.CounterVec
 	promptTokens   *prometheus.CounterVec
 	prefixRoutes   *prometheus.CounterVec // by backend, outcome
@@ -123,8 +123,10 @@ func newMetrics(reg prometheus.Registerer, policy string, rt *Router) (*metrics,
 		Name: "belief_lessons_total", Help: "Lessons about a backend's cache (its capacity estimate, the worth of a doubted claim): learned from this node's answers (answer), or adopted from a peer's newer lesson over the mesh's load channel (peer)."}, []string{"source"})
 	m.lessons[0] = lessons.WithLabelValues("answer")
 	m.lessons[1] = lessons.WithLabelValues("peer")
-	m.lostPrefixes = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-		Name: "belief_lost_prefixes_total", Help: "Answers that showed a believed match lost (under belief.confirm_share of it cached): the prompt is marked lost at that backend for belief.lost_ttl, and its conversation's next request doubts the backend's match."})
+	m.lostPrefixes = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+		Name: "belief_lost_prefixes_total", Help: "Prompts marked lost at a backend for belief.lost_ttl (its conversation's next request doubts the backend's match), by origin: own (this node's answer showed a believed match lost: under belief.confirm_share of it cached), peer (a mesh peer's mark, received on the load channel)."}, []string{"origin"})
+	m.lostPrefixes.WithLabelValues("own")
+	m.lostPrefixes.WithLabelValues("peer")
 	m.cachedTokens = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 		Name: "backend_cached_tokens_total", Help: "Prompt tokens the backend reported as served from its prefix cache (usage.prompt_tokens_details.cached_tokens)."}, []string{"backend"})
 	m.promptTokens = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,

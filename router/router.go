@@ -80,6 +80,7 @@ type Router struct {
 	routed  atomic.Uint64
 	upt     atomic.Uint64 // float64 bits: estimated prompt units per token (belief)
 	lost    lostSet       // prompts whose answers showed a believed match lost (lostprefix.go)
+	lostOut lostOutbox    // this node's marks for the mesh (lostshare.go)
 	reuse   reuseAverage  // share of prompt tokens answered cached (Request.Reuse)
 	log     zerolog.Logger
 	policy  Policy

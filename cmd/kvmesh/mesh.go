@@ -91,3 +91,10 @@ func hostPort(addr, defaultHost string) (string, int, error) {
 	}
 	return h, port, nil
 }
+
+// The router is everything the mesh's load channel reads and feeds: its
+// bookings, its lessons and its lost marks.
+var (
+	_ mesh.LessonSource = (*router.Router)(nil)
+	_ mesh.LostSource   = (*router.Router)(nil)
+)
