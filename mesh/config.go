@@ -190,6 +190,14 @@ type Config struct {
 	// the seeds takes a second or two on a LAN, so a node that heard no
 	// peer in 10 s is alone or cut off. 0: author at once.
 	LessonGrace time.Duration
+	// ShareLostMarks sends the prompts this node's router found lost at a
+	// backend to every peer (lost.go), so that a conversation's next
+	// request is doubted there whichever node it reaches. Marks from peers
+	// that send them are taken either way. Off: on the agent workload, 8
+	// nodes, 8 runs each alternating, sharing measured no better (hit rate
+	// median 81.7% against 81.8% without, range 74.5-85.7% against
+	// 79.9-83.2%; TTFT p99 median 31.7 s against 28.5 s).
+	ShareLostMarks bool
 	// LoadQueueDepth is how many load messages may wait for one peer; more
 	// are dropped (the next message or snapshot supersedes them). 16.
 	LoadQueueDepth int

@@ -38,7 +38,7 @@ type lostIn struct {
 // lost messages of their own. Caller holds loadMu.
 func (n *Node) publishLost(src LoadSource) {
 	ls, ok := src.(LostSource)
-	if !ok {
+	if !ok || !n.cfg.ShareLostMarks {
 		return
 	}
 	p := &n.lp

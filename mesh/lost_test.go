@@ -61,7 +61,7 @@ func (l *lostLoad) received() []lostIn {
 // A mark one node's router makes reaches the other node's router once,
 // with the backend in the receiver's ids, and not its author's.
 func TestLoadChannelSharesLostMarks(t *testing.T) {
-	c := newTestCluster(t, nil)
+	c := newTestCluster(t, func(cfg *Config) { cfg.ShareLostMarks = true })
 	var srcs []*lostLoad
 	for i := 0; i < 2; i++ {
 		tn := c.start(nodeName(i))

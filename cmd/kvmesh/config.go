@@ -118,6 +118,9 @@ type MeshConfig struct {
 	// moves the listeners left at their defaults to loopback. Never in
 	// production: anyone who reaches the serf port can join.
 	Dev bool `yaml:"dev"`
+	// ShareLostMarks sends the prompts this node found lost at a backend to
+	// the peers (mesh.Config.ShareLostMarks: off, no measured benefit yet).
+	ShareLostMarks bool `yaml:"share_lost_marks"`
 }
 
 // DefaultServeConfig is the configuration before the file, the environment

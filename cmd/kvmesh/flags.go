@@ -228,6 +228,7 @@ var serveSettings = []setting{
 	strSetting("tls-ca", "mesh.tls_ca", "cluster CA certificate (PEM)", func(c *ServeConfig) *string { return &c.Mesh.TLSCA }),
 	strSetting("tls-cert", "mesh.tls_cert", "this node's certificate (PEM; CommonName = node name)", func(c *ServeConfig) *string { return &c.Mesh.TLSCert }),
 	strSetting("tls-key", "mesh.tls_key", "this node's private key (PEM)", func(c *ServeConfig) *string { return &c.Mesh.TLSKey }),
+	boolSetting("share-lost-marks", "mesh.share_lost_marks", "send the prompts this node found lost at a backend to the mesh's other nodes", func(c *ServeConfig) *bool { return &c.Mesh.ShareLostMarks }),
 	boolSetting("dev", "mesh.dev", "dev mode: a mesh without a gossip key, listening on loopback unless told otherwise (never in production)", func(c *ServeConfig) *bool { return &c.Mesh.Dev }),
 }
 
