@@ -8,9 +8,10 @@ import (
 // backend's answer showed it no longer held a context the router believed
 // it held, and doubts the conversation's next request there
 // (router/lostprefix.go). The next request reaches whichever node the load
-// balancer picks, so each mark travels on the load channel to every peer,
-// once, from the node that made it (no relay: every node hears every
-// author). A mark is soft state: a lost message is not resent, and the
+// balancer picks, so with Config.ShareLostMarks each mark travels on the
+// load channel to every peer, once, from the node that made it (no relay:
+// every node hears every author). Marks from peers that share them are
+// taken either way. A mark is soft state: a lost message is not resent, and the
 // next refuted answer marks again.
 
 // LostSource is a LoadSource that also shares lost marks (the router

@@ -59,7 +59,7 @@ type RouteExplanation struct {
 	// tokens, matching its KV events' claims).
 	Keys        string `json:"keys"`
 	Blocks      int    `json:"blocks"`         // full blocks (keys)
-	LearnDepths []int  `json:"learn_depths"`   // depths (blocks) where claims are learned
+	LearnDepths []int  `json:"learn_depths"`   // depths (blocks) where dispatching to Chosen would learn claims
 	Deepest     int    `json:"deepest_blocks"` // deepest match among the candidates
 	Chosen      string `json:"chosen"`
 	Reason      string `json:"reason"`
@@ -166,9 +166,6 @@ func (rt *Router) explain(st *reqState, ep Endpoint, path string, body []byte, t
 	default:
 		x.Keys = "bytes"
 	}
-	for _, d := range st.chain.Learn {
-		x.LearnDepths = append(x.LearnDepths, int(d))
-	}
 	for _, b := range rt.models.lookup(st.model) {
 		if !b.inRotation() {
 			x.Unavailable = append(x.Unavailable, b.name)
@@ -180,6 +177,9 @@ func (rt *Router) explain(st *reqState, ep Endpoint, path string, body []byte, t
 	d := rt.decide(st, ep, now, 0, true)
 	x.Deepest = int(st.req.Deepest)
 	x.Chosen, x.Reason, x.Learn = st.cands[d.Index].Name, d.Reason.String(), d.Learn
+	for _, d := range learnAbove(&st.learnBuf, st.chain.Learn, d.LearnAbove, rt.ix.Keyer().CheckpointBlocks()) {
+		x.LearnDepths = append(x.LearnDepths, int(d))
+	}
 	matched := routedUnits(&st.cands[d.Index], &st.chain, d)
 	x.RouteHeader = string(appendRoute(nil, x.Chosen, matched, st.chain.Units, d.Reason, rt.policy.Name()))
 	for i := range st.cands {

@@ -70,12 +70,34 @@ func (l *LocalLearner) stamp() (int64, tree.Timestamp) {
 	return ms, l.clock.Now(ms)
 }
 
-// learnAbove is the suffix of learn (ascending depths) deeper than depth
-// blocks (Decision.LearnAbove); all of it for depth 0.
-func learnAbove(learn []int32, depth int32) []int32 {
+// learnAbove is what a decision with LearnAbove depth learns of learn
+// (the prompt's learn positions, ascending): the positions deeper than
+// depth, and the deepest checkpoint (a multiple of cp blocks) at or below
+// depth, which the backend holds as well: Index.Lookup finds each
+// backend's deepest checkpoint first and then looks only in the blocks
+// above it, so a backend with claims above the holder's match but none at
+// the checkpoint below them would be found only by chance. All of learn
+// for depth 0. The result is learn's suffix, or *buf refilled (never
+// sharing learn's array).
+func learnAbove(buf *[]int32, learn []int32, depth int32, cp int) []int32 {
+	if depth <= 0 {
+		return learn
+	}
 	i := 0
 	for i < len(learn) && learn[i] <= depth {
 		i++
 	}
-	return learn[i:]
+	if cp <= 0 || i == len(learn) {
+		return learn[i:]
+	}
+	c := depth / int32(cp) * int32(cp)
+	j := i - 1
+	for j >= 0 && learn[j] > c {
+		j--
+	}
+	if c == 0 || j < 0 || learn[j] != c {
+		return learn[i:] // thinned away (max_learn_positions): nothing to add
+	}
+	*buf = append(append((*buf)[:0], c), learn[i:]...)
+	return *buf
 }

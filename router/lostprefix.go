@@ -61,6 +61,20 @@ func (s *lostSet) mark(k tree.Key, id tree.BackendID, nowMs int64) {
 	sl.tag.Store(t)
 }
 
+// markIfNewer marks like mark unless the slot holds the same mark made
+// later (a peer's older mark must not shorten this node's newer one); it
+// reports whether it marked.
+func (s *lostSet) markIfNewer(k tree.Key, id tree.BackendID, ms int64) bool {
+	t := lostTag(k, id)
+	sl := &s.slots[t%lostSlots]
+	if sl.tag.Load() == t && sl.ms.Load() >= ms {
+		return false
+	}
+	sl.ms.Store(ms)
+	sl.tag.Store(t)
+	return true
+}
+
 // lost reports whether backend id lost the prompt ending at key k within
 // ttlMs before nowMs.
 func (s *lostSet) lost(k tree.Key, id tree.BackendID, nowMs, ttlMs int64) bool {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"reflect"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,6 +27,44 @@ func TestLostSet(t *testing.T) {
 		t.Fatal("another key is found lost")
 	case s.lost(k, 3, 2_000, 1_000):
 		t.Fatal("a mark past its TTL is still found")
+	}
+	// A peer's older mark does not shorten a newer one; a newer one
+	// extends it.
+	if s.markIfNewer(k, 3, 500) || !s.lost(k, 3, 1_900, 1_000) {
+		t.Fatal("an older mark replaced a newer one")
+	}
+	if !s.markIfNewer(k, 3, 1_500) || !s.lost(k, 3, 2_400, 1_000) {
+		t.Fatal("a newer mark did not extend the old one")
+	}
+}
+
+// A decision that learns above a holder's match learns the positions
+// deeper than it and the checkpoint below it, without touching the
+// prompt's list.
+func TestLearnAbove(t *testing.T) {
+	learn := []int32{10, 32, 50, 64, 70, 96, 100}
+	orig := append([]int32(nil), learn...)
+	var buf []int32
+	for _, c := range []struct {
+		depth int32
+		cp    int
+		want  []int32
+	}{
+		{0, 32, learn},
+		{50, 32, []int32{32, 64, 70, 96, 100}},
+		{64, 32, []int32{64, 70, 96, 100}},         // the checkpoint is the match itself
+		{50, 0, []int32{64, 70, 96, 100}},          // no checkpoints
+		{20, 32, []int32{32, 50, 64, 70, 96, 100}}, // none below the match
+		{100, 32, []int32{}},                       // nothing deeper
+		{50, 40, []int32{64, 70, 96, 100}},         // the checkpoint (40) is not in the list (thinned)
+	} {
+		got := learnAbove(&buf, learn, c.depth, c.cp)
+		if len(got) != len(c.want) || (len(got) > 0 && !reflect.DeepEqual(got, c.want)) {
+			t.Errorf("learnAbove(%d, cp %d) = %v, want %v", c.depth, c.cp, got, c.want)
+		}
+		if !reflect.DeepEqual(learn, orig) {
+			t.Fatalf("learnAbove(%d, cp %d) changed the list: %v", c.depth, c.cp, learn)
+		}
 	}
 }
 

@@ -18,7 +18,7 @@ import (
 
 // lostOutboxMax bounds the marks waiting for the mesh: far more than a
 // node makes between two of the load channel's polls (10 ms). A mark that
-// does not fit is not shared (lostOutbox.dropped counts it).
+// does not fit is not shared.
 const lostOutboxMax = 1024
 
 // lostMark is one mark waiting to be sent.
@@ -32,10 +32,9 @@ type lostMark struct {
 // nothing until the first LocalLost call: a router without a mesh never
 // fills it.
 type lostOutbox struct {
-	wanted  atomic.Bool
-	mu      sync.Mutex
-	marks   []lostMark
-	dropped uint64
+	wanted atomic.Bool
+	mu     sync.Mutex
+	marks  []lostMark
 }
 
 // add keeps a mark for the mesh, if one is listening.
@@ -46,8 +45,6 @@ func (o *lostOutbox) add(m lostMark) {
 	o.mu.Lock()
 	if len(o.marks) < lostOutboxMax {
 		o.marks = append(o.marks, m)
-	} else {
-		o.dropped++
 	}
 	o.mu.Unlock()
 }
@@ -90,6 +87,7 @@ func (rt *Router) PeerLost(k tree.Key, id tree.BackendID, ageMs int64) {
 	if ttl <= 0 || ageMs < 0 || ageMs >= ttl {
 		return
 	}
-	rt.lost.mark(k, id, rt.now().UnixMilli()-ageMs)
-	rt.metrics.lostPrefixes.WithLabelValues("peer").Inc()
+	if rt.lost.markIfNewer(k, id, rt.now().UnixMilli()-ageMs) {
+		rt.metrics.lostPrefixes.WithLabelValues("peer").Inc()
+	}
 }

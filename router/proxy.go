@@ -48,7 +48,8 @@ type attemptResult struct {
 // client went away).
 func (rt *Router) forward(w http.ResponseWriter, r *http.Request, st *reqState, ep Endpoint, start time.Time, d Decision) int {
 	learnFirst := d.Learn
-	learnAll := st.chain.Learn // a decision may learn a suffix of it (Decision.LearnAbove)
+	learnAll := st.chain.Learn // a decision may learn part of it (Decision.LearnAbove)
+	defer func() { st.chain.Learn = learnAll }()
 	rt.outgoingHeader(st, r)
 	var last attemptResult
 	for attempt := 0; ; attempt++ {
@@ -70,7 +71,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, st *reqState, 
 		matched := routedUnits(&st.cands[d.Index], &st.chain, d)
 		rt.noteBelief(st, b, &st.cands[d.Index])
 		rt.record(st, b, d, matched)
-		st.chain.Learn = learnAbove(learnAll, d.LearnAbove)
+		st.chain.Learn = learnAbove(&st.learnBuf, learnAll, d.LearnAbove, rt.ix.Keyer().CheckpointBlocks())
 		learn := d.Learn && st.routed && len(st.chain.Learn) > 0 && rt.admitLearn(st, st.cands[d.Index].Matched)
 		st.confirm = nil
 		if learn {

@@ -37,18 +37,21 @@ type reqState struct {
 	scores  []float64
 	scratch []float64
 	tried   []int // slots already tried for this request
-	body    []byte
-	key     []byte       // seed-cache key
-	route   []byte       // x-kvmesh-route value
-	usage   usageScanner // finds the backend's usage report in the answer
-	buf     []byte       // body copy buffer
-	tokens  []uint32     // token mode: the prompt's ids
-	tokEnds []int        // token mode: message ends in tokens
-	seed    tree.Seed
-	tenant  uint64    // the tenant's hash, for its share of the index
-	pace    pacedBody // the body reader's pacing (see readClientBody)
-	routed  bool      // the request has a prompt (chain and lookup are valid)
-	model   string
+	// learnBuf holds the learn positions of a decision that learns part
+	// of the prompt's (Decision.LearnAbove; see learnAbove).
+	learnBuf []int32
+	body     []byte
+	key      []byte       // seed-cache key
+	route    []byte       // x-kvmesh-route value
+	usage    usageScanner // finds the backend's usage report in the answer
+	buf      []byte       // body copy buffer
+	tokens   []uint32     // token mode: the prompt's ids
+	tokEnds  []int        // token mode: message ends in tokens
+	seed     tree.Seed
+	tenant   uint64    // the tenant's hash, for its share of the index
+	pace     pacedBody // the body reader's pacing (see readClientBody)
+	routed   bool      // the request has a prompt (chain and lookup are valid)
+	model    string
 
 	// The outgoing request's reusable parts (see outgoingRequest).
 	outHeader http.Header

@@ -146,41 +146,52 @@ func TestRendezvousAgreesAcrossRouters(t *testing.T) {
 // A holder far busier than the median is bypassed (reason load-override)
 // even when its match would pay for the wait. The backend diverted to
 // learns the request's own part (it computed the whole prompt: the
-// conversation's next turn must find it there) but not the shared prefix,
-// which stays with the holder: a new conversation on the same document
-// still goes to the holder, not to the backend the override chose.
+// conversation's next turn must find it there) and the checkpoint below
+// the holder's match (the index's lookup needs it to find the claims above
+// it), but not the rest of the shared prefix, which stays with the
+// holder: a new conversation on the same document matches the holder
+// deeper. A turn shorter than a checkpoint interval is found too.
 func TestLoadOverrideLearnsOnlyTheRequestsOwnPart(t *testing.T) {
-	g := newRig(t, func(c *Config, _ *Deps) { c.KVMesh.LoadOverrideFactor, c.KVMesh.LoadOverrideFloor = 2, 0.5 }, fourBackends(t)...)
-	sys := longText("long shared document", 16000)
-	body := chat("m1", sys, "q1")
-	_, r1, _ := g.call("POST", "/v1/chat/completions", body)
-	holder := routeField(r1, "backend")
-	shared := g.holders(EndpointChat, body, "")[holder]
-	// Saturated: 6,000 units > 2 * max(median 0, half an average prompt of
-	// about 4,300), but less than the 16,000 its match saves.
-	busy := g.rt.backendByName(holder).addPending(6000)
-	next := chat("m1", sys, "q1", "a1", longText("turn two", 2000))
-	_, r2, _ := g.call("POST", "/v1/chat/completions", next)
-	busy.release()
-	diverted := routeField(r2, "backend")
-	if routeField(r2, "reason") != "load-override" || diverted == holder {
-		t.Fatalf("turn 2 with %s saturated: %q", holder, r2)
-	}
-	if g.counter("kvmesh_router_decisions_total", "reason", "load-override") != 1 {
-		t.Error("load-override not counted")
-	}
-	h := g.holders(EndpointChat, next, "")
-	if h[holder] != shared || h[diverted] <= shared || len(h) != 2 {
-		t.Fatalf("claims for turn 2 after the override: %v, want %s at the shared %d blocks and %s deeper", h, holder, shared, diverted)
-	}
-	if d := g.holders(EndpointChat, chat("m1", sys, "another question"), ""); d[diverted] != 0 || d[holder] == 0 {
-		t.Fatalf("a new conversation on the document matches %v: the shared prefix must stay with %s only", d, holder)
-	}
-	// Load back to normal: the conversation's next turn goes where its
-	// context is.
-	third := chat("m1", sys, "q1", "a1", longText("turn two", 2000), "a2", "q3")
-	if _, r3, _ := g.call("POST", "/v1/chat/completions", third); routeField(r3, "backend") != diverted || routeField(r3, "reason") != "prefix" {
-		t.Fatalf("turn 3 after the spike: %q, want %s by prefix", r3, diverted)
+	for _, turnChars := range []int{2000, 120} {
+		g := newRig(t, func(c *Config, _ *Deps) { c.KVMesh.LoadOverrideFactor, c.KVMesh.LoadOverrideFloor = 2, 0.5 }, fourBackends(t)...)
+		sys := longText("long shared document", 16000)
+		body := chat("m1", sys, "q1")
+		_, r1, _ := g.call("POST", "/v1/chat/completions", body)
+		holder := routeField(r1, "backend")
+		shared := g.holders(EndpointChat, body, "")[holder]
+		// Saturated: 6,000 units > 2 * max(median 0, half an average prompt of
+		// about 4,300), but less than the 16,000 its match saves.
+		busy := g.rt.backendByName(holder).addPending(6000)
+		turn2 := longText("turn two", turnChars)
+		next := chat("m1", sys, "q1", "a1", turn2)
+		_, r2, _ := g.call("POST", "/v1/chat/completions", next)
+		busy.release()
+		diverted := routeField(r2, "backend")
+		if routeField(r2, "reason") != "load-override" || diverted == holder {
+			t.Fatalf("turn of %d chars, %s saturated: %q", turnChars, holder, r2)
+		}
+		h := g.holders(EndpointChat, next, "")
+		if h[holder] != shared || h[diverted] <= shared || len(h) != 2 {
+			t.Fatalf("turn of %d chars: claims after the override %v, want %s at the shared %d blocks and %s deeper", turnChars, h, holder, shared, diverted)
+		}
+		if d := g.holders(EndpointChat, chat("m1", sys, "another question"), ""); d[diverted] >= d[holder] {
+			t.Fatalf("turn of %d chars: a new conversation on the document matches %v: the shared prefix must stay with %s", turnChars, d, holder)
+		}
+		// The holder restarts cold: the diverted backend's claims are still
+		// found on their own.
+		g.rt.learner.Invalidate(holder, false)
+		if h := g.holders(EndpointChat, next, ""); h[diverted] <= shared || len(h) != 1 {
+			t.Fatalf("turn of %d chars: claims after %s restarted: %v, want %s's deeper than %d", turnChars, holder, h, diverted, shared)
+		}
+		// Load back to normal: the conversation's next turn goes where its
+		// context is.
+		third := chat("m1", sys, "q1", "a1", turn2, "a2", "q3")
+		if _, r3, _ := g.call("POST", "/v1/chat/completions", third); routeField(r3, "backend") != diverted || routeField(r3, "reason") != "prefix" {
+			t.Fatalf("turn of %d chars: turn 3 after the spike: %q, want %s by prefix", turnChars, r3, diverted)
+		}
+		if g.counter("kvmesh_router_decisions_total", "reason", "load-override") != 1 {
+			t.Error("load-override not counted")
+		}
 	}
 }
 

@@ -50,6 +50,11 @@ func NewKeyer(cfg Config) Keyer {
 // as many bytes in byte mode).
 func (k Keyer) BlockTokens() int { return k.blockTokens }
 
+// CheckpointBlocks is the checkpoint interval in blocks (0: none): every
+// chain learns at its multiples, and Index.Lookup relies on a claim coming
+// with the checkpoint claims below it.
+func (k Keyer) CheckpointBlocks() int { return k.checkpointBlocks }
+
 // Bytes fills dst with the chain of a prompt given as the bytes of its
 // canonical rendering. ends are the byte offsets where messages end; values
 // outside (0, len(units)] are ignored.
