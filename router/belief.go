@@ -312,6 +312,18 @@ func (cb *cacheBelief) distance(ms int64) float64 {
 	return cb.distanceLocked(ms)
 }
 
+// unfilled is the share of the backend's cache nothing has been written
+// to yet: 1 - (what the mesh has written to it) / (its effective
+// capacity), as of the last refresh; 0 when the capacity is unknown or
+// the cache has been filled once (an LRU cache, once full, stays full).
+func (cb *cacheBelief) unfilled() float64 {
+	kappa := math.Float64frombits(cb.kappa.Load())
+	if !(kappa > 0) {
+		return 0
+	}
+	return max(1-math.Float64frombits(cb.nowW.Load())/kappa, 0)
+}
+
 // trust is how much a claim stamped at ms counts: 1 well inside the
 // capacity, falling to cfg.EdgeTrust at its edge.
 func (cb *cacheBelief) trust(ms int64, cfg *BeliefConfig) float64 {

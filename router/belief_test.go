@@ -62,6 +62,32 @@ func TestCacheBeliefBound(t *testing.T) {
 	}
 }
 
+// A cache is unfilled by the share of its capacity nothing has been
+// written to yet, and stays filled once written past it; unknown capacity
+// counts as filled.
+func TestCacheBeliefUnfilled(t *testing.T) {
+	var cb cacheBelief
+	cb.init()
+	cb.capTokens.Store(1000) // 4000 units at 4 units per token
+	const upt = 4
+	for _, c := range []struct {
+		ms   int64
+		w    float64
+		want float64
+	}{{1, 0, 1}, {2, 1000, 0.75}, {3, 3000, 0.25}, {4, 4000, 0}, {5, 9000, 0}} {
+		cb.refresh(c.ms, c.w, upt, 1)
+		if got := cb.unfilled(); math.Abs(got-c.want) > 1e-9 {
+			t.Fatalf("after %v units written: unfilled %v, want %v", c.w, got, c.want)
+		}
+	}
+	var none cacheBelief
+	none.init()
+	none.refresh(1, 0, upt, 1)
+	if got := none.unfilled(); got != 0 {
+		t.Fatalf("a backend of unknown capacity is unfilled %v, want 0", got)
+	}
+}
+
 // Answers move the capacity: a believed match that was gone lowers it
 // towards its distance; a doubted one that was still there raises it; a
 // backend of unknown capacity gets one from its first refuted match.

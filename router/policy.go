@@ -93,7 +93,13 @@ type Candidate struct {
 	// showed it lost (a conversation's previous request, within
 	// BeliefConfig.LostTTL): Discount counts it at DoubtTrust.
 	Lost bool
-	Load LoadView
+	// Unfilled is the share of the backend's cache nothing has been
+	// written to yet, by the belief's count (what the mesh has sent it to
+	// compute against its capacity; 0 when either is unknown): writing
+	// there displaces nothing, so the kvmesh policy's CacheWeight counts
+	// only in proportion to the rest.
+	Unfilled float64
+	Load     LoadView
 }
 
 // SavedUnits is the prefill the match is expected to save: MatchedUnits,

@@ -16,7 +16,7 @@ import (
 // cache's edge, and the blocks only a doubted claim covers at
 // BeliefConfig.DoubtTrust):
 //
-//	cost_i = (PrefillWeight + CacheWeight) * (T - M_i) + load_i + kv_i + spread_i
+//	cost_i = (PrefillWeight + CacheWeight * f_i) * (T - M_i) + load_i + kv_i + spread_i
 //	load_i = (PendingWeight * pending_i
 //	        + avg * QueueWeight * w_i * others_waiting_i
 //	        + avg * LoadWeight * decoding_i) / weight_i
@@ -84,6 +84,16 @@ type KVMeshConfig struct {
 	// 3 runs) against 13.8% at 8. Stickiness has a bound: a holder's queued
 	// prefill still counts in full, and the load override still moves
 	// requests off a holder far busier than the median.
+	//
+	// It counts in proportion to how full the backend's cache is (f_i above:
+	// 1 - Candidate.Unfilled, what the mesh has written to it against its
+	// capacity, by the belief; 1 when either is unknown): writing into a
+	// part nothing was written to yet evicts nothing. Without that a backend
+	// that missed the first copies of a shared system prompt was never sent
+	// a new conversation: each one it would take paid 17 times the prompt's
+	// length more than at a holder, more than any load difference, and it
+	// sat idle (agent workload, 2-node mesh: one backend computed 0.1M of
+	// ~50M prompt tokens in 4 of 5 bad runs).
 	CacheWeight float64 `yaml:"cache_weight"`
 	// PendingWeight prices one unit of prefill this router has queued at
 	// the backend. 1: queued prefill delays the first token as much as the
@@ -328,7 +338,7 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 		l := &c.Load
 		loads[i] = cfg.load(c, avg)
 		fresh := total - c.SavedUnits(req.Chain) // what it would compute and write
-		cost := (cfg.PrefillWeight+cfg.CacheWeight)*fresh + loads[i]
+		cost := (cfg.PrefillWeight+cfg.CacheWeight*(1-c.Unfilled))*fresh + loads[i]
 		if spread > 0 {
 			cost += spread * fresh * max(l.active()/c.Weight-meanActive, 0)
 		}

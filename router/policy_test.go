@@ -81,6 +81,25 @@ func TestKVMeshPrefersDeepestHolder(t *testing.T) {
 	}
 }
 
+// Writing into a cache's unfilled part displaces nothing: a backend that
+// has never been sent anything is not priced the cache weight for a
+// shared prefix it lacks, so a new conversation goes there rather than
+// to a holder with work queued; once that backend is full, the holder
+// wins again.
+func TestKVMeshEmptyBackendPaysNoCacheWeight(t *testing.T) {
+	p := newKVMeshPolicy(DefaultKVMeshConfig())
+	// 40 blocks: the holder has the first 30 (a shared system prompt) and
+	// a little prefill queued; the other backend holds nothing.
+	pc := newPolicyCase(40, 3, "holder", "empty").match(30, 0).pending(1500, 0)
+	if name, d := pc.choose(p); name != "holder" {
+		t.Fatalf("both caches full: chose %s %+v (costs %v), want the holder", name, d, pc.scores)
+	}
+	pc.cands[1].Unfilled = 1
+	if name, d := pc.choose(p); name != "empty" || !d.Learn {
+		t.Fatalf("an empty cache beside the holder: chose %s %+v (costs %v), want the empty one", name, d, pc.scores)
+	}
+}
+
 // Load pressure on the deepest holder: when the work queued there is far
 // above the typical candidate's, the override diverts, although the cost
 // (which saves the holder's match) still favours it, and learns only the

@@ -251,6 +251,9 @@ func (rt *Router) gather(st *reqState, model string, now time.Time) bool {
 			continue
 		}
 		c := Candidate{Name: b.name, Slot: b.slot, ID: b.id, Hash: b.hash, Weight: b.weight, Load: b.loadView(now, &rt.cfg, rt.peers)}
+		if rt.cfg.Belief.Enabled {
+			c.Unfilled = b.belief.unfilled()
+		}
 		if st.routed {
 			if m, ok := matchOf(&st.res, b.id); ok {
 				c.Matched = m.Blocks
