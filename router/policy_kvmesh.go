@@ -134,6 +134,16 @@ type KVMeshConfig struct {
 	// p50 +15%); applying the term only where every candidate holds the
 	// same prefix (agent back to 75.8%: its gain is moving sessions off
 	// crowded, thrashing holders).
+	//
+	// A known weakness: the threshold makes the policy bistable. The reuse
+	// is measured from the answers, so a fleet whose caches thrash (one
+	// backend left idle, the rest crowded) reads back less, falls below
+	// the threshold and loses the term that would relieve it. On the agent
+	// workload in a mesh that happened until a load override learned at
+	// the backend it diverted to and the cache weight counted in
+	// proportion to how full a cache is; with spread_min_reuse 0 the 2-node
+	// mesh recovered as well (82.8/83.9%), but customers fell to 47.4-47.9%
+	// (49.6-50.5% at 2; kvmesh arm, 3 runs each, at fb195a5).
 	SpreadWeight   float64 `yaml:"spread_weight"`
 	SpreadMinReuse float64 `yaml:"spread_min_reuse"`
 	// KVUsageThreshold and KVUsageWeight: above this KV-cache usage (0..1)
