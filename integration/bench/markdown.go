@@ -132,6 +132,7 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	p("Work CV = coefficient of variation of the prompt tokens each backend computed (queries - hits). ")
 	p("Precision = share of the routes made for a prefix the router believed the backend held (reason prefix) that the backend confirmed: its `cached_tokens` reached at least half the tokens the router believed matched. Doubt routes confirmed = the same share over the routes made on a claim the router doubted (reason doubt: a claim past the edge of what the backend's cache still holds, by the belief's count of what was written there since; their share of the decisions is in the table by reason below).\n\n")
 	writeFloors(ew, CheckFloors(r))
+	writePaired(ew, PairedAgainst(r))
 	writeReach(ew, r)
 	writeMultiNode(ew, r)
 
