@@ -170,6 +170,10 @@ type cacheBelief struct {
 	// is known (0: none yet: every claim is believed).
 	learned float64
 
+	// coldAt is the written count (float64 bits) when the backend last came
+	// back with an empty cache (restarted): unfilled counts from it.
+	coldAt atomic.Uint64
+
 	updated atomic.Int64  // ms of the last refresh
 	kappa   atomic.Uint64 // float64 bits: the effective capacity in units now (0: none)
 	since   atomic.Uint64 // tree.Timestamp: claims stamped before it are past the edge
@@ -313,15 +317,26 @@ func (cb *cacheBelief) distance(ms int64) float64 {
 }
 
 // unfilled is the share of the backend's cache nothing has been written
-// to yet: 1 - (what the mesh has written to it) / (its effective
-// capacity), as of the last refresh; 0 when the capacity is unknown or
-// the cache has been filled once (an LRU cache, once full, stays full).
+// to yet: 1 - (what the mesh has written to it since it last started
+// empty) / (its effective capacity), as of the last refresh; 0 when the
+// capacity is unknown or the cache has been filled once (an LRU cache,
+// once full, stays full, until the engine restarts).
 func (cb *cacheBelief) unfilled() float64 {
 	kappa := math.Float64frombits(cb.kappa.Load())
 	if !(kappa > 0) {
 		return 0
 	}
-	return max(1-math.Float64frombits(cb.nowW.Load())/kappa, 0)
+	written := math.Float64frombits(cb.nowW.Load()) - math.Float64frombits(cb.coldAt.Load())
+	return min(max(1-written/kappa, 0), 1)
+}
+
+// restarted records that the backend came back with an empty cache when
+// the mesh had written w units to it: what it holds is counted afresh
+// from there (unfilled). The capacity learned stays: the engine is the
+// same.
+func (cb *cacheBelief) restarted(w float64) {
+	cb.coldAt.Store(math.Float64bits(w))
+	cb.updated.Store(0) // take the written count at the next request
 }
 
 // trust is how much a claim stamped at ms counts: 1 well inside the

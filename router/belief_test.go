@@ -80,6 +80,18 @@ func TestCacheBeliefUnfilled(t *testing.T) {
 			t.Fatalf("after %v units written: unfilled %v, want %v", c.w, got, c.want)
 		}
 	}
+	// An engine that restarted starts empty: it is counted from there.
+	cb.restarted(9000)
+	for _, c := range []struct {
+		ms   int64
+		w    float64
+		want float64
+	}{{6, 9000, 1}, {7, 10000, 0.75}, {8, 13000, 0}} {
+		cb.refresh(c.ms, c.w, upt, 1)
+		if got := cb.unfilled(); math.Abs(got-c.want) > 1e-9 {
+			t.Fatalf("%v units written after a restart at 9000: unfilled %v, want %v", c.w, got, c.want)
+		}
+	}
 	var none cacheBelief
 	none.init()
 	none.refresh(1, 0, upt, 1)

@@ -257,6 +257,10 @@ type BeliefJSON struct {
 	CapacityUnits  float64 `json:"capacity_units"`
 	// WrittenUnits is what the mesh has sent the backend to compute.
 	WrittenUnits float64 `json:"written_units"`
+	// Unfilled is the share of its cache nothing has been written to since
+	// it last started empty, by that count (0 once filled, or with no
+	// capacity known).
+	Unfilled float64 `json:"unfilled"`
 	// HorizonMs: claims stamped more than this long ago are past the
 	// cache's edge (null: none is).
 	HorizonMs *int64 `json:"horizon_ms"`
@@ -276,7 +280,7 @@ type BeliefJSON struct {
 func (rt *Router) beliefJSON(b *backend, now time.Time) BeliefJSON {
 	cb := &b.belief
 	j := BeliefJSON{CapacityTokens: cb.capTokens.Load(), CapacityUnits: math.Float64frombits(cb.kappa.Load()),
-		WrittenUnits: rt.meshWritten(b), Confirmed: cb.confirmed.Load(), Refuted: cb.refuted.Load(),
+		WrittenUnits: rt.meshWritten(b), Unfilled: cb.unfilled(), Confirmed: cb.confirmed.Load(), Refuted: cb.refuted.Load(),
 		DoubtTrust: cb.doubtTrust(&rt.cfg.Belief)}
 	if s := tree.Timestamp(cb.since.Load()); s != 0 {
 		ms := now.UnixMilli() - s.Millis()

@@ -78,8 +78,7 @@ func (rt *Router) markSuccess(b *backend, probe bool) {
 	}
 	b.mu.Unlock()
 	if cold {
-		rt.learner.Invalidate(b.name, false)
-		b.invalidated.Inc()
+		rt.coldCache(b)
 		rt.log.Info().Str("backend", b.name).Msg("backend answers again after being down: claims invalidated (cold cache)")
 	}
 	if readmit {
@@ -158,4 +157,13 @@ func (rt *Router) probe(parent context.Context, b *backend) {
 		return
 	}
 	rt.markSuccess(b, true)
+}
+
+// coldCache records that b came back with an empty cache (restarted): its
+// claims are invalidated everywhere, and its cache is counted as empty
+// again (the kvmesh policy's cache weight counts only what fills it).
+func (rt *Router) coldCache(b *backend) {
+	rt.learner.Invalidate(b.name, false)
+	b.invalidated.Inc()
+	b.belief.restarted(rt.meshWritten(b))
 }

@@ -147,8 +147,14 @@ func TestCounterResetInvalidates(t *testing.T) {
 	}, a)
 	page := func(q float64) *string {
 		s := "# TYPE vllm:prefix_cache_queries counter\nvllm:prefix_cache_queries_total{model_name=\"m1\"} " +
-			strconv.FormatFloat(q, 'f', -1, 64) + "\nvllm:prefix_cache_hits_total{model_name=\"m1\"} 10\nvllm:num_requests_waiting 0\n"
+			strconv.FormatFloat(q, 'f', -1, 64) + "\nvllm:prefix_cache_hits_total{model_name=\"m1\"} 10\nvllm:num_requests_waiting 0\n" +
+			"vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"100\"} 1\n"
 		return &s
+	}
+	b := g.rt.backendByName("a")
+	unfilled := func() float64 {
+		b.belief.refresh(g.rt.now().UnixMilli(), g.rt.meshWritten(b), g.rt.unitsPerToken(), 1)
+		return g.rt.beliefJSON(b, g.rt.now()).Unfilled
 	}
 	a.metrics.Store(page(5000))
 	if err := g.rt.Start(t.Context()); err != nil {
@@ -160,8 +166,15 @@ func TestCounterResetInvalidates(t *testing.T) {
 	if l.count() != 0 {
 		t.Fatal("a growing counter invalidated claims")
 	}
+	b.written.Add(1 << 20) // far more than its 1,600 tokens of cache: full
+	if u := unfilled(); u != 0 {
+		t.Fatalf("a cache written past its capacity is unfilled %v", u)
+	}
 	a.metrics.Store(page(30))
 	waitFor(t, "restart detected", func() bool { return l.count() == 1 })
+	if u := unfilled(); u != 1 {
+		t.Fatalf("a restarted backend's cache is unfilled %v, want 1 (empty)", u)
+	}
 	if gen, _ := g.ix.Generation(g.rt.backendByName("a").id); gen != 1 {
 		t.Fatalf("generation %d after the restart", gen)
 	}

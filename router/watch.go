@@ -121,8 +121,7 @@ func (rt *Router) scrapeLoad(ctx context.Context, b *backend) {
 	}
 	b.mu.Unlock()
 	if restarted {
-		rt.learner.Invalidate(b.name, false)
-		b.invalidated.Inc()
+		rt.coldCache(b)
 		rt.log.Info().Str("backend", b.name).Float64("prefix_cache_queries", sl.PrefixQueries).Float64("before", prev).
 			Msg("backend's prefix-cache counters went backwards (restart): claims invalidated (cold cache)")
 	}
