@@ -58,3 +58,10 @@ func ExampleRun() {
 	// round_robin: 8 requests, 2152 prompt tokens counted by the fleet, hits > 0: true
 	// kvmesh: 8 requests, 2152 prompt tokens counted by the fleet, hits > 0: true
 }
+
+// A lead held in every one of 3 repeats is still within chance (p = 0.25);
+// 6 of 6 is not (p = 0.031); 5 of 8 says nothing.
+func ExampleSignTestP() {
+	fmt.Printf("%.3f %.3f %.3f\n", bench.SignTestP(3, 0), bench.SignTestP(6, 0), bench.SignTestP(5, 3))
+	// Output: 0.250 0.031 0.727
+}
