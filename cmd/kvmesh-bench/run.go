@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
 	"io"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
@@ -291,7 +293,27 @@ func revision() string {
 		}
 	}
 	if rev == "" {
-		return ""
+		return checkoutRevision(repoRoot())
 	}
 	return rev + dirty
+}
+
+// checkoutRevision is the git revision of the checkout at dir, with
+// "+dirty" when it has uncommitted changes to tracked files: what `go run`
+// measures when the build carries no VCS stamp (GOFLAGS=-buildvcs=false,
+// or a build outside git). "" when dir is not a git checkout or git is
+// not installed.
+func checkoutRevision(dir string) string {
+	if dir == "" {
+		return ""
+	}
+	out, err := exec.Command("git", "-C", dir, "rev-parse", "HEAD").Output()
+	if err != nil {
+		return ""
+	}
+	rev := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "-C", dir, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
+		rev += "+dirty"
+	}
+	return rev
 }
