@@ -64,16 +64,16 @@ func PairedAgainst(r *Report) []Paired {
 			p.N++
 			d := km.HitRate - run.HitRate
 			hit = append(hit, d)
-			p.HitAhead, p.HitBehind = count(d > 0, d < 0, p.HitAhead, p.HitBehind)
+			tally(d > 0, d < 0, &p.HitAhead, &p.HitBehind)
 			if run.TTFT.P50 > 0 {
 				x := km.TTFT.P50 / run.TTFT.P50
 				p50 = append(p50, x)
-				p.P50Faster, p.P50Slower = count(x < 1, x > 1, p.P50Faster, p.P50Slower)
+				tally(x < 1, x > 1, &p.P50Faster, &p.P50Slower)
 			}
 			if run.TTFT.P99 > 0 {
 				x := km.TTFT.P99 / run.TTFT.P99
 				p99 = append(p99, x)
-				p.P99Faster, p.P99Slower = count(x < 1, x > 1, p.P99Faster, p.P99Slower)
+				tally(x < 1, x > 1, &p.P99Faster, &p.P99Slower)
 			}
 		}
 		if p.N == 0 {
@@ -88,14 +88,14 @@ func PairedAgainst(r *Report) []Paired {
 	return out
 }
 
-func count(up, down bool, ups, downs int) (int, int) {
+// tally counts one repeat as a lead (up), a deficit (down) or a tie.
+func tally(up, down bool, ups, downs *int) {
 	if up {
-		ups++
+		*ups++
 	}
 	if down {
-		downs++
+		*downs++
 	}
-	return ups, downs
 }
 
 // SignTestP is the two-sided sign test's p-value for k results one way
@@ -109,8 +109,8 @@ func SignTestP(k, m int) float64 {
 	lo := min(k, m)
 	// Sum C(n, i) / 2^n for i <= lo, in logs to stay finite for any n.
 	var tail float64
+	lg, _ := math.Lgamma(float64(n + 1))
 	for i := 0; i <= lo; i++ {
-		lg, _ := math.Lgamma(float64(n + 1))
 		li, _ := math.Lgamma(float64(i + 1))
 		lni, _ := math.Lgamma(float64(n - i + 1))
 		tail += math.Exp(lg - li - lni - float64(n)*math.Ln2)
