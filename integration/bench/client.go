@@ -59,6 +59,10 @@ type Sample struct {
 	// Available is how many prompt tokens the best-placed backend had
 	// cached when the request was sent (-1: not measured).
 	Available int `json:"available,omitempty"`
+	// AvailableAt names that backend ("" when none held any of the
+	// prompt): where a request that recomputed what was held elsewhere
+	// should have gone.
+	AvailableAt string `json:"available_at,omitempty"`
 	// Expected is where a shadow router seeing all the traffic of a
 	// multi-node arm would have sent the request ("" without one).
 	Expected       string `json:"expected,omitempty"`
@@ -115,14 +119,14 @@ var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 16<
 // or not, filling s (Start and Index are the caller's). render appends the
 // body to the buffer it is given; shadow, if set, decides the body first
 // (Sample.Expected).
-func send(ctx context.Context, c *http.Client, url string, render func([]byte) []byte, shadow func([]byte) (string, string), available func([]byte) int, s *Sample) {
+func send(ctx context.Context, c *http.Client, url string, render func([]byte) []byte, shadow func([]byte) (string, string), available func([]byte) (int, string), s *Sample) {
 	bp := bodyPool.Get().(*[]byte)
 	*bp = render((*bp)[:0])
 	if shadow != nil {
 		s.Expected, s.ExpectedReason = shadow(*bp)
 	}
 	if available != nil {
-		s.Available = available(*bp)
+		s.Available, s.AvailableAt = available(*bp)
 	}
 	body := &pooledBody{buf: bp}
 	body.Reset(*bp)

@@ -55,8 +55,9 @@ type ReplayConfig struct {
 	// Available, if set, is asked just before each request is sent how many
 	// of its prompt tokens the best-placed backend holds in its cache right
 	// then (the simulator's real caches): the most a router could have
-	// reused (Sample.Available). Default none.
-	Available func(body []byte) int `json:"-"`
+	// reused (Sample.Available), and which backend that is
+	// (Sample.AvailableAt). Default none.
+	Available func(body []byte) (tokens int, backend string) `json:"-"`
 	// Answered, if set, is told each successful answer's prompt and cached
 	// token counts (the shadow router learns the fleet's reuse from them,
 	// as the nodes do from their answers). Default none.

@@ -226,16 +226,20 @@ func precision(samples []Sample, reason string) (share float64, routes int) {
 }
 
 // availableIn returns what the best-placed backend of view holds of a
-// request body, in prompt tokens (the most any router could reuse).
-func availableIn(view *OracleView, path string) func([]byte) int {
-	return func(body []byte) int {
-		best := 0
-		for _, b := range view.Backends {
-			if c, _, err := b.CachedPrefix(body, path); err == nil {
-				best = max(best, c)
+// request body, in prompt tokens (the most any router could reuse), and
+// that backend's name ("" when none holds any; the first of equals).
+func availableIn(view *OracleView, path string) func([]byte) (int, string) {
+	return func(body []byte) (int, string) {
+		best, at := 0, -1
+		for i, b := range view.Backends {
+			if c, _, err := b.CachedPrefix(body, path); err == nil && c > best {
+				best, at = c, i
 			}
 		}
-		return best
+		if at < 0 {
+			return 0, ""
+		}
+		return best, BackendName(at)
 	}
 }
 

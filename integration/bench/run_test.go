@@ -273,3 +273,19 @@ func deployArm(t testing.TB, cfg *Config, factory FleetFactory, arm Arm) (d *dep
 	}
 	return d, fleet, func() { d.Close(); fleet.Close() }
 }
+
+func TestAvailableInNamesTheBestHolder(t *testing.T) {
+	view := &OracleView{Backends: []OracleBackend{
+		&fakeOracleBackend{cached: 100, prompt: 4000},
+		&fakeOracleBackend{cached: 0, prompt: 4000},
+		&fakeOracleBackend{cached: 3000, prompt: 4000},
+		&fakeOracleBackend{cached: 3000, prompt: 4000}, // an equal: the first keeps it
+	}}
+	if n, at := availableIn(view, "/v1/chat/completions")(nil); n != 3000 || at != BackendName(2) {
+		t.Fatalf("availableIn = %d at %q, want 3000 at %q", n, at, BackendName(2))
+	}
+	none := &OracleView{Backends: []OracleBackend{&fakeOracleBackend{prompt: 4000}}}
+	if n, at := availableIn(none, "/v1/chat/completions")(nil); n != 0 || at != "" {
+		t.Fatalf("availableIn with nothing held = %d at %q, want 0 at \"\"", n, at)
+	}
+}
