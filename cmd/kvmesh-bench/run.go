@@ -20,30 +20,30 @@ import (
 
 // runFlags are run's flags besides the workload's.
 type runFlags struct {
-	wl            workloadFlags
-	backends      int
-	cacheBlocks   int
-	capacityRatio float64
-	timeScale     float64
-	maxRunning    int
-	arms          string
-	nodes         int
-	localNodes    int
-	repeats       int
-	retries       int
-	mode          string
-	concurrency   int
-	out           string
-	publish       string
-	title         string
-	keepSamples   bool
-	logLevel      string
-	noProgress    bool
-	notes         string
-	backendURLs   string
-	fronts        string
-	label         string
-	routerConfig  string
+	wl                          workloadFlags
+	backends                    int
+	cacheBlocks                 int
+	capacityRatio               float64
+	timeScale                   float64
+	maxRunning                  int
+	arms                        string
+	nodes                       int
+	localNodes                  int
+	repeats                     int
+	retries                     int
+	mode                        string
+	concurrency                 int
+	out                         string
+	publish                     string
+	title                       string
+	keepSamples, explainHolders bool
+	logLevel                    string
+	noProgress                  bool
+	notes                       string
+	backendURLs                 string
+	fronts                      string
+	label                       string
+	routerConfig                string
 }
 
 func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
@@ -82,6 +82,7 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
 	fs.StringVar(&f.label, "label", "external", "with -fronts: the arm name for the runs")
 	fs.StringVar(&f.routerConfig, "router-config", "", "YAML file of router settings for every arm (the `router:` section of kvmesh serve's config, e.g. kvmesh: {cache_weight: 0}); backends and policy are the bench's")
 	fs.BoolVar(&f.keepSamples, "keep-samples", false, "store every request's sample in results.json")
+	fs.BoolVar(&f.explainHolders, "explain-holders", false, "with -keep-samples: before each request, ask the router what it thinks of the backend holding the most of the prompt (sample field holder); costs a routing decision per request, so latencies are not comparable")
 	fs.StringVar(&f.logLevel, "log-level", "warn", "log level: debug, info, warn, error, disabled")
 	fs.BoolVar(&f.noProgress, "no-progress", false, "no progress bar")
 	if err := fs.Parse(args); err != nil {
@@ -103,6 +104,8 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
 		return nil, fmt.Errorf("-fronts needs -backend-urls (where the hits are counted)")
 	case f.retries < 0:
 		return nil, fmt.Errorf("-retries must be at least 0")
+	case f.explainHolders && !f.keepSamples:
+		return nil, fmt.Errorf("-explain-holders needs -keep-samples (the view is stored in each sample)")
 	}
 	return f, nil
 }
@@ -173,6 +176,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	cfg.Replay.Mode = bench.Mode(f.mode)
 	cfg.Replay.Concurrency = f.concurrency
 	cfg.KeepSamples = f.keepSamples
+	cfg.ExplainHolders = f.explainHolders
 	cfg.Logger = log
 	armList := f.arms
 	if f.nodes > 0 {

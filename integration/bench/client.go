@@ -63,6 +63,10 @@ type Sample struct {
 	// prompt): where a request that recomputed what was held elsewhere
 	// should have gone.
 	AvailableAt string `json:"available_at,omitempty"`
+	// Holder is the router's view of that backend just before the request
+	// was sent (ReplayConfig.Explain; nil without it, or when no backend
+	// held any of the prompt).
+	Holder *HolderView `json:"holder,omitempty"`
 	// Expected is where a shadow router seeing all the traffic of a
 	// multi-node arm would have sent the request ("" without one).
 	Expected       string `json:"expected,omitempty"`
@@ -117,16 +121,13 @@ var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 16<
 
 // send posts one rendered chat body to url and reads the answer, streaming
 // or not, filling s (Start and Index are the caller's). render appends the
-// body to the buffer it is given; shadow, if set, decides the body first
-// (Sample.Expected).
-func send(ctx context.Context, c *http.Client, url string, render func([]byte) []byte, shadow func([]byte) (string, string), available func([]byte) (int, string), s *Sample) {
+// body to the buffer it is given; before, if set, is shown the body first
+// and fills what it measures into s (ReplayConfig.before).
+func send(ctx context.Context, c *http.Client, url string, render func([]byte) []byte, before func(url string, body []byte, s *Sample), s *Sample) {
 	bp := bodyPool.Get().(*[]byte)
 	*bp = render((*bp)[:0])
-	if shadow != nil {
-		s.Expected, s.ExpectedReason = shadow(*bp)
-	}
-	if available != nil {
-		s.Available, s.AvailableAt = available(*bp)
+	if before != nil {
+		before(url, *bp, s)
 	}
 	body := &pooledBody{buf: bp}
 	body.Reset(*bp)

@@ -111,22 +111,22 @@ func TestSendClassifiesAnswers(t *testing.T) {
 	render := func(s string) func([]byte) []byte { return func(b []byte) []byte { return append(b, s...) } }
 
 	var s Sample
-	send(context.Background(), c, srv.URL, render("stream"), nil, nil, &s)
+	send(context.Background(), c, srv.URL, render("stream"), nil, &s)
 	if !s.OK() || s.Status != 200 || s.OutputTokens != 2 || s.Backend != "b1" || s.Reason != "miss" || s.TTFT <= 0 || s.E2E < s.TTFT {
 		t.Errorf("stream sample = %v", &s)
 	}
 	s = Sample{}
-	send(context.Background(), c, srv.URL, render("json"), nil, nil, &s)
+	send(context.Background(), c, srv.URL, render("json"), nil, &s)
 	if !s.OK() || s.OutputTokens != 5 || s.CachedTokens != 16 || s.TTFT <= 0 {
 		t.Errorf("json sample = %v", &s)
 	}
 	s = Sample{}
-	send(context.Background(), c, srv.URL, render("other"), nil, nil, &s)
+	send(context.Background(), c, srv.URL, render("other"), nil, &s)
 	if s.OK() || s.Err != "http-503" || s.Status != 503 {
 		t.Errorf("error sample = %v", &s)
 	}
 	s = Sample{}
-	send(context.Background(), c, "http://127.0.0.1:1", render("x"), nil, nil, &s)
+	send(context.Background(), c, "http://127.0.0.1:1", render("x"), nil, &s)
 	if s.Err != "transport" {
 		t.Errorf("refused connection: err %q, want transport", s.Err)
 	}

@@ -48,6 +48,14 @@ type Config struct {
 	// RegretTokens). It reads every backend's cache per request: a few
 	// hundred microseconds of the load generator's CPU. Default true.
 	MeasureAvailable bool
+	// ExplainHolders asks the router node, before each request, what it
+	// thinks of the backend that holds the most of the prompt
+	// (Sample.Holder: its claims there, their doubt, its cost against the
+	// chosen backend's), to find why a request recomputed what was held.
+	// Needs MeasureAvailable; costs the node one routing decision per
+	// request, so latencies measured with it are not comparable. Default
+	// false.
+	ExplainHolders bool
 	// Mesh builds the shared state of multi-node mesh arms; nil refuses
 	// such arms. Default InMemoryMesh().
 	Mesh SharedState

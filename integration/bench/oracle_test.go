@@ -153,7 +153,7 @@ func TestOracleArmThroughTheRouter(t *testing.T) {
 	defer c.CloseIdleConnections()
 	var s Sample
 	body := chatBody(system, "now ask", 2)
-	send(context.Background(), c, d.fronts[0]+sim.ChatPath, func(b []byte) []byte { return append(b, body...) }, nil, nil, &s)
+	send(context.Background(), c, d.fronts[0]+sim.ChatPath, func(b []byte) []byte { return append(b, body...) }, nil, &s)
 	if !s.OK() || s.Backend != "b1" {
 		t.Errorf("oracle routed to %q (%v), want b1", s.Backend, &s)
 	}

@@ -328,7 +328,7 @@ func measureProxy(ctx context.Context, p *proxyProc, body []byte, cfg *RawProxyC
 					cpu0At.Do(func() { cpu0 = p.cpuSeconds() })
 				}
 				var s Sample
-				send(ctx, client, urls[next.Add(1)%uint64(len(urls))], render, nil, nil, &s)
+				send(ctx, client, urls[next.Add(1)%uint64(len(urls))], render, nil, &s)
 				if now.Before(measureFrom) {
 					continue
 				}

@@ -58,10 +58,33 @@ type ReplayConfig struct {
 	// reused (Sample.Available), and which backend that is
 	// (Sample.AvailableAt). Default none.
 	Available func(body []byte) (tokens int, backend string) `json:"-"`
+	// Explain, if set, is asked after Available what the router at url
+	// thinks of that backend (Sample.Holder; see explainAt). Default none.
+	Explain func(url string, body []byte, holder string) *HolderView `json:"-"`
 	// Answered, if set, is told each successful answer's prompt and cached
 	// token counts (the shadow router learns the fleet's reuse from them,
 	// as the nodes do from their answers). Default none.
 	Answered func(promptTokens, cachedTokens int) `json:"-"`
+}
+
+// before combines the hooks that look at a request before it is sent
+// (Shadow, Available, Explain) into one for send; nil when none is set.
+func (rc *ReplayConfig) before() func(url string, body []byte, s *Sample) {
+	shadow, available, explain := rc.Shadow, rc.Available, rc.Explain
+	if shadow == nil && available == nil && explain == nil {
+		return nil
+	}
+	return func(url string, body []byte, s *Sample) {
+		if shadow != nil {
+			s.Expected, s.ExpectedReason = shadow(body)
+		}
+		if available != nil {
+			s.Available, s.AvailableAt = available(body)
+		}
+		if explain != nil && s.AvailableAt != "" {
+			s.Holder = explain(url, body, s.AvailableAt)
+		}
+	}
 }
 
 // DefaultReplayConfig returns the defaults documented on ReplayConfig.
@@ -111,6 +134,7 @@ func Replay(ctx context.Context, w *workload.Workload, fronts []string, rc Repla
 		rc:      rc,
 		client:  newHTTPClient(min(rc.Concurrency, 4096)),
 		samples: make([]Sample, len(w.Requests)),
+		before:  rc.before(),
 		done:    done,
 		urls:    make([]string, len(fronts)),
 		target:  make([]uint16, len(w.Requests)),
@@ -143,6 +167,7 @@ type replayer struct {
 	urls    []string
 	target  []uint16 // front index per request
 	samples []Sample
+	before  func(url string, body []byte, s *Sample) // rc.before()
 	done    func()
 	start   time.Time
 }
@@ -158,7 +183,7 @@ func (rp *replayer) one(ctx context.Context, i int, late time.Duration) {
 		defer cancel()
 	}
 	r := &rp.w.Requests[i]
-	send(ctx, rp.client, rp.urls[rp.target[i]], r.AppendBody, rp.rc.Shadow, rp.rc.Available, s)
+	send(ctx, rp.client, rp.urls[rp.target[i]], r.AppendBody, rp.before, s)
 	if rp.rc.Answered != nil && s.OK() {
 		rp.rc.Answered(s.PromptTokens, s.CachedTokens)
 	}

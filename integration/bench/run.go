@@ -91,6 +91,11 @@ func RunOnce(ctx context.Context, cfg *Config, w *workload.Workload, arm Arm, re
 	}
 	if view := fleet.Oracle(); view != nil && cfg.MeasureAvailable {
 		rc.Available = availableIn(view, rc.Path)
+		if cfg.ExplainHolders {
+			c := newHTTPClient(64)
+			defer c.CloseIdleConnections()
+			rc.Explain = explainAt(c, rc.Path)
+		}
 	}
 	cfg.Progress.Begin(fmt.Sprintf("%-22s rep %d/%d", arm.Name, repeat+1, cfg.Repeats), len(w.Requests))
 	samples, wall, rerr := Replay(ctx, w, d.fronts, rc, cfg.Progress.Add)

@@ -1,0 +1,79 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/kvmesh/kvmesh/router"
+)
+
+// HolderView is what a router node thought, just before a request was
+// sent, of the backend that really held the most of its prompt
+// (Sample.AvailableAt), from its POST /debug/route explanation. Where a
+// request recomputed what that backend held, it says why: no claim there
+// (Matched and Doubted 0), a claim past the edge of what the router
+// believes the cache keeps (Doubted), one an answer showed lost (Lost), or
+// a claim outweighed by load (Cost above ChosenCost).
+type HolderView struct {
+	// Chosen is the backend the explanation chose; the request itself may
+	// go elsewhere (the router's state moves between the two).
+	Chosen string `json:"chosen"`
+	// Deepest is the deepest trusted match among all candidates, in blocks.
+	Deepest int `json:"deepest_blocks"`
+	// Matched is the holder's trusted match in blocks, Doubted the depth
+	// of a deeper claim past its cache's edge (0: none), Discount the share
+	// of the match doubted, Lost whether an answer showed it gone.
+	Matched  int     `json:"matched_blocks"`
+	Doubted  int     `json:"doubted_blocks,omitempty"`
+	Discount float64 `json:"discount,omitempty"`
+	Lost     bool    `json:"lost,omitempty"`
+	// Cost and ChosenCost are the policy's scores of the holder and of
+	// Chosen (kvmesh: cost, lower is better).
+	Cost       float64 `json:"cost"`
+	ChosenCost float64 `json:"chosen_cost"`
+}
+
+// explainAt returns a ReplayConfig.Explain that asks the router node a
+// request is sent to (its URL ends in path) for its decision on the body,
+// and keeps its view of holder. It returns nil when the node cannot
+// explain (not a kvmesh router node, or an error): the sample just lacks
+// the view. It costs the node one routing decision per request.
+func explainAt(c *http.Client, path string) func(url string, body []byte, holder string) *HolderView {
+	query := "/debug/route?endpoint=" + url.QueryEscape(path)
+	return func(u string, body []byte, holder string) *HolderView {
+		resp, err := c.Post(strings.TrimSuffix(u, path)+query, "application/json", bytes.NewReader(body))
+		if err != nil {
+			return nil
+		}
+		defer resp.Body.Close()
+		var ex router.RouteExplanation
+		if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&ex) != nil {
+			return nil
+		}
+		return holderView(&ex, holder)
+	}
+}
+
+// holderView extracts holder's view from an explanation (nil when holder
+// is not among its candidates).
+func holderView(ex *router.RouteExplanation, holder string) *HolderView {
+	v := &HolderView{Chosen: ex.Chosen, Deepest: ex.Deepest}
+	found := false
+	for i := range ex.Candidates {
+		c := &ex.Candidates[i]
+		if c.Chosen {
+			v.ChosenCost = c.Score
+		}
+		if c.Backend == holder {
+			found = true
+			v.Matched, v.Doubted, v.Discount, v.Lost, v.Cost = c.MatchedBlocks, c.DoubtedBlocks, c.Discount, c.Lost, c.Score
+		}
+	}
+	if !found {
+		return nil
+	}
+	return v
+}

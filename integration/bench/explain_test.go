@@ -1,0 +1,84 @@
+package bench
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/kvmesh/kvmesh/integration/sim"
+	"github.com/kvmesh/kvmesh/router"
+)
+
+// Through a real kvmesh router: after a prompt was answered by one
+// backend, the router's view of that backend, asked for the same prompt,
+// is a trusted match there, chosen, at the chosen cost; a backend that
+// holds nothing has no match and costs more.
+func TestExplainAtShowsTheHoldersClaims(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.TimeScale = 2000
+	cfg.LagSampleEvery = 0
+	arm, err := ParseArm(router.PolicyKVMesh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _, done := deployArm(t, &cfg, SimFleet(3, fastSimConfig()), arm)
+	defer done()
+	c := newHTTPClient(2)
+	defer c.CloseIdleConnections()
+	url := d.fronts[0] + sim.ChatPath
+	body := chatBody(words("doc", 600), "a question", 2)
+	var s Sample
+	send(context.Background(), c, url, func(b []byte) []byte { return append(b, body...) }, nil, &s)
+	if !s.OK() || s.Backend == "" {
+		t.Fatalf("first request: %+v", s)
+	}
+	explain := explainAt(c, sim.ChatPath)
+	v := explain(url, body, s.Backend)
+	if v == nil {
+		t.Fatal("no view of the backend that answered")
+	}
+	if v.Chosen != s.Backend || v.Matched == 0 || v.Matched != v.Deepest || v.Cost != v.ChosenCost {
+		t.Errorf("view of the holder %s = %+v, want it chosen on a trusted match at the deepest depth, at the chosen cost", s.Backend, v)
+	}
+	other := BackendName(0)
+	if other == s.Backend {
+		other = BackendName(1)
+	}
+	if w := explain(url, body, other); w == nil || w.Matched != 0 || w.Doubted != 0 || !(w.Cost > w.ChosenCost) {
+		t.Errorf("view of %s, which holds nothing = %+v, want no claim and a higher cost", other, w)
+	}
+	if w := explain(url, body, "no-such-backend"); w != nil {
+		t.Errorf("view of an unknown backend = %+v, want nil", w)
+	}
+	// A node that cannot explain (here: a path it does not serve) gives no
+	// view rather than a wrong one.
+	if w := explainAt(c, "/nowhere")(d.fronts[0]+"/nowhere", body, s.Backend); w != nil {
+		t.Errorf("view from a failed explanation = %+v, want nil", w)
+	}
+}
+
+// The replay's hooks run in order, and Explain only when a backend held
+// something (its view is of that backend).
+func TestReplayBeforeHooks(t *testing.T) {
+	rc := DefaultReplayConfig()
+	if rc.before() != nil {
+		t.Fatal("before() with no hooks is not nil")
+	}
+	var asked []string
+	rc.Available = func([]byte) (int, string) { return 7, "b2" }
+	rc.Explain = func(url string, _ []byte, holder string) *HolderView {
+		asked = append(asked, url+" "+holder)
+		return &HolderView{Matched: 3}
+	}
+	var s Sample
+	rc.before()("http://x/v1/chat/completions", []byte("{}"), &s)
+	if s.Available != 7 || s.AvailableAt != "b2" || s.Holder == nil || s.Holder.Matched != 3 || strings.Join(asked, ",") != "http://x/v1/chat/completions b2" {
+		t.Errorf("sample %+v after the hooks, asked %v", s, asked)
+	}
+	rc.Available = func([]byte) (int, string) { return 0, "" }
+	s = Sample{}
+	rc.before()("http://x", nil, &s)
+	if s.Holder != nil || len(asked) != 1 {
+		t.Errorf("Explain asked with no holder: %+v, %v", s, asked)
+	}
+}
