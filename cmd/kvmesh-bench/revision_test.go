@@ -36,6 +36,24 @@ func TestCheckoutRevision(t *testing.T) {
 	if !regexp.MustCompile(`^[0-9a-f]{40}$`).MatchString(clean) {
 		t.Fatalf("clean checkout: revision %q", clean)
 	}
+	// Published results (docs/) are no change to the code measured.
+	docs := filepath.Join(dir, "docs", "bench", "x")
+	if err := os.MkdirAll(docs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	readme := filepath.Join(docs, "README.md")
+	if err := os.WriteFile(readme, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git("add", readme)
+	git("commit", "-q", "-m", "results")
+	clean = checkoutRevision(dir)
+	if err := os.WriteFile(readme, []byte("new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := checkoutRevision(dir); got != clean {
+		t.Fatalf("after re-publishing under docs/: %q, want %q", got, clean)
+	}
 	if err := os.WriteFile(f, []byte("b"), 0o644); err != nil {
 		t.Fatal(err)
 	}

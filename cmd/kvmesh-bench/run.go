@@ -303,10 +303,12 @@ func revision() string {
 }
 
 // checkoutRevision is the git revision of the checkout at dir, with
-// "+dirty" when it has uncommitted changes to tracked files: what `go run`
-// measures when the build carries no VCS stamp (GOFLAGS=-buildvcs=false,
-// or a build outside git). "" when dir is not a git checkout or git is
-// not installed.
+// "+dirty" when it has uncommitted changes to tracked files outside docs/:
+// what `go run` measures when the build carries no VCS stamp
+// (GOFLAGS=-buildvcs=false, or a build outside git). Changes under docs/
+// do not count: publishing one benchmark rewrites docs/bench, and the next
+// one in the same checkout measures the same code. "" when dir is not a
+// git checkout or git is not installed.
 func checkoutRevision(dir string) string {
 	if dir == "" {
 		return ""
@@ -316,7 +318,7 @@ func checkoutRevision(dir string) string {
 		return ""
 	}
 	rev := strings.TrimSpace(string(out))
-	if st, err := exec.Command("git", "-C", dir, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
+	if st, err := exec.Command("git", "-C", dir, "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)docs").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
 		rev += "+dirty"
 	}
 	return rev
