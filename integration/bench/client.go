@@ -57,7 +57,8 @@ type Sample struct {
 	Backend string `json:"backend,omitempty"`
 	Reason  string `json:"reason,omitempty"`
 	// Available is how many prompt tokens the best-placed backend had
-	// cached when the request was sent (-1: not measured).
+	// cached when the request was sent (0 when nothing held any of it or
+	// it was not measured: MeasureAvailable).
 	Available int `json:"available,omitempty"`
 	// AvailableAt names that backend ("" when none held any of the
 	// prompt): where a request that recomputed what was held elsewhere
