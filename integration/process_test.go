@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvmesh/kvmesh/integration/ports"
 	"github.com/kvmesh/kvmesh/integration/sim"
 	"github.com/kvmesh/kvmesh/integration/workload"
 )
@@ -112,7 +112,31 @@ func simConfig() sim.Config {
 type procNode struct {
 	name, api, admin, bind, quic string
 	cmd                          *exec.Cmd
-	out                          bytes.Buffer
+	out                          *lockedBuffer // the process's stdout and stderr
+	exited                       chan struct{} // closed once cmd has exited
+}
+
+// lockedBuffer collects a process's output while the test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// tail is the last n bytes written.
+func (b *lockedBuffer) tail(n int) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.buf.String()
+	if len(s) > n {
+		s = "..." + s[len(s)-n:]
+	}
+	return s
 }
 
 // procMesh is n `kvmesh serve` processes joined as a mesh over QUIC with
@@ -181,37 +205,60 @@ func (m *procMesh) stop() {
 func (n *procNode) start(t *testing.T, bin string, args ...string) {
 	t.Helper()
 	n.cmd = exec.Command(bin, args...)
-	n.out.Reset()
-	n.cmd.Stdout, n.cmd.Stderr = &n.out, &n.out
+	n.out = &lockedBuffer{}
+	n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
 	if err := n.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, n.name+" to serve", func() bool {
+	exited := make(chan struct{})
+	n.exited = exited
+	go func() { n.cmd.Wait(); close(exited) }()
+	// Up to a minute: a loaded CI machine may take a while to start a
+	// race-built binary; a process that exits fails the test at once,
+	// with what it printed.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		select {
+		case <-exited:
+			t.Fatalf("%s exited before serving (%v):\n%s", n.name, n.cmd.ProcessState, n.out.tail(4096))
+		default:
+		}
 		resp, err := http.Get("http://" + n.admin + "/healthz")
 		if err == nil {
 			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
 		}
-		return err == nil && resp.StatusCode == 200
-	})
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after 60s waiting for %s to serve (last error %v); it printed:\n%s", n.name, err, n.out.tail(4096))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 func (n *procNode) kill() {
 	if n.cmd != nil && n.cmd.Process != nil {
 		n.cmd.Process.Kill() // SIGKILL: no graceful leave
-		n.cmd.Wait()
+		<-n.exited
 	}
 }
 
 func (n *procNode) stop() {
-	if n.cmd != nil && n.cmd.Process != nil && n.cmd.ProcessState == nil {
-		n.cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { n.cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			n.cmd.Process.Kill()
-		}
+	if n.cmd == nil || n.cmd.Process == nil {
+		return
+	}
+	select {
+	case <-n.exited:
+		return
+	default:
+	}
+	n.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-n.exited:
+	case <-time.After(10 * time.Second):
+		n.cmd.Process.Kill()
+		<-n.exited // its ports are free before anyone restarts it
 	}
 }
 
@@ -282,27 +329,17 @@ func run(t *testing.T, bin string, args ...string) {
 
 // freePort returns a loopback address whose port was free for TCP, UDP or
 // both (serf needs the same port for both).
+// freePort is a loopback address free for proto ("tcp", "udp" or "both")
+// and outside the ephemeral range, so that no other test's connection
+// takes it between now and the node's (re)start (see package ports).
 func freePort(t *testing.T, proto string) string {
 	t.Helper()
-	for i := 0; i < 50; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := l.Addr().String()
-		if proto == "udp" || proto == "both" {
-			u, err := net.ListenPacket("udp", addr)
-			if err != nil {
-				l.Close()
-				continue
-			}
-			u.Close()
-		}
-		l.Close()
-		return addr
+	p := map[string]ports.Proto{"tcp": ports.TCP, "udp": ports.UDP, "both": ports.Both}[proto]
+	addr, err := ports.Free(p)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no free port")
-	return ""
+	return addr
 }
 
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {

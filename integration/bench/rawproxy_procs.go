@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/kvmesh/kvmesh/integration/ports"
 )
 
 // A proxy under test in the raw-proxy comparison: something listening on a
@@ -93,14 +95,18 @@ func procStatCPU(pid int) float64 {
 }
 
 // freePort returns a loopback port that was free a moment ago (a proxy
-// process needs a port number in its configuration).
+// process needs a port number in its configuration), outside the
+// ephemeral range (see package ports).
 func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := ports.Free(ports.TCP)
 	if err != nil {
 		return 0, err
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(p)
 }
 
 // hostPorts strips the scheme from backend URLs.
