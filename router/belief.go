@@ -316,6 +316,16 @@ func (cb *cacheBelief) distance(ms int64) float64 {
 	return cb.distanceLocked(ms)
 }
 
+// beyond is how many capacities the mesh has written to the backend since
+// time ms, as of the last refresh (0 when the capacity is unknown).
+func (cb *cacheBelief) beyond(ms int64) float64 {
+	kappa := math.Float64frombits(cb.kappa.Load())
+	if !(kappa > 0) {
+		return 0
+	}
+	return cb.distance(ms) / kappa
+}
+
 // unfilled is the share of the backend's cache nothing has been written
 // to yet: 1 - (what the mesh has written to it since it last started
 // empty) / (its effective capacity), as of the last refresh; 0 when the

@@ -185,6 +185,9 @@ func TestBeliefIgnoresClaimsPastTheCacheEdge(t *testing.T) {
 	if m, disc := matched(); m == 0 || disc != 0 {
 		t.Fatalf("right after: matched %d blocks, discount %v; want a full match", m, disc)
 	}
+	if c := explain().Candidates[0]; !(c.Beyond >= 0 && c.Beyond < 0.7) || c.DoubtedBeyond != 0 {
+		t.Fatalf("right after: the match is %v capacities past its writing (want under edge_start, 0.7), doubted %v (want 0)", c.Beyond, c.DoubtedBeyond)
+	}
 	// Other conversations write a few thousand units each: past 20,000 the
 	// first is out of the cache.
 	for i := 0; g.rt.meshWritten(g.rt.backendByName("a")) < 26000; i++ {
@@ -204,6 +207,8 @@ func TestBeliefIgnoresClaimsPastTheCacheEdge(t *testing.T) {
 	if x := explain(); x.Candidates[0].DoubtedBlocks == 0 || x.Reason != "doubt" || !strings.Contains(x.RouteHeader, "reason=doubt") ||
 		strings.Contains(x.RouteHeader, "matched=0/") {
 		t.Fatalf("past the edge: doubted %d blocks, reason %s, header %q; want a doubt route on the old claim", x.Candidates[0].DoubtedBlocks, x.Reason, x.RouteHeader)
+	} else if c := x.Candidates[0]; !(c.DoubtedBeyond > 1) || c.Beyond != 0 {
+		t.Fatalf("past the edge: the doubted claim is %v capacities past (want more than doubt_beyond, 1), the trusted %v (want 0: none)", c.DoubtedBeyond, c.Beyond)
 	}
 	code, body := adminCall(t, g, "GET", "/admin/backends", "")
 	var list []BackendStatus
@@ -212,6 +217,11 @@ func TestBeliefIgnoresClaimsPastTheCacheEdge(t *testing.T) {
 	}
 	if b := list[0].Belief; b.CapacityTokens != 5000 || b.CapacityUnits != 20000 || b.HorizonMs == nil || b.WrittenUnits < 20000 {
 		t.Fatalf("belief in /admin/backends: %+v", b)
+	}
+	// In tokens, at the router's units per token (the same for both).
+	upt := g.rt.unitsPerToken()
+	if b := list[0].Belief; math.Abs(b.EffectiveTokens-b.CapacityUnits/upt) > 1e-6 || math.Abs(b.WrittenTokens-b.WrittenUnits/upt) > 1e-6 || b.WrittenTokens <= 0 {
+		t.Fatalf("belief in tokens: capacity %v, written %v; want %v and %v (units per token %v)", b.EffectiveTokens, b.WrittenTokens, b.CapacityUnits/upt, b.WrittenUnits/upt, upt)
 	}
 }
 

@@ -85,7 +85,13 @@ type CandidateExplanation struct {
 	Lost bool `json:"lost,omitempty"`
 	// DoubtedBlocks is the depth of a deeper claim past the edge of the
 	// backend's cache (worth belief.doubt_trust of its blocks), 0 if none.
-	DoubtedBlocks int      `json:"doubted_blocks"`
+	DoubtedBlocks int `json:"doubted_blocks"`
+	// Beyond and DoubtedBeyond are how many of the backend's capacities
+	// the mesh has written to it since the trusted match's claim and the
+	// doubted claim were last used (0: no such claim, or the capacity is
+	// unknown). A claim is doubted past belief.doubt_beyond.
+	Beyond        float64  `json:"beyond,omitempty"`
+	DoubtedBeyond float64  `json:"doubted_beyond,omitempty"`
 	Chosen        bool     `json:"chosen"`
 	Load          LoadJSON `json:"load"`
 }
@@ -184,8 +190,17 @@ func (rt *Router) explain(st *reqState, ep Endpoint, path string, body []byte, t
 	x.RouteHeader = string(appendRoute(nil, x.Chosen, matched, st.chain.Units, d.Reason, rt.policy.Name()))
 	for i := range st.cands {
 		c := &st.cands[i]
-		x.Candidates = append(x.Candidates, CandidateExplanation{Backend: c.Name, MatchedBlocks: int(c.Matched),
-			MatchedUnits: c.MatchedUnits(&st.chain), Score: st.scores[i], Discount: c.Discount, Lost: c.Lost, DoubtedBlocks: int(c.Doubted), Chosen: i == d.Index, Load: loadJSON(c.Load)})
+		ce := CandidateExplanation{Backend: c.Name, MatchedBlocks: int(c.Matched),
+			MatchedUnits: c.MatchedUnits(&st.chain), Score: st.scores[i], Discount: c.Discount, Lost: c.Lost, DoubtedBlocks: int(c.Doubted), Chosen: i == d.Index, Load: loadJSON(c.Load)}
+		if b := st.backs[i]; rt.cfg.Belief.Enabled {
+			if m, ok := matchOf(&st.res, b.id); ok && c.Matched > 0 {
+				ce.Beyond = b.belief.beyond(m.Time.Millis())
+			}
+			if m, ok := matchOf(&st.resAll, b.id); ok && c.Doubted > 0 {
+				ce.DoubtedBeyond = b.belief.beyond(m.Time.Millis())
+			}
+		}
+		x.Candidates = append(x.Candidates, ce)
 	}
 	return x, nil
 }
@@ -255,8 +270,14 @@ type BeliefJSON struct {
 	// now, after what the answers taught (0: none: every claim believed).
 	CapacityTokens int64   `json:"capacity_tokens"`
 	CapacityUnits  float64 `json:"capacity_units"`
-	// WrittenUnits is what the mesh has sent the backend to compute.
-	WrittenUnits float64 `json:"written_units"`
+	// EffectiveTokens is CapacityUnits in tokens, at the router's
+	// estimate of units per token: against CapacityTokens, how far the
+	// answers moved the capacity the router believes.
+	EffectiveTokens float64 `json:"capacity_effective_tokens"`
+	// WrittenUnits is what the mesh has sent the backend to compute;
+	// WrittenTokens the same in tokens.
+	WrittenUnits  float64 `json:"written_units"`
+	WrittenTokens float64 `json:"written_tokens"`
 	// Unfilled is the share of its cache nothing has been written to since
 	// it last started empty, by that count (0 once filled, or with no
 	// capacity known).
@@ -282,6 +303,9 @@ func (rt *Router) beliefJSON(b *backend, now time.Time) BeliefJSON {
 	j := BeliefJSON{CapacityTokens: cb.capTokens.Load(), CapacityUnits: math.Float64frombits(cb.kappa.Load()),
 		WrittenUnits: rt.meshWritten(b), Unfilled: cb.unfilled(), Confirmed: cb.confirmed.Load(), Refuted: cb.refuted.Load(),
 		DoubtTrust: cb.doubtTrust(&rt.cfg.Belief)}
+	if upt := rt.unitsPerToken(); upt > 0 {
+		j.EffectiveTokens, j.WrittenTokens = j.CapacityUnits/upt, j.WrittenUnits/upt
+	}
 	if s := tree.Timestamp(cb.since.Load()); s != 0 {
 		ms := now.UnixMilli() - s.Millis()
 		j.HorizonMs = &ms

@@ -321,6 +321,25 @@ func (d *deployment) decisions() map[string]float64 {
 	return out
 }
 
+// BackendBelief is one router node's cache model of one backend.
+type BackendBelief struct {
+	Backend string            `json:"backend"`
+	Belief  router.BeliefJSON `json:"belief"`
+}
+
+// beliefs is the first node's cache model of each backend (nil when the
+// arm has no router node or its belief is off).
+func (d *deployment) beliefs() []BackendBelief {
+	if len(d.nodes) == 0 || !d.nodes[0].rt.Config().Belief.Enabled {
+		return nil
+	}
+	var out []BackendBelief
+	for _, b := range d.nodes[0].rt.Backends() {
+		out = append(out, BackendBelief{Backend: b.Name, Belief: b.Belief})
+	}
+	return out
+}
+
 func labelValue(m *dto.Metric, name string) string {
 	for _, l := range m.GetLabel() {
 		if l.GetName() == name {

@@ -26,10 +26,16 @@ type HolderView struct {
 	// Matched is the holder's trusted match in blocks, Doubted the depth
 	// of a deeper claim past its cache's edge (0: none), Discount the share
 	// of the match doubted, Lost whether an answer showed it gone.
-	Matched  int     `json:"matched_blocks"`
-	Doubted  int     `json:"doubted_blocks,omitempty"`
-	Discount float64 `json:"discount,omitempty"`
-	Lost     bool    `json:"lost,omitempty"`
+	Matched int `json:"matched_blocks"`
+	Doubted int `json:"doubted_blocks,omitempty"`
+	// DoubtedBeyond is how many capacities were written to the holder
+	// since its doubted claim was last used; ChosenDoubted and
+	// ChosenDoubtedBeyond the same of Chosen's doubted claim (0: none).
+	DoubtedBeyond       float64 `json:"doubted_beyond,omitempty"`
+	ChosenDoubted       int     `json:"chosen_doubted_blocks,omitempty"`
+	ChosenDoubtedBeyond float64 `json:"chosen_doubted_beyond,omitempty"`
+	Discount            float64 `json:"discount,omitempty"`
+	Lost                bool    `json:"lost,omitempty"`
 	// Cost and ChosenCost are the policy's scores of the holder and of
 	// Chosen (kvmesh: cost, lower is better).
 	Cost       float64 `json:"cost"`
@@ -65,11 +71,12 @@ func holderView(ex *router.RouteExplanation, holder string) *HolderView {
 	for i := range ex.Candidates {
 		c := &ex.Candidates[i]
 		if c.Chosen {
-			v.ChosenCost = c.Score
+			v.ChosenCost, v.ChosenDoubted, v.ChosenDoubtedBeyond = c.Score, c.DoubtedBlocks, c.DoubtedBeyond
 		}
 		if c.Backend == holder {
 			found = true
 			v.Matched, v.Doubted, v.Discount, v.Lost, v.Cost = c.MatchedBlocks, c.DoubtedBlocks, c.Discount, c.Lost, c.Score
+			v.DoubtedBeyond = c.DoubtedBeyond
 		}
 	}
 	if !found {

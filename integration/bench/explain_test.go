@@ -82,3 +82,17 @@ func TestReplayBeforeHooks(t *testing.T) {
 		t.Errorf("Explain asked with no holder: %+v, %v", s, asked)
 	}
 }
+
+// holderView takes the holder's claims and distances, and the chosen
+// backend's doubted claim, from an explanation.
+func TestHolderViewCarriesDistances(t *testing.T) {
+	ex := &router.RouteExplanation{Chosen: "b1", Deepest: 4, Candidates: []router.CandidateExplanation{
+		{Backend: "b0", MatchedBlocks: 2, DoubtedBlocks: 9, DoubtedBeyond: 1.4, Score: 30},
+		{Backend: "b1", MatchedBlocks: 4, DoubtedBlocks: 6, DoubtedBeyond: 2.5, Score: 20, Chosen: true},
+	}}
+	v := holderView(ex, "b0")
+	want := HolderView{Chosen: "b1", Deepest: 4, Matched: 2, Doubted: 9, DoubtedBeyond: 1.4, ChosenDoubted: 6, ChosenDoubtedBeyond: 2.5, Cost: 30, ChosenCost: 20}
+	if v == nil || *v != want {
+		t.Fatalf("holderView = %+v, want %+v", v, want)
+	}
+}

@@ -47,6 +47,11 @@ type RunResult struct {
 
 	Backends  []BackendCounters  `json:"backends"`
 	Decisions map[string]float64 `json:"decisions,omitempty"` // router decisions by reason
+	// Beliefs is the first router node's cache model of each backend at
+	// the end of the run (router.BeliefJSON; empty for arms without one):
+	// the capacity it learned and what it counted as written, to set
+	// against the backend's own counters.
+	Beliefs []BackendBelief `json:"beliefs,omitempty"`
 	// MaxEngineLag is the largest lag (real seconds) of any engine behind its
 	// model clock: above a few tens of ms the machine was too slow for the
 	// time scale.

@@ -105,6 +105,7 @@ func RunOnce(ctx context.Context, cfg *Config, w *workload.Workload, arm Arm, re
 		res.MaxEngineLag = lag.Stop()
 	}
 	res.Decisions = d.decisions()
+	res.Beliefs = d.beliefs()
 	res.LoadBytesPerRequestPeer = d.loadBytesPerRequestPeer()
 	if d.oracle != nil {
 		res.OracleMisses = d.oracle.Misses()

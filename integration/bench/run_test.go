@@ -85,6 +85,27 @@ func TestEndToEndHitRatesFromFleetCounters(t *testing.T) {
 			t.Errorf("%s: %d samples, TTFT %+v", run.Arm, len(run.Samples), run.TTFT)
 		}
 	}
+	// The kvmesh run records its router's cache model of each backend,
+	// whose written count is the prompt tokens the backends computed, as
+	// the router estimates them (byte-mode keys: within a factor of 2).
+	for _, run := range rep.Runs {
+		if run.Arm != "kvmesh" {
+			continue
+		}
+		if len(run.Beliefs) != len(run.Backends) {
+			t.Fatalf("kvmesh: %d beliefs for %d backends", len(run.Beliefs), len(run.Backends))
+		}
+		var written float64
+		for i, b := range run.Beliefs {
+			if b.Backend != run.Backends[i].Name {
+				t.Errorf("belief %d is about %q, backend %d is %q", i, b.Backend, i, run.Backends[i].Name)
+			}
+			written += b.Belief.WrittenTokens
+		}
+		if computed := float64(run.Queries - run.Hits); !(written > computed/2 && written < 2*computed) {
+			t.Errorf("kvmesh: the router counted %.0f tokens written, the backends computed %.0f", written, computed)
+		}
+	}
 	rr, km := rep.Find("round_robin"), rep.Find("kvmesh")
 	// Cache-aware routing gets 0.73-0.89 here, round robin 0.44-0.63
 	// (TestPreciseArm), both by the first requests' timing.
