@@ -223,6 +223,13 @@ func TestBeliefIgnoresClaimsPastTheCacheEdge(t *testing.T) {
 	if b := list[0].Belief; math.Abs(b.EffectiveTokens-b.CapacityUnits/upt) > 1e-6 || math.Abs(b.WrittenTokens-b.WrittenUnits/upt) > 1e-6 || b.WrittenTokens <= 0 {
 		t.Fatalf("belief in tokens: capacity %v, written %v; want %v and %v (units per token %v)", b.EffectiveTokens, b.WrittenTokens, b.CapacityUnits/upt, b.WrittenUnits/upt, upt)
 	}
+	// The same capacity, and the doubt worth, as gauges.
+	if got, want := g.counter("kvmesh_router_backend_belief_capacity_tokens", "backend", "a"), list[0].Belief.EffectiveTokens; math.Abs(got-want) > 1e-6 || got <= 0 {
+		t.Fatalf("kvmesh_router_backend_belief_capacity_tokens = %v, want %v", got, want)
+	}
+	if got, want := g.counter("kvmesh_router_backend_belief_doubt_worth_ratio", "backend", "a"), list[0].Belief.DoubtTrust; got != want || got <= 0 {
+		t.Fatalf("kvmesh_router_backend_belief_doubt_worth_ratio = %v, want %v", got, want)
+	}
 }
 
 // The answers' cached_tokens count as confirming or refuting prefix

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -202,10 +203,14 @@ var (
 		"1 when the backend is in rotation, 0 when ejected.", []string{"backend"}, nil)
 	descGeneration = prometheus.NewDesc("kvmesh_router_backend_generation",
 		"The backend's claim generation (bumped each time it came back cold).", []string{"backend"}, nil)
+	descBeliefCapacity = prometheus.NewDesc("kvmesh_router_backend_belief_capacity_tokens",
+		"The KV capacity the cache model believes the backend has now, in tokens: the configured or scraped one as the answers corrected it (0: unknown, every claim believed). Against the configured capacity it shows how much of the cache the backend's LRU really keeps prefixes in.", []string{"backend"}, nil)
+	descBeliefDoubt = prometheus.NewDesc("kvmesh_router_backend_belief_doubt_worth_ratio",
+		"What a claim past the edge of the backend's cache is worth (0..1): belief.doubt_trust, or the share of such claims' blocks its answers found cached lately (belief.doubt_learn).", []string{"backend"}, nil)
 )
 
 func (c *backendCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInFlight, descPending, descPeerPending, descWaiting, descRunning, descKVUsage, descSignalAge, descHealthy, descGeneration} {
+	for _, d := range []*prometheus.Desc{descInFlight, descPending, descPeerPending, descWaiting, descRunning, descKVUsage, descSignalAge, descHealthy, descGeneration, descBeliefCapacity, descBeliefDoubt} {
 		ch <- d
 	}
 }
@@ -232,5 +237,13 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descSignalAge, prometheus.GaugeValue, age, b.name)
 		ch <- prometheus.MustNewConstMetric(descHealthy, prometheus.GaugeValue, healthy, b.name)
 		ch <- prometheus.MustNewConstMetric(descGeneration, prometheus.GaugeValue, float64(gen), b.name)
+		if cfg := &c.rt.cfg.Belief; cfg.Enabled {
+			capacity := 0.0
+			if upt := c.rt.unitsPerToken(); upt > 0 {
+				capacity = math.Float64frombits(b.belief.kappa.Load()) / upt
+			}
+			ch <- prometheus.MustNewConstMetric(descBeliefCapacity, prometheus.GaugeValue, capacity, b.name)
+			ch <- prometheus.MustNewConstMetric(descBeliefDoubt, prometheus.GaugeValue, b.belief.doubtTrust(cfg), b.name)
+		}
 	}
 }
