@@ -288,6 +288,27 @@ const (
 // sizes: the last ~64 requests.
 const promptEWMA = 1.0 / 64
 
+// maxPromptEWMA caps promptWeight: an average over fewer than ~8 of a
+// node's own prompts would swing with each long one.
+const maxPromptEWMA = 1.0 / 8
+
+// promptWeight is one prompt's weight in the moving average at a node
+// that routes share (Request.MeshShare) of its mesh's requests:
+// promptEWMA/share, at most maxPromptEWMA, so that the average follows
+// the mesh's last ~64 prompts, not the node's last 64 (8 nodes: the last
+// ~512). Prompts that grow over time (coding agents' contexts) otherwise
+// leave each node of a mesh with an average far below the prompts it
+// routes, and every term priced in average prompts (the queue, decoding
+// and spread terms, the load override's floor) too cheap: on the agent
+// workload 8 nodes held 0.54-0.71 of the average one node had, and made
+// a third of its load-driven moves.
+func promptWeight(share float64) float64 {
+	if share > 0 && share < 1 {
+		return min(promptEWMA/share, maxPromptEWMA)
+	}
+	return promptEWMA
+}
+
 func newKVMeshPolicy(cfg KVMeshConfig) *kvmeshPolicy {
 	p := &kvmeshPolicy{cfg: cfg, hot: newHotCounter(cfg.HotSlots, int64(cfg.HotWindow))}
 	p.avgPrompt.Store(math.Float64bits(cfg.InitialPromptUnits))
@@ -323,7 +344,7 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 	total := float64(req.Units())
 	avg := math.Float64frombits(p.avgPrompt.Load())
 	if !req.Explain && req.Attempt == 0 && total > 0 {
-		p.avgPrompt.Store(math.Float64bits(avg + (total-avg)*promptEWMA))
+		p.avgPrompt.Store(math.Float64bits(avg + (total-avg)*promptWeight(req.MeshShare)))
 	}
 	loads := req.scratch[:n]
 	best := 0

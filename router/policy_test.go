@@ -591,3 +591,29 @@ func TestKVMeshDoubtedClaims(t *testing.T) {
 		t.Fatalf("ClaimedUnits: %d, want %d", got, 16*64)
 	}
 }
+
+// A node that routes an eighth of its mesh's requests moves its average
+// prompt eight times as far per prompt as a lone node, so both follow
+// prompts that grow over time equally fast in the mesh's requests; the
+// weight is capped where a node would average too few of its own.
+func TestKVMeshAveragePromptFollowsTheMesh(t *testing.T) {
+	for _, c := range []struct{ share, want float64 }{
+		{1, promptEWMA}, {0, promptEWMA}, {0.5, 2 * promptEWMA}, {0.125, 8 * promptEWMA}, {0.01, maxPromptEWMA},
+	} {
+		if got := promptWeight(c.share); math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("promptWeight(%v) = %v, want %v", c.share, got, c.want)
+		}
+	}
+	lone, node := newKVMeshPolicy(DefaultKVMeshConfig()), newKVMeshPolicy(DefaultKVMeshConfig())
+	start := math.Float64frombits(lone.avgPrompt.Load())
+	pc := newPolicyCase(40, 1, "a", "b")
+	total := float64(pc.req.Units())
+	pc.choose(lone) // one prompt at a lone node
+	pc.req.MeshShare = 0.125
+	pc.choose(node) // the same prompt at a node with an eighth of the mesh's requests
+	stepLone := math.Float64frombits(lone.avgPrompt.Load()) - start
+	stepNode := math.Float64frombits(node.avgPrompt.Load()) - start
+	if math.Abs(stepLone-(total-start)*promptEWMA) > 1e-6 || math.Abs(stepNode-8*stepLone) > 1e-6 {
+		t.Fatalf("one %v-unit prompt from %v: the lone node moved %v, the mesh node %v; want %v and 8 times that", total, start, stepLone, stepNode, (total-start)*promptEWMA)
+	}
+}
