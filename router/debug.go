@@ -298,14 +298,21 @@ type BeliefJSON struct {
 	LessonAgeMs *int64 `json:"lesson_age_ms"`
 }
 
+// inTokens converts prompt units to tokens at the router's estimate of
+// units per token (0 before it has one).
+func (rt *Router) inTokens(units float64) float64 {
+	if upt := rt.unitsPerToken(); upt > 0 {
+		return units / upt
+	}
+	return 0
+}
+
 func (rt *Router) beliefJSON(b *backend, now time.Time) BeliefJSON {
 	cb := &b.belief
 	j := BeliefJSON{CapacityTokens: cb.capTokens.Load(), CapacityUnits: math.Float64frombits(cb.kappa.Load()),
 		WrittenUnits: rt.meshWritten(b), Unfilled: cb.unfilled(), Confirmed: cb.confirmed.Load(), Refuted: cb.refuted.Load(),
 		DoubtTrust: cb.doubtTrust(&rt.cfg.Belief)}
-	if upt := rt.unitsPerToken(); upt > 0 {
-		j.EffectiveTokens, j.WrittenTokens = j.CapacityUnits/upt, j.WrittenUnits/upt
-	}
+	j.EffectiveTokens, j.WrittenTokens = rt.inTokens(j.CapacityUnits), rt.inTokens(j.WrittenUnits)
 	if s := tree.Timestamp(cb.since.Load()); s != 0 {
 		ms := now.UnixMilli() - s.Millis()
 		j.HorizonMs = &ms

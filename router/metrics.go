@@ -238,10 +238,7 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descHealthy, prometheus.GaugeValue, healthy, b.name)
 		ch <- prometheus.MustNewConstMetric(descGeneration, prometheus.GaugeValue, float64(gen), b.name)
 		if cfg := &c.rt.cfg.Belief; cfg.Enabled {
-			capacity := 0.0
-			if upt := c.rt.unitsPerToken(); upt > 0 {
-				capacity = math.Float64frombits(b.belief.kappa.Load()) / upt
-			}
+			capacity := c.rt.inTokens(math.Float64frombits(b.belief.kappa.Load()))
 			ch <- prometheus.MustNewConstMetric(descBeliefCapacity, prometheus.GaugeValue, capacity, b.name)
 			ch <- prometheus.MustNewConstMetric(descBeliefDoubt, prometheus.GaugeValue, b.belief.doubtTrust(cfg), b.name)
 		}
