@@ -16,19 +16,42 @@ type reuseAverage struct {
 	prompt, cached float64 // decayed sums of tokens
 }
 
-// reuseDecay is the weight each answer leaves to the sums before it: the
-// last ~128 answers count.
-const reuseDecay = 1 - 1.0/128
+// reuseEWMA is one answer's weight in the average at a router alone: the
+// last ~128 answers count (reuseDecay is what it leaves to the sums
+// before it).
+const (
+	reuseEWMA  = 1.0 / 128
+	reuseDecay = 1 - reuseEWMA
+)
 
-// add counts one answer.
-func (a *reuseAverage) add(prompt, cached int64) {
+// maxReuseEWMA caps reuseWeight: an average over fewer than ~16 of a
+// node's own answers would swing with each long prompt.
+const maxReuseEWMA = 1.0 / 16
+
+// reuseWeight is one answer's weight at a node that routes share
+// (Request.MeshShare) of its mesh's requests: reuseEWMA/share, at most
+// maxReuseEWMA, so that the average spans the mesh's last ~128 answers,
+// not the node's last 128 (8 nodes: the mesh's last ~1,000, a whole agent
+// run, cold start included). The spread term reads it through r/(1-r),
+// steep where agents' reuse lives (r 0.8: 4; 0.9: 9), so a node whose
+// average trails the fleet's prices crowding at a fraction of what a lone
+// router does, the same lag promptWeight removes from the average prompt.
+func reuseWeight(share float64) float64 {
+	if share > 0 && share < 1 {
+		return min(reuseEWMA/share, maxReuseEWMA)
+	}
+	return reuseEWMA
+}
+
+// add counts one answer at weight w (reuseWeight).
+func (a *reuseAverage) add(prompt, cached int64, w float64) {
 	if prompt <= 0 {
 		return
 	}
 	c := min(max(float64(cached), 0), float64(prompt))
 	a.mu.Lock()
-	a.prompt = a.prompt*reuseDecay + float64(prompt)
-	a.cached = a.cached*reuseDecay + c
+	a.prompt = a.prompt*(1-w) + float64(prompt)
+	a.cached = a.cached*(1-w) + c
 	a.mu.Unlock()
 }
 
@@ -48,5 +71,5 @@ func (a *reuseAverage) share() float64 {
 // benchmark's shadow router (Shadow). A router counts its own answers
 // already.
 func (rt *Router) ObserveAnswer(promptTokens, cachedTokens int64) {
-	rt.reuse.add(promptTokens, cachedTokens)
+	rt.reuse.add(promptTokens, cachedTokens, reuseEWMA) // it sees every answer
 }
