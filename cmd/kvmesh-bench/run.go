@@ -44,6 +44,7 @@ type runFlags struct {
 	fronts                      string
 	label                       string
 	routerConfig                string
+	cpuProfile                  string
 }
 
 func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
@@ -85,6 +86,7 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
 	fs.BoolVar(&f.explainHolders, "explain-holders", false, "with -keep-samples: before each request, ask the router what it thinks of the backend holding the most of the prompt (sample field holder); costs a routing decision per request, so latencies are not comparable")
 	fs.StringVar(&f.logLevel, "log-level", "warn", "log level: debug, info, warn, error, disabled")
 	fs.BoolVar(&f.noProgress, "no-progress", false, "no progress bar")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (routers, simulated backends and load generator share the process) to this file, for `go tool pprof`")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -195,7 +197,14 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		cfg.Progress = bench.NewProgress(stderr)
 	}
 
+	stopProfile, err := startCPUProfile(f.cpuProfile)
+	if err != nil {
+		return err
+	}
 	rep, err := bench.Run(ctx, cfg, w)
+	if perr := stopProfile(); err == nil {
+		err = perr
+	}
 	if err != nil {
 		return err
 	}
