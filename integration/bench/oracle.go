@@ -116,6 +116,11 @@ func (o *Oracle) Choose(req *router.Request, cands []router.Candidate, scores []
 	avg := math.Float64frombits(o.avgPrompt.Load())
 	best, prompt := -1, 0
 	var bestUncached, bestQueued int64
+	var m promptMatch
+	if r != nil {
+		m = newPromptMatch(r.body, sim.ChatPath)
+		defer m.release()
+	}
 	for i := range cands {
 		c := &cands[i]
 		b := o.backends[c.Name]
@@ -125,7 +130,7 @@ func (o *Oracle) Choose(req *router.Request, cands []router.Candidate, scores []
 		}
 		cached := 0
 		if r != nil {
-			if ct, pt, err := b.b.CachedPrefix(r.body, sim.ChatPath); err == nil {
+			if ct, pt, err := m.at(b.b); err == nil {
 				cached, prompt = ct, pt
 			}
 		}

@@ -237,11 +237,13 @@ func precision(samples []Sample, reason string) (share float64, routes int) {
 func availableIn(view *OracleView, path string) func([]byte) (int, string) {
 	return func(body []byte) (int, string) {
 		best, at := 0, -1
+		m := newPromptMatch(body, path)
 		for i, b := range view.Backends {
-			if c, _, err := b.CachedPrefix(body, path); err == nil && c > best {
+			if c, _, err := m.at(b); err == nil && c > best {
 				best, at = c, i
 			}
 		}
+		m.release()
 		if at < 0 {
 			return 0, ""
 		}

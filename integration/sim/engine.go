@@ -458,6 +458,18 @@ func (e *engine) load() (running, waiting int, kvUsage float64) {
 // lag returns how many real seconds the engine is behind its model clock.
 func (e *engine) lag() float64 { return math.Float64frombits(e.gauge.lagBits.Load()) }
 
+// matchKeys is matchTokens for block keys computed already.
+func (e *engine) matchKeys(keys []uint64) int {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	for i, k := range keys {
+		if _, ok := e.pool.lookup(k); !ok {
+			return i * e.cfg.BlockSize
+		}
+	}
+	return len(keys) * e.cfg.BlockSize
+}
+
 // matchTokens reports how many leading tokens of a prompt the engine would
 // serve from the cache if it scheduled it now: the longest run of cached
 // leading full blocks within the first len(toks)-1 tokens. It hashes block by

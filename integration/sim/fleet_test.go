@@ -52,6 +52,49 @@ func TestCachedPrefixPredictsTheEngine(t *testing.T) {
 	}
 }
 
+// A body parsed once at one instance (ParsePrompt) is answered by another
+// of the same configuration as that one's CachedPrefix answers the body;
+// one with another block size keys it again and answers as its own
+// CachedPrefix too; a bad body fails ParsePrompt as it fails CachedPrefix.
+func TestParsePromptAnswersAsCachedPrefix(t *testing.T) {
+	holder, srv := startServer(t, nil)
+	other, _ := startServer(t, nil)
+	small, smallSrv := startServer(t, func(c *Config) { c.BlockSize = 4 })
+	sys := msg{"system", words("s", 61)}
+	chat(t, srv.URL, chatBody(t, 2, nil, sys, msg{"user", words("a", 20)}))
+	chat(t, smallSrv.URL, chatBody(t, 2, nil, sys, msg{"user", words("a", 20)}))
+	var p Prompt
+	for _, body := range [][]byte{
+		chatBody(t, 2, nil, sys, msg{"user", words("b", 20)}), // the system prompt held
+		chatBody(t, 2, nil, sys, msg{"user", words("a", 20)}), // all of it held
+		chatBody(t, 2, nil, msg{"user", words("c", 40)}),      // nothing held
+		chatBody(t, 2, nil, msg{"user", "x"}),                 // shorter than a block
+	} {
+		if err := other.ParsePrompt(body, ChatPath, &p); err != nil {
+			t.Fatal(err)
+		}
+		for _, in := range []*Instance{holder, other, small} {
+			want, prompt, err := in.CachedPrefix(body, ChatPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := in.CachedPromptTokens(&p); got != want || p.Tokens() != prompt {
+				t.Fatalf("block size %d: parsed once, %d cached of %d; CachedPrefix %d of %d", in.cfg.BlockSize, got, p.Tokens(), want, prompt)
+			}
+		}
+	}
+	if want, _, _ := holder.CachedPrefix(chatBody(t, 2, nil, sys, msg{"user", words("b", 20)}), ChatPath); want != 64 {
+		t.Fatalf("the holder has %d of a prompt sharing its 61-word system prompt, want 64 (the case above is not a hit)", want)
+	}
+	_, _, want := other.CachedPrefix([]byte(`{"messages":5}`), ChatPath)
+	if err := other.ParsePrompt([]byte(`{"messages":5}`), ChatPath, &p); err == nil || want == nil || err.Error() != want.Error() || p.Tokens() != 0 {
+		t.Fatalf("bad body: ParsePrompt %v (%d tokens left), CachedPrefix %v", err, p.Tokens(), want)
+	}
+	if err := other.ParsePrompt([]byte(`{}`), "/v1/embeddings", &p); err == nil {
+		t.Fatal("unknown endpoint accepted")
+	}
+}
+
 func TestCachedPrefixDoesNotTouchLRU(t *testing.T) {
 	m := newManual(t, func(c *Config) { c.BlockSize = 4; c.CacheBlocks = 4 })
 	in := &Instance{cfg: *m.cfg, eng: m.engine, dec: newDecoder([]string{"m"})}

@@ -23,11 +23,6 @@ func (in *Instance) Load() Load {
 	return Load{Running: r, Waiting: w, KVCacheUsage: kv}
 }
 
-var tokPool = sync.Pool{New: func() any {
-	s := make([]uint32, 0, 4096)
-	return &s
-}}
-
 // CachedPrefix tokenizes a request body exactly as the engine would (endpoint
 // is ChatPath or CompletionPath; "" means chat) and reports how many of its
 // leading tokens the engine would serve from the cache if it scheduled the
@@ -35,30 +30,76 @@ var tokPool = sync.Pool{New: func() any {
 // report as cached_tokens — and the prompt length. As in the engine, only
 // full blocks count and a fully cached prompt still recomputes its last
 // block. Invalid bodies return the error the HTTP API would.
+//
+// To ask several instances about one body, parse it once (ParsePrompt) and
+// ask each with CachedPromptTokens: tokenizing is most of the cost.
 func (in *Instance) CachedPrefix(body []byte, endpoint string) (cachedTokens, promptTokens int, err error) {
-	ep, err := parseEndpoint(endpoint)
-	if err != nil {
+	p := promptPool.Get().(*Prompt)
+	defer p.release()
+	if err := in.ParsePrompt(body, endpoint, p); err != nil {
 		return 0, 0, err
 	}
-	tp := tokPool.Get().(*[]uint32)
-	p := in.parsers.Get()
-	req, aerr := in.dec.decode(p, body, ep, (*tp)[:0])
-	in.parsers.Put(p)
-	if aerr == nil {
-		cachedTokens = in.eng.matchTokens(req.seed, req.tokens)
-		promptTokens = len(req.tokens)
+	return in.CachedPromptTokens(p), p.Tokens(), nil
+}
+
+// Prompt is a request body as an engine sees it: its tokens and the keys of
+// its blocks, computed once by ParsePrompt so that every instance of a
+// fleet (one configuration: the same models and block size) can be asked
+// what it holds of it without tokenizing it again. The zero value is ready
+// to use; reusing one keeps its buffers.
+type Prompt struct {
+	blockSize int
+	seed      uint64
+	tokens    []uint32
+	keys      []uint64 // the blocks an engine may serve from cache: all full ones but a last that ends the prompt
+}
+
+var promptPool = sync.Pool{New: func() any { return new(Prompt) }}
+
+// release returns p to the pool, dropping buffers a huge prompt grew.
+func (p *Prompt) release() {
+	if cap(p.tokens) > 1<<20 {
+		*p = Prompt{}
 	}
-	if toks := req.tokens; cap(toks) <= 1<<20 { // keep a grown buffer, drop a huge one
-		if toks == nil {
-			toks = *tp
-		}
-		*tp = toks[:0]
-		tokPool.Put(tp)
+	promptPool.Put(p)
+}
+
+// Tokens is the prompt's length in tokens.
+func (p *Prompt) Tokens() int { return len(p.tokens) }
+
+// ParsePrompt tokenizes body as CachedPrefix does into dst (its buffers are
+// reused). dst is answered by any instance of the same configuration.
+func (in *Instance) ParsePrompt(body []byte, endpoint string, dst *Prompt) error {
+	ep, err := parseEndpoint(endpoint)
+	if err != nil {
+		return err
+	}
+	ps := in.parsers.Get()
+	req, aerr := in.dec.decode(ps, body, ep, dst.tokens[:0])
+	in.parsers.Put(ps)
+	if req.tokens != nil {
+		dst.tokens = req.tokens
 	}
 	if aerr != nil {
-		return 0, 0, aerr
+		dst.tokens, dst.keys = dst.tokens[:0], dst.keys[:0]
+		return aerr
 	}
-	return cachedTokens, promptTokens, nil
+	B := in.cfg.BlockSize
+	dst.blockSize, dst.seed = B, req.seed
+	// As in the engine, a fully cached prompt still recomputes its last
+	// block: only the blocks before the last token can hit.
+	n := max((len(dst.tokens)-1)/B, 0)
+	dst.keys = appendBlockKeys(dst.keys[:0], req.seed, dst.tokens[:n*B], B)
+	return nil
+}
+
+// CachedPromptTokens is CachedPrefix for a body parsed by ParsePrompt
+// (here or at another instance of the same configuration).
+func (in *Instance) CachedPromptTokens(p *Prompt) int {
+	if p.blockSize != in.cfg.BlockSize { // another configuration: key it here
+		return in.eng.matchTokens(p.seed, p.tokens)
+	}
+	return in.eng.matchKeys(p.keys)
 }
 
 // Tokenize returns the prompt token ids of a request body (see doc.go for
