@@ -130,6 +130,38 @@ func TestLoadTableAges(t *testing.T) {
 	}
 }
 
+// publish recomputes the sums only when they can have changed: a message
+// applied, a peer forgotten, the local rate changed, or a peer's weight
+// falling with age; the sums it leaves are the same either way.
+func TestLoadTablePublishSkipsWhatDidNotChange(t *testing.T) {
+	lt := testLoadTable() // fresh 1 s, max age 3 s
+	lt.apply("p", snapshot(1, 1, true, 1000), 40, 0)
+	lt.publish(0, 5)
+	for at := int64(1); at <= 1000; at += 10 { // fresh: weight 1 throughout
+		lt.publish(at, 5)
+	}
+	if lt.recomputed != 1 || units(lt, 0) != 1000 {
+		t.Fatalf("101 publishes of an unchanged fresh table: %d recomputed, units %v; want 1 and 1000", lt.recomputed, units(lt, 0))
+	}
+	lt.publish(1000, 6) // the local rate changed
+	lt.publish(1001, 6) // p's weight starts falling
+	lt.publish(2000, 6)
+	if lt.recomputed != 4 || units(lt, 0) != 500 {
+		t.Fatalf("after a rate change and aging: %d recomputed, units %v; want 4 and 500", lt.recomputed, units(lt, 0))
+	}
+	lt.apply("p", snapshot(2, 1, false, 10), 40, 2000) // heard again: fresh until 3000
+	lt.publish(2000, 6)
+	lt.publish(2500, 6)
+	if lt.recomputed != 5 || units(lt, 0) != 10 {
+		t.Fatalf("after a message: %d recomputed, units %v; want 5 and 10", lt.recomputed, units(lt, 0))
+	}
+	lt.expire(2600, map[string]struct{}{})
+	lt.publish(2600, 6)
+	if lt.recomputed != 6 || units(lt, 0) != 0 {
+		t.Fatalf("after the peer left: %d recomputed, units %v; want 6 and 0", lt.recomputed, units(lt, 0))
+	}
+}
+
 // Departed members are forgotten at once.
 func TestLoadTableExpireKeeps(t *testing.T) {
 	lt := testLoadTable()
