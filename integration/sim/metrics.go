@@ -24,9 +24,11 @@ var (
 )
 
 type metricKind struct {
-	desc *prometheus.Desc
-	typ  prometheus.ValueType
-	read func(in *Instance) float64
+	desc       *prometheus.Desc
+	name, help string
+	labels     []labelPair
+	typ        prometheus.ValueType
+	read       func(in *Instance) float64
 }
 
 // collector exposes an Instance's counters and gauges.
@@ -46,7 +48,11 @@ func newCollector(in *Instance, model string) *collector {
 		for k, v := range extra {
 			l[k] = v
 		}
-		c.kinds = append(c.kinds, metricKind{desc: prometheus.NewDesc(name, help, nil, l), typ: typ, read: read})
+		var pairs []labelPair
+		for k, v := range l {
+			pairs = append(pairs, labelPair{k, v})
+		}
+		c.kinds = append(c.kinds, metricKind{desc: prometheus.NewDesc(name, help, nil, l), name: name, help: help, labels: pairs, typ: typ, read: read})
 	}
 	ctr := func(read func(c *counters) uint64) func(in *Instance) float64 {
 		return func(in *Instance) float64 { return float64(read(&in.eng.ctr)) }
@@ -124,19 +130,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // newHistograms returns vLLM's TTFT and end-to-end latency histograms.
-func newHistograms(model string) (ttft, e2e prometheus.Histogram) {
+func newHistograms(model string) (ttft, e2e pageHistogram) {
 	labels := prometheus.Labels{"model_name": model, "engine": "0"}
-	ttft = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:        "vllm:time_to_first_token_seconds",
-		Help:        "Histogram of time to first token in seconds (simulated time).",
-		Buckets:     ttftBuckets,
-		ConstLabels: labels,
-	})
-	e2e = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:        "vllm:e2e_request_latency_seconds",
-		Help:        "Histogram of e2e request latency in seconds (simulated time).",
-		Buckets:     e2eBuckets,
-		ConstLabels: labels,
-	})
-	return ttft, e2e
+	pairs := []labelPair{{"model_name", model}, {"engine", "0"}}
+	hist := func(name, help string, buckets []float64) pageHistogram {
+		h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets, ConstLabels: labels})
+		return pageHistogram{name: name, help: help, labels: pairs, h: h}
+	}
+	return hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds (simulated time).", ttftBuckets),
+		hist("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds (simulated time).", e2eBuckets)
 }

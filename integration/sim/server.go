@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 	"github.com/valyala/fastjson"
 )
@@ -26,6 +25,7 @@ type Instance struct {
 	dec     *decoder
 	faults  *faultState
 	reg     *prometheus.Registry
+	page    *metricsPage // what GET /metrics serves: reg's page, written faster
 	mux     *http.ServeMux
 	parsers fastjson.ParserPool
 
@@ -60,28 +60,26 @@ func New(cfg Config) (*Instance, error) {
 	}
 
 	ttft, e2e := newHistograms(cfg.Models[0])
-	in.eng = newEngine(&in.cfg, in.log, engineHooks{ttft: ttft.Observe, e2e: e2e.Observe})
+	in.eng = newEngine(&in.cfg, in.log, engineHooks{ttft: ttft.h.Observe, e2e: e2e.h.Observe})
 	kv, err := newKVRecorder(cfg.KVEvents, cfg.Models)
 	if err != nil {
 		return nil, err
 	}
 	in.eng.kv, in.eng.pool.trackEvicted = kv, kv != nil
-	if err := in.reg.Register(newCollector(in, cfg.Models[0])); err != nil {
-		return nil, fmt.Errorf("sim: registering metrics: %w", err)
+	coll := newCollector(in, cfg.Models[0])
+	for _, c := range []prometheus.Collector{coll, ttft.h, e2e.h} {
+		if err := in.reg.Register(c); err != nil {
+			return nil, fmt.Errorf("sim: registering metrics: %w", err)
+		}
 	}
-	if err := in.reg.Register(ttft); err != nil {
-		return nil, fmt.Errorf("sim: registering metrics: %w", err)
-	}
-	if err := in.reg.Register(e2e); err != nil {
-		return nil, fmt.Errorf("sim: registering metrics: %w", err)
-	}
+	in.page = newMetricsPage(coll, []pageHistogram{ttft, e2e})
 	go in.eng.run()
 
 	in.mux.HandleFunc(ChatPath, func(w http.ResponseWriter, r *http.Request) { in.serveGenerate(w, r, chatEndpoint) })
 	in.mux.HandleFunc(CompletionPath, func(w http.ResponseWriter, r *http.Request) { in.serveGenerate(w, r, completionEndpoint) })
 	in.mux.HandleFunc("GET /v1/models", in.handleModels)
 	in.mux.HandleFunc("GET /health", in.handleHealth)
-	in.mux.Handle("GET /metrics", promhttp.HandlerFor(in.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	in.mux.HandleFunc("GET /metrics", in.handleMetrics)
 	in.mux.HandleFunc("GET /sim/fault", in.handleFault)
 	in.mux.HandleFunc("POST /sim/fault", in.handleFault)
 	in.mux.HandleFunc("POST /sim/match", in.handleMatch)
