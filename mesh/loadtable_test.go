@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/kvmesh/kvmesh/tree"
@@ -159,6 +160,69 @@ func TestLoadTablePublishSkipsWhatDidNotChange(t *testing.T) {
 	lt.publish(2600, 6)
 	if lt.recomputed != 6 || units(lt, 0) != 0 {
 		t.Fatalf("after the peer left: %d recomputed, units %v; want 6 and 0", lt.recomputed, units(lt, 0))
+	}
+}
+
+// Whatever happens (messages from peers that restart, fall silent, leave;
+// the local rate changing), a table that skips publishes publishes what one
+// that recomputes every time does.
+func TestLoadTableSkippingPublishesTheSame(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	skip, every := testLoadTable(), testLoadTable()
+	peers := []string{"p", "q", "r"}
+	seq := map[string]uint64{}
+	inc := map[string]uint64{"p": 1, "q": 1, "r": 1}
+	now := int64(0)
+	for step := range 5000 {
+		now += int64(rng.IntN(300))
+		switch peer := peers[rng.IntN(len(peers))]; rng.IntN(10) {
+		case 0: // a restart: a new incarnation's snapshot
+			inc[peer]++
+			seq[peer] = 0
+			fallthrough
+		case 1, 2: // a snapshot
+			seq[peer]++
+			m := snapshot(seq[peer], inc[peer], rng.IntN(2) == 0, uint64(rng.IntN(500)), uint64(rng.IntN(500)), uint64(rng.IntN(500)))
+			for i := range m.Entries {
+				m.Entries[i].Written = uint64(step)
+			}
+			skip.apply(peer, m, 40, now)
+			every.apply(peer, m, 40, now)
+		case 3, 4, 5: // a delta
+			seq[peer]++
+			m := delta(seq[peer], uint32(10+rng.IntN(3)), uint64(rng.IntN(500)))
+			skip.apply(peer, m, 10, now)
+			every.apply(peer, m, 10, now)
+		case 6: // a member left
+			keep := map[string]struct{}{}
+			for _, p := range peers {
+				if p != peer {
+					keep[p] = struct{}{}
+				}
+			}
+			skip.expire(now, keep)
+			every.expire(now, keep)
+		}
+		skip.expire(now, nil)
+		every.expire(now, nil)
+		rate := float64(rng.IntN(3))
+		skip.publish(now, rate)
+		every.dirty = true // recompute every time
+		every.publish(now, rate)
+		for id := range tree.BackendID(4) {
+			su, sr, sf := skip.sum(id)
+			eu, er, ef := every.sum(id)
+			// Equal but for the order of the float sums (map order).
+			near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-9*max(1, math.Abs(b)) }
+			if !near(su, eu) || !near(sr, er) || !near(sf, ef) || !near(skip.writtenSum(id), every.writtenSum(id)) ||
+				!near(math.Float64frombits(skip.share.Load()), math.Float64frombits(every.share.Load())) {
+				t.Fatalf("step %d, %d ms, b%d: skipping %v %v %v %v, recomputing %v %v %v %v", step, now, id,
+					su, sr, sf, skip.writtenSum(id), eu, er, ef, every.writtenSum(id))
+			}
+		}
+	}
+	if skip.recomputed >= every.recomputed || skip.recomputed == 0 {
+		t.Fatalf("the skipping table recomputed %d times of %d: the test never skipped or never published", skip.recomputed, every.recomputed)
 	}
 }
 

@@ -1,10 +1,6 @@
 package bench
 
-import (
-	"sync"
-
-	"github.com/kvmesh/kvmesh/integration/sim"
-)
+import "github.com/kvmesh/kvmesh/integration/sim"
 
 // promptParser is an OracleBackend that answers for a body parsed once
 // (*sim.Instance does): asking a fleet's eight backends what they hold of a
@@ -15,8 +11,6 @@ type promptParser interface {
 	ParsePrompt(body []byte, endpoint string, dst *sim.Prompt) error
 	CachedPromptTokens(p *sim.Prompt) int
 }
-
-var simPromptPool = sync.Pool{New: func() any { return new(sim.Prompt) }}
 
 // promptMatch asks backends what they hold of one body (CachedPrefix),
 // parsing it at most once for all the backends that are promptParsers.
@@ -39,7 +33,7 @@ func (m *promptMatch) at(b OracleBackend) (cached, prompt int, err error) {
 		return b.CachedPrefix(m.body, m.endpoint)
 	}
 	if m.p == nil {
-		m.p = simPromptPool.Get().(*sim.Prompt)
+		m.p = sim.GetPrompt()
 		m.err = pp.ParsePrompt(m.body, m.endpoint, m.p)
 	}
 	if m.err != nil {
@@ -48,10 +42,10 @@ func (m *promptMatch) at(b OracleBackend) (cached, prompt int, err error) {
 	return pp.CachedPromptTokens(m.p), m.p.Tokens(), nil
 }
 
-// release returns the parsed prompt's buffers (a huge one is dropped).
+// release returns the parsed prompt's buffers.
 func (m *promptMatch) release() {
-	if m.p != nil && m.p.Tokens() <= 1<<20 {
-		simPromptPool.Put(m.p)
+	if m.p != nil {
+		m.p.Release()
 	}
 	m.p = nil
 }

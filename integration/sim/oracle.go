@@ -34,8 +34,8 @@ func (in *Instance) Load() Load {
 // To ask several instances about one body, parse it once (ParsePrompt) and
 // ask each with CachedPromptTokens: tokenizing is most of the cost.
 func (in *Instance) CachedPrefix(body []byte, endpoint string) (cachedTokens, promptTokens int, err error) {
-	p := promptPool.Get().(*Prompt)
-	defer p.release()
+	p := GetPrompt()
+	defer p.Release()
 	if err := in.ParsePrompt(body, endpoint, p); err != nil {
 		return 0, 0, err
 	}
@@ -44,9 +44,11 @@ func (in *Instance) CachedPrefix(body []byte, endpoint string) (cachedTokens, pr
 
 // Prompt is a request body as an engine sees it: its tokens and the keys of
 // its blocks, computed once by ParsePrompt so that every instance of a
-// fleet (one configuration: the same models and block size) can be asked
-// what it holds of it without tokenizing it again. The zero value is ready
-// to use; reusing one keeps its buffers.
+// fleet can be asked what it holds of it without tokenizing it again. The
+// instances asked must serve the same models as the one that parsed it
+// (the keys' seed is the model's); a block size of their own is fine (the
+// prompt is keyed again there). The zero value is ready to use; reusing one
+// keeps its buffers. GetPrompt and Release pool them.
 type Prompt struct {
 	blockSize int
 	seed      uint64
@@ -56,8 +58,12 @@ type Prompt struct {
 
 var promptPool = sync.Pool{New: func() any { return new(Prompt) }}
 
-// release returns p to the pool, dropping buffers a huge prompt grew.
-func (p *Prompt) release() {
+// GetPrompt returns a Prompt from a pool (Release returns it).
+func GetPrompt() *Prompt { return promptPool.Get().(*Prompt) }
+
+// Release returns p to GetPrompt's pool, dropping the buffers a huge prompt
+// grew. p must not be used after.
+func (p *Prompt) Release() {
 	if cap(p.tokens) > 1<<20 {
 		*p = Prompt{}
 	}
@@ -96,7 +102,7 @@ func (in *Instance) ParsePrompt(body []byte, endpoint string, dst *Prompt) error
 // CachedPromptTokens is CachedPrefix for a body parsed by ParsePrompt
 // (here or at another instance of the same configuration).
 func (in *Instance) CachedPromptTokens(p *Prompt) int {
-	if p.blockSize != in.cfg.BlockSize { // another configuration: key it here
+	if p.blockSize != in.cfg.BlockSize { // another block size: key it here
 		return in.eng.matchTokens(p.seed, p.tokens)
 	}
 	return in.eng.matchKeys(p.keys)

@@ -113,8 +113,9 @@ func (in *Instance) Name() string { return in.cfg.Name }
 // start; see Faults for the live settings).
 func (in *Instance) Config() Config { return in.cfg }
 
-// Registry returns the instance's own Prometheus registry (what /metrics
-// serves), for in-process scraping.
+// Registry returns the instance's own Prometheus registry, for in-process
+// scraping: /metrics serves the same page, written by hand (metrics_text.go);
+// a collector registered here later is not on it.
 func (in *Instance) Registry() *prometheus.Registry { return in.reg }
 
 func (in *Instance) handleHealth(w http.ResponseWriter, _ *http.Request) {
