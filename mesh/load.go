@@ -124,6 +124,11 @@ type loadPublisher struct {
 	lessonLast map[tree.BackendID]lessonWire
 	lessonOut  loadMsg
 	lostOut    loadMsg // the lost message being built (lost.go)
+	// answersLast is the answer totals last sent, answersAt when (ms);
+	// answersOut the message being built (answers.go).
+	answersLast answerTotals
+	answersAt   int64
+	answersOut  loadMsg
 	// routed counter at the last snapshot, when, and the moving rate.
 	routed, routedAt int64
 	rate             float64
@@ -185,6 +190,7 @@ func (n *Node) loadTick(now int64) {
 func (n *Node) publishLoad(src LoadSource, now int64) {
 	n.publishLessons(src, n.publishBookings(src, now))
 	n.publishLost(src)
+	n.publishAnswers(src, now)
 }
 
 // publishBookings is publishLoad's part for bookings; it reports whether

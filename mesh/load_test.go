@@ -16,6 +16,17 @@ type fakeLoad struct {
 	inFlight [4]atomic.Int64
 	written  [4]atomic.Int64
 	routed   atomic.Uint64
+	answers  [3]atomic.Uint64 // count, prompt, cached
+}
+
+func (f *fakeLoad) LocalAnswers() (n, prompt, cached uint64) {
+	return f.answers[0].Load(), f.answers[1].Load(), f.answers[2].Load()
+}
+
+func (f *fakeLoad) answer(prompt, cached uint64) {
+	f.answers[0].Add(1)
+	f.answers[1].Add(prompt)
+	f.answers[2].Add(cached)
 }
 
 func newFakeLoad(t testing.TB, ix *tree.Index) *fakeLoad {
@@ -88,6 +99,12 @@ func TestLoadChannelSharesBookings(t *testing.T) {
 	if r != 3 || f != 4 {
 		t.Fatalf("n01 sees %v units, %v pending requests, %v in flight at b1; want 50000, 3, 4", u, r, f)
 	}
+	// n02's first delta can reach n00 before its snapshot (then the next
+	// snapshot brings it): wait for it too.
+	waitFor(t, 10*time.Second, "n00 to see n02's booking at b1", func() bool {
+		u, _, _ := peerUnits(c.node("n00"), "b1")
+		return u == 2_000
+	})
 	if u, _, _ := peerUnits(c.node("n00"), "b1"); u != 2_000 {
 		t.Fatalf("n00 sees %v peer units at b1, want only n02's 2000", u)
 	}
@@ -105,6 +122,27 @@ func TestLoadChannelSharesBookings(t *testing.T) {
 	v := c.node("n01").n.Admin().Load
 	if !v.Sharing || len(v.Peers) != 2 || v.Peers[0].Peer != "n00" || v.Peers[0].Messages == 0 {
 		t.Fatalf("admin load view: %+v", v)
+	}
+}
+
+// Each node's answer totals reach every other node, which sums its
+// peers' (its own never count).
+func TestLoadChannelSharesAnswers(t *testing.T) {
+	c, srcs := startLoadCluster(t, 3, nil)
+	for range 10 {
+		srcs[0].answer(100, 60)
+	}
+	for range 5 {
+		srcs[2].answer(100, 20)
+	}
+	for _, want := range []struct {
+		node              string
+		n, prompt, cached uint64
+	}{{"n01", 15, 1500, 700}, {"n00", 5, 500, 100}, {"n02", 10, 1000, 600}} {
+		waitFor(t, 10*time.Second, want.node+" to hear its peers' answers", func() bool {
+			n, p, c := c.node(want.node).n.PeerAnswers()
+			return n == want.n && p == want.prompt && c == want.cached
+		})
 	}
 }
 

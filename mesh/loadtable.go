@@ -52,6 +52,10 @@ type loadTable struct {
 	stableUntil int64
 	lastRate    float64
 	recomputed  uint64 // how many times publish recomputed the sums (tests)
+	// answered is the published sum of the peers' answer totals
+	// (answers.go); retiredAnswers holds departed and restarted peers'.
+	answered       answerSums
+	retiredAnswers answerTotals
 	// lostIn holds the marks of the last applied lost message (lost.go),
 	// until the receive loop hands them to the router.
 	lostIn []lostIn
@@ -80,6 +84,8 @@ type peerLoad struct {
 	// written is the peer's cumulative units written per backend in this
 	// incarnation (kept when its bookings go to zero).
 	written map[tree.BackendID]uint64
+	// answers is the peer's newest answer totals in this incarnation.
+	answers answerTotals
 	// lessons is the peer's newest lesson per backend; fresh holds those
 	// not published yet.
 	lessons, fresh map[tree.BackendID]lessonWire
@@ -147,6 +153,10 @@ func (t *loadTable) apply(peer string, m *loadMsg, size int, now int64) loadAppl
 	}
 	if m.Lost {
 		t.applyLost(p, m)
+		return loadApplyOK
+	}
+	if m.Answers {
+		t.applyAnswers(p, m)
 		return loadApplyOK
 	}
 	if m.Names {
@@ -229,6 +239,7 @@ func (t *loadTable) retire(p *peerLoad) {
 		}
 	}
 	clear(p.written)
+	t.retireAnswers(p)
 }
 
 // weight is how much a peer last heard at heard counts at now.
@@ -296,6 +307,7 @@ func (t *loadTable) publish(now int64, localRate float64) {
 		}
 	}
 	t.publishLessons()
+	t.publishAnswers()
 	for i := range n {
 		s := &t.sums[i]
 		s.units.Store(math.Float64bits(acc[3*i]))

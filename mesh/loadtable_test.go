@@ -226,6 +226,38 @@ func TestLoadTableSkippingPublishesTheSame(t *testing.T) {
 	}
 }
 
+// A peer's answer totals count once its incarnation is known, keep their
+// newest value, and stay in the sums (retired) when it restarts or leaves:
+// the mesh's totals never go back.
+func TestLoadTableAnswers(t *testing.T) {
+	lt := testLoadTable()
+	answers := func(seq, n, prompt, cached uint64) *loadMsg {
+		return &loadMsg{Seq: seq, Answers: true, Answered: answerTotals{N: n, Prompt: prompt, Cached: cached}}
+	}
+	total := func() answerTotals {
+		n, p, c := lt.answered.n.Load(), lt.answered.prompt.Load(), lt.answered.cached.Load()
+		return answerTotals{n, p, c}
+	}
+	if got := lt.apply("p", answers(1, 10, 1000, 500), 10, 0); got != loadApplyUnsynced {
+		t.Fatalf("answers before any snapshot: %v, want unsynced", got)
+	}
+	lt.apply("p", snapshot(2, 1, true, 0), 40, 0)
+	lt.apply("p", answers(3, 10, 1000, 500), 10, 0)
+	lt.apply("q", snapshot(1, 7, true, 0), 40, 0)
+	lt.apply("q", answers(2, 4, 400, 100), 10, 0)
+	lt.publish(1, 0)
+	if got := total(); got != (answerTotals{14, 1400, 600}) {
+		t.Fatalf("two peers' totals: %+v, want 14 1400 600", got)
+	}
+	lt.apply("p", snapshot(4, 2, true, 0), 40, 2) // p restarted: its totals start over
+	lt.apply("p", answers(5, 1, 100, 100), 10, 2)
+	lt.expire(3, map[string]struct{}{"p": {}}) // q left
+	lt.publish(3, 0)
+	if got := total(); got != (answerTotals{15, 1500, 700}) {
+		t.Fatalf("after a restart and a departure: %+v, want 15 1500 700 (nothing lost)", got)
+	}
+}
+
 // Departed members are forgotten at once.
 func TestLoadTableExpireKeeps(t *testing.T) {
 	lt := testLoadTable()

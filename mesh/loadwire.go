@@ -49,6 +49,18 @@ import (
 // It travels alone for the same reason as lessons, with the same indexes
 // and sequence.
 //
+// An answers message (loadFlagAnswers, alone) carries how many answers the
+// sender's router has counted since it started, and their prompt and cached
+// tokens (answers.go), so that every node averages the fleet's reuse over
+// the mesh's answers as one router would:
+//
+//	loadMagic, version<<4 | loadFlagAnswers, uvarint seq,
+//	uvarint answers, uvarint prompt tokens, uvarint cached tokens
+//
+// The flags nibble is full, so its flags are the two that may only travel
+// alone, together (a combination no other message uses, which a node of an
+// earlier release rejects, dropping only it). It shares the sequence.
+//
 // The backend index is the sender's own tree.BackendID; a snapshot with
 // names (sent at a new incarnation, to new peers and now and then) tells
 // the receiver which name each index stands for. The sender's name is not
@@ -63,6 +75,9 @@ const (
 	loadFlagLessons  = 1 << 2 // the entries are lessons, not bookings (alone)
 	loadFlagLost     = 1 << 3 // the entries are lost marks (alone)
 	loadFlagsKnown   = loadFlagSnapshot | loadFlagNames | loadFlagLessons | loadFlagLost
+	// loadFlagAnswers marks an answers message: no entries, the sender's
+	// answer totals. Both alone-flags at once: the nibble has no bit left.
+	loadFlagAnswers = loadFlagLessons | loadFlagLost
 )
 
 // Decoder limits: a peer cannot make a node allocate much or loop long.
@@ -94,9 +109,16 @@ type loadMsg struct {
 	// Lessons says the entries are lessons (Idx and Lesson only).
 	Lessons bool
 	// Lost says the entries are lost marks (Idx, Key and Age only).
-	Lost    bool
-	Entries []loadEntry
+	Lost bool
+	// Answers says the message carries Answered (and no entries).
+	Answers  bool
+	Answered answerTotals
+	Entries  []loadEntry
 }
+
+// answerTotals counts a router's answers since it started: how many, and
+// their prompt and cached tokens (usage).
+type answerTotals struct{ N, Prompt, Cached uint64 }
 
 // loadEntry is one backend's bookings at the sender.
 type loadEntry struct {
@@ -140,9 +162,17 @@ func appendLoad(dst []byte, m *loadMsg) []byte {
 		flags = loadFlagLessons
 	case m.Lost:
 		flags = loadFlagLost
+	case m.Answers:
+		flags = loadFlagAnswers
 	}
 	dst = append(dst, loadMagic, loadVersion<<4|flags)
 	dst = binary.AppendUvarint(dst, m.Seq)
+	if m.Answers {
+		a := &m.Answered
+		dst = binary.AppendUvarint(dst, min(a.N, maxLoadValue))
+		dst = binary.AppendUvarint(dst, min(a.Prompt, maxLoadValue))
+		return binary.AppendUvarint(dst, min(a.Cached, a.Prompt, maxLoadValue))
+	}
 	if m.Lost {
 		dst = binary.AppendUvarint(dst, uint64(len(m.Entries)))
 		for i := range m.Entries {
@@ -205,16 +235,33 @@ func decodeLoad(data []byte, m *loadMsg) error {
 	if flags&loadFlagNames != 0 && flags&loadFlagSnapshot == 0 {
 		return errors.New("mesh: load message carries names outside a snapshot")
 	}
-	if flags&loadFlagLessons != 0 && flags != loadFlagLessons {
+	answers := flags == loadFlagAnswers
+	if !answers && flags&loadFlagLessons != 0 && flags != loadFlagLessons {
 		return fmt.Errorf("mesh: lesson message has other flags %#x", flags)
 	}
-	if flags&loadFlagLost != 0 && flags != loadFlagLost {
+	if !answers && flags&loadFlagLost != 0 && flags != loadFlagLost {
 		return fmt.Errorf("mesh: lost message has other flags %#x", flags)
 	}
 	r := loadReader{b: data[2:]}
-	*m = loadMsg{Entries: m.Entries[:0], Snapshot: flags&loadFlagSnapshot != 0, Names: flags&loadFlagNames != 0,
-		Lessons: flags&loadFlagLessons != 0, Lost: flags&loadFlagLost != 0}
+	*m = loadMsg{Entries: m.Entries[:0], Answers: answers}
+	if !answers {
+		m.Snapshot, m.Names = flags&loadFlagSnapshot != 0, flags&loadFlagNames != 0
+		m.Lessons, m.Lost = flags&loadFlagLessons != 0, flags&loadFlagLost != 0
+	}
 	m.Seq = r.uvarint()
+	if m.Answers {
+		a := &m.Answered
+		a.N, a.Prompt, a.Cached = r.value(), r.value(), r.value()
+		switch {
+		case r.err != nil:
+			return r.err
+		case a.Cached > a.Prompt:
+			return fmt.Errorf("mesh: answers message has %d cached of %d prompt tokens", a.Cached, a.Prompt)
+		case len(r.b) != 0:
+			return fmt.Errorf("mesh: %d bytes after the answers message", len(r.b))
+		}
+		return nil
+	}
 	if m.Snapshot {
 		m.Incarnation = r.uvarint()
 		m.Routed = r.uvarint()

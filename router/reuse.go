@@ -3,6 +3,7 @@ package router
 import (
 	"math"
 	"sync"
+	"sync/atomic"
 )
 
 // reuseAverage is the share of prompt tokens the backends answered they
@@ -11,31 +12,40 @@ import (
 // uses (Request.Reuse). It is what the backends say, not what the claims
 // believe: on a fleet whose caches churn the claims match far more than
 // is there.
+//
+// In a mesh it averages the mesh's answers, not only this node's: the
+// peers' answer totals arrive on the load channel (PeerAnswers), and each
+// increase is folded in as that many answers (fold), so that every node
+// reads what one router seeing all the answers would.
 type reuseAverage struct {
 	mu             sync.Mutex
 	prompt, cached float64 // decayed sums of tokens
+	// peers is the peers' totals folded in so far; folded says the first
+	// reading was taken (it is a baseline, not news: a node that joins a
+	// mesh must not take its peers' whole past for their last answers).
+	peers  answerTotals
+	folded bool
 }
 
-// reuseEWMA is one answer's weight in the average at a router alone: the
-// last ~128 answers count (reuseDecay is what it leaves to the sums
-// before it).
-const (
-	reuseEWMA  = 1.0 / 128
-	reuseDecay = 1 - reuseEWMA
-)
+// answerTotals counts answers: how many, and their prompt and cached
+// tokens.
+type answerTotals struct{ n, prompt, cached uint64 }
+
+// reuseEWMA is one answer's weight in the average: the last ~128 answers
+// count (of the mesh's when the peers' answers are folded in).
+const reuseEWMA = 1.0 / 128
 
 // maxReuseEWMA caps reuseWeight: an average over fewer than ~16 of a
 // node's own answers would swing with each long prompt.
 const maxReuseEWMA = 1.0 / 16
 
 // reuseWeight is one answer's weight at a node that routes share
-// (Request.MeshShare) of its mesh's requests: reuseEWMA/share, at most
-// maxReuseEWMA, so that the average spans the mesh's last ~128 answers,
-// not the node's last 128 (8 nodes: the mesh's last ~1,000, a whole agent
-// run, cold start included). The spread term reads it through r/(1-r),
-// steep where agents' reuse lives (r 0.8: 4; 0.9: 9), so a node whose
-// average trails the fleet's prices crowding at a fraction of what a lone
-// router does, the same lag promptWeight removes from the average prompt.
+// (Request.MeshShare) of its mesh's requests but hears none of its peers'
+// answers (peers of an earlier release): reuseEWMA/share, at most
+// maxReuseEWMA, so that the average spans about the mesh's last ~128
+// answers rather than the node's last 128 (8 nodes: the mesh's last ~1,000,
+// a whole agent run, cold start included). The spread term reads it through
+// r/(1-r), steep where agents' reuse lives (r 0.8: 4; 0.9: 9).
 func reuseWeight(share float64) float64 {
 	if share > 0 && share < 1 {
 		return min(reuseEWMA/share, maxReuseEWMA)
@@ -43,7 +53,7 @@ func reuseWeight(share float64) float64 {
 	return reuseEWMA
 }
 
-// add counts one answer at weight w (reuseWeight).
+// add counts one answer at weight w (reuseEWMA, or reuseWeight).
 func (a *reuseAverage) add(prompt, cached int64, w float64) {
 	if prompt <= 0 {
 		return
@@ -55,6 +65,28 @@ func (a *reuseAverage) add(prompt, cached int64, w float64) {
 	a.mu.Unlock()
 }
 
+// fold counts the peers' answers since the last fold, given their totals
+// now: n more answers age the sums as n answers of this node's would, and
+// add their tokens. The first call only takes the baseline. Totals that
+// went back (they never should) are taken as a new baseline.
+func (a *reuseAverage) fold(peers answerTotals) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	last := a.peers
+	a.peers = peers
+	if !a.folded {
+		a.folded = true
+		return
+	}
+	if peers.n <= last.n || peers.prompt < last.prompt || peers.cached < last.cached {
+		return
+	}
+	decay := math.Pow(1-reuseEWMA, float64(peers.n-last.n))
+	dp := float64(peers.prompt - last.prompt)
+	a.prompt = a.prompt*decay + dp
+	a.cached = a.cached*decay + min(float64(peers.cached-last.cached), dp)
+}
+
 // share is the cached share in [0, 1], or -1 before any answer.
 func (a *reuseAverage) share() float64 {
 	a.mu.Lock()
@@ -63,6 +95,62 @@ func (a *reuseAverage) share() float64 {
 		return -1
 	}
 	return a.cached / a.prompt
+}
+
+// PeerAnswers is a PeerLoad that also carries the peers' answer totals
+// (mesh.Node implements it).
+type PeerAnswers interface {
+	// PeerAnswers returns how many answers the other nodes, present and
+	// departed, have counted and their prompt and cached tokens. They never
+	// decrease.
+	PeerAnswers() (n, prompt, cached uint64)
+}
+
+// answerCounters are this node's answer totals (LocalAnswers).
+type answerCounters struct{ n, prompt, cached atomic.Uint64 }
+
+// LocalAnswers returns how many answers this router has counted since it
+// started and their prompt and cached tokens, for the mesh's load channel.
+func (rt *Router) LocalAnswers() (n, prompt, cached uint64) {
+	return rt.answers.n.Load(), rt.answers.prompt.Load(), rt.answers.cached.Load()
+}
+
+// meshAnswers folds the peers' answers into the reuse average and says
+// whether there were any to fold (peers that send their totals).
+func (rt *Router) meshAnswers() bool {
+	pa, ok := rt.peers.(PeerAnswers)
+	if !ok {
+		return false
+	}
+	var t answerTotals
+	t.n, t.prompt, t.cached = pa.PeerAnswers()
+	rt.reuse.fold(t)
+	return t.n > 0
+}
+
+// observeReuse counts one of this router's answers: in its totals, and in
+// the reuse average after the peers' answers so far, at one answer's weight
+// of the mesh's when the peers send theirs, else at reuseWeight.
+func (rt *Router) observeReuse(prompt, cached int64) {
+	if prompt <= 0 {
+		return
+	}
+	c := min(max(cached, 0), prompt)
+	rt.answers.n.Add(1)
+	rt.answers.prompt.Add(uint64(prompt))
+	rt.answers.cached.Add(uint64(c))
+	w := reuseWeight(rt.meshShare())
+	if rt.meshAnswers() {
+		w = reuseEWMA
+	}
+	rt.reuse.add(prompt, c, w)
+}
+
+// reuseShare is Request.Reuse: the reuse average with the peers' latest
+// answers folded in.
+func (rt *Router) reuseShare() float64 {
+	rt.meshAnswers()
+	return rt.reuse.share()
 }
 
 // ObserveAnswer counts an answer's usage (prompt and cached tokens) in the

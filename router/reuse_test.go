@@ -18,14 +18,14 @@ func TestReuseAverage(t *testing.T) {
 	}
 	a.add(1000, 0, reuseEWMA)
 	a.add(10, 10, reuseEWMA)
-	want := 10 / (1000*reuseDecay + 10)
+	want := 10 / (1000*(1 - reuseEWMA) + 10)
 	if got := a.share(); math.Abs(got-want) > 1e-12 {
 		t.Fatalf("share %v, want %v (token-weighted)", got, want)
 	}
 	var b reuseAverage
 	b.add(100, 500, reuseEWMA) // cached beyond the prompt counts as the whole prompt
 	b.add(100, -3, reuseEWMA)  // negative as none
-	if got := b.share(); math.Abs(got-reuseDecay/(reuseDecay+1)) > 1e-12 {
+	if got := b.share(); math.Abs(got-(1 - reuseEWMA)/((1 - reuseEWMA)+1)) > 1e-12 {
 		t.Fatalf("clamped share %v", got)
 	}
 	for range 2000 { // old answers fade
@@ -76,5 +76,51 @@ func TestReuseFollowsTheMesh(t *testing.T) {
 	l, n := lone.rt.reuse.share(), node.rt.reuse.share()
 	if l < 0.5 || math.Abs(n-l) > 0.05 {
 		t.Fatalf("after the climb the lone router reads %.3f, the node of eight %.3f; want the same within 0.05", l, n)
+	}
+}
+
+// answeringPeers is a fakePeers whose nodes send their answer totals.
+type answeringPeers struct {
+	fakePeers
+	totals answerTotals
+}
+
+func (p *answeringPeers) PeerAnswers() (uint64, uint64, uint64) {
+	return p.totals.n, p.totals.prompt, p.totals.cached
+}
+
+// With peers that send their answer totals, a node of eight averages the
+// mesh's answers: it reads what a lone router that saw every answer reads,
+// though it saw an eighth of them; the peers' past before the node first
+// heard them is a baseline, not news.
+func TestReuseFoldsThePeersAnswers(t *testing.T) {
+	lone := newRig(t, nil, newFakeBackend(t, "a"))
+	node := newRig(t, nil, newFakeBackend(t, "a"))
+	peers := &answeringPeers{fakePeers: fakePeers{share: 0.125}, totals: answerTotals{n: 5000, prompt: 5_000_000, cached: 5_000_000}}
+	node.rt.peers = peers
+	if got := node.rt.reuseShare(); got != -1 {
+		t.Fatalf("before any answer of its own the node reads %v: the peers' past counted as news", got)
+	}
+	// The fleet's reuse climbs from none to 0.9, as in TestReuseFollowsTheMesh.
+	for i := range 640 {
+		cached := int64(0)
+		if i >= 512 {
+			cached = 90
+		}
+		lone.rt.learnFromAnswer(nil, &reqState{}, Decision{}, 100, cached)
+		if i%8 == 0 {
+			node.rt.learnFromAnswer(nil, &reqState{}, Decision{}, 100, cached)
+		} else {
+			peers.totals.n++
+			peers.totals.prompt += 100
+			peers.totals.cached += uint64(cached)
+		}
+	}
+	l, n := lone.rt.reuse.share(), node.rt.reuseShare()
+	if l < 0.5 || math.Abs(n-l) > 0.01 {
+		t.Fatalf("the lone router reads %.4f, the node of eight with its peers' answers %.4f; want the same within 0.01", l, n)
+	}
+	if got, p, c := node.rt.LocalAnswers(); got != 80 || p != 8000 || c != 16*90 {
+		t.Fatalf("the node's own totals: %d answers, %d prompt, %d cached; want 80, 8000, 1440", got, p, c)
 	}
 }
