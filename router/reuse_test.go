@@ -18,14 +18,14 @@ func TestReuseAverage(t *testing.T) {
 	}
 	a.add(1000, 0, reuseEWMA)
 	a.add(10, 10, reuseEWMA)
-	want := 10 / (1000*(1 - reuseEWMA) + 10)
+	want := 10 / (1000*(1-reuseEWMA) + 10)
 	if got := a.share(); math.Abs(got-want) > 1e-12 {
 		t.Fatalf("share %v, want %v (token-weighted)", got, want)
 	}
 	var b reuseAverage
 	b.add(100, 500, reuseEWMA) // cached beyond the prompt counts as the whole prompt
 	b.add(100, -3, reuseEWMA)  // negative as none
-	if got := b.share(); math.Abs(got-(1 - reuseEWMA)/((1 - reuseEWMA)+1)) > 1e-12 {
+	if got := b.share(); math.Abs(got-(1-reuseEWMA)/((1-reuseEWMA)+1)) > 1e-12 {
 		t.Fatalf("clamped share %v", got)
 	}
 	for range 2000 { // old answers fade
