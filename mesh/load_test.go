@@ -144,6 +144,12 @@ func TestLoadChannelSharesAnswers(t *testing.T) {
 			return n == want.n && p == want.prompt && c == want.cached
 		})
 	}
+	// The admin view shows each peer's totals.
+	for _, v := range c.node("n01").n.Admin().Load.Peers {
+		if v.Peer == "n00" && (v.Answers != 10 || v.AnswerPromptTokens != 1000 || v.AnswerCachedTokens != 600) {
+			t.Fatalf("n01's admin view of n00: %+v, want 10 answers, 1000 prompt and 600 cached tokens", v)
+		}
+	}
 }
 
 // A node that dies without leaving stops counting once it has been silent

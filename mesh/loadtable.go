@@ -370,6 +370,12 @@ type LoadPeerView struct {
 	Stale           uint64  `json:"stale_dropped"`
 	Unsynced        uint64  `json:"unsynced_dropped"`
 	UnknownBackends uint64  `json:"unknown_backend_entries"`
+	// Answers, AnswerPromptTokens and AnswerCachedTokens are the peer's
+	// answer totals as it last sent them (answers.go): the cached share of
+	// its answers is AnswerCachedTokens / AnswerPromptTokens.
+	Answers            uint64 `json:"answers"`
+	AnswerPromptTokens uint64 `json:"answer_prompt_tokens"`
+	AnswerCachedTokens uint64 `json:"answer_cached_tokens"`
 	// Bookings are the peer's bookings by backend name.
 	Bookings []BookingView `json:"bookings"`
 }
@@ -389,7 +395,8 @@ func (t *loadTable) view(now int64, name func(tree.BackendID) string) []LoadPeer
 	for _, p := range t.peers {
 		v := LoadPeerView{Peer: p.name, AgeMs: now - p.heard, Weight: t.weight(p.heard, now), Seq: p.seq,
 			RoutedPerSecond: p.rate, Messages: p.msgs, Bytes: p.bytes, Stale: p.stale, Unsynced: p.unsync,
-			UnknownBackends: p.unknown, Bookings: make([]BookingView, 0, len(p.book))}
+			UnknownBackends: p.unknown, Answers: p.answers.N, AnswerPromptTokens: p.answers.Prompt,
+			AnswerCachedTokens: p.answers.Cached, Bookings: make([]BookingView, 0, len(p.book))}
 		for id, b := range p.book {
 			v.Bookings = append(v.Bookings, BookingView{Backend: name(id), PendingUnits: b.units,
 				PendingRequests: b.requests, InFlight: b.inFlight})
