@@ -36,8 +36,10 @@
 // a backend with the work every node queued there. It is lossy and never
 // joined into the claims; a peer's bookings go when it leaves or falls
 // silent. The same channel carries the router's lessons about each
-// backend's cache (lesson.go) and the prompts it found lost at a backend
-// (lost.go), each in messages of their own.
+// backend's cache (lesson.go), the prompts it found lost at a backend
+// (lost.go) and its answer totals, from which every node averages the
+// fleet's reuse over the mesh's answers (answers.go), each in messages of
+// their own.
 //
 // # Membership
 //
