@@ -302,11 +302,17 @@ const maxPromptEWMA = 1.0 / 8
 // and spread terms, the load override's floor) too cheap: on the agent
 // workload 8 nodes held 0.54-0.71 of the average one node had, and made
 // a third of its load-driven moves.
-func promptWeight(share float64) float64 {
+func promptWeight(share float64) float64 { return perShare(promptEWMA, maxPromptEWMA, share) }
+
+// perShare is the weight w of one observation in a moving average over a
+// router's traffic, for a node that sees share (Request.MeshShare) of its
+// mesh's: w/share, at most limit, so that the average spans as much of the
+// mesh's traffic as a lone router's does (w alone, or share unknown).
+func perShare(w, limit, share float64) float64 {
 	if share > 0 && share < 1 {
-		return min(promptEWMA/share, maxPromptEWMA)
+		return min(w/share, limit)
 	}
-	return promptEWMA
+	return w
 }
 
 func newKVMeshPolicy(cfg KVMeshConfig) *kvmeshPolicy {

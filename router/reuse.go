@@ -46,12 +46,7 @@ const maxReuseEWMA = 1.0 / 16
 // answers rather than the node's last 128 (8 nodes: the mesh's last ~1,000,
 // a whole agent run, cold start included). The spread term reads it through
 // r/(1-r), steep where agents' reuse lives (r 0.8: 4; 0.9: 9).
-func reuseWeight(share float64) float64 {
-	if share > 0 && share < 1 {
-		return min(reuseEWMA/share, maxReuseEWMA)
-	}
-	return reuseEWMA
-}
+func reuseWeight(share float64) float64 { return perShare(reuseEWMA, maxReuseEWMA, share) }
 
 // add counts one answer at weight w (reuseEWMA, or reuseWeight).
 func (a *reuseAverage) add(prompt, cached int64, w float64) {

@@ -63,16 +63,7 @@ func TestReuseFollowsTheMesh(t *testing.T) {
 	lone := newRig(t, nil, newFakeBackend(t, "a"))
 	node := newRig(t, nil, newFakeBackend(t, "a"))
 	node.rt.peers = &fakePeers{share: 0.125}
-	for i := range 640 {
-		cached := int64(0)
-		if i >= 512 {
-			cached = 90
-		}
-		lone.rt.learnFromAnswer(nil, &reqState{}, Decision{}, 100, cached)
-		if i%8 == 0 {
-			node.rt.learnFromAnswer(nil, &reqState{}, Decision{}, 100, cached)
-		}
-	}
+	climb(lone, node, nil)
 	l, n := lone.rt.reuse.share(), node.rt.reuse.share()
 	if l < 0.5 || math.Abs(n-l) > 0.05 {
 		t.Fatalf("after the climb the lone router reads %.3f, the node of eight %.3f; want the same within 0.05", l, n)
@@ -101,26 +92,35 @@ func TestReuseFoldsThePeersAnswers(t *testing.T) {
 	if got := node.rt.reuseShare(); got != -1 {
 		t.Fatalf("before any answer of its own the node reads %v: the peers' past counted as news", got)
 	}
-	// The fleet's reuse climbs from none to 0.9, as in TestReuseFollowsTheMesh.
-	for i := range 640 {
-		cached := int64(0)
-		if i >= 512 {
-			cached = 90
-		}
-		lone.rt.learnFromAnswer(nil, &reqState{}, Decision{}, 100, cached)
-		if i%8 == 0 {
-			node.rt.learnFromAnswer(nil, &reqState{}, Decision{}, 100, cached)
-		} else {
-			peers.totals.n++
-			peers.totals.prompt += 100
-			peers.totals.cached += uint64(cached)
-		}
-	}
+	climb(lone, node, func(cached int64) { // the peers' answers
+		peers.totals.n++
+		peers.totals.prompt += 100
+		peers.totals.cached += uint64(cached)
+	})
 	l, n := lone.rt.reuse.share(), node.rt.reuseShare()
 	if l < 0.5 || math.Abs(n-l) > 0.01 {
 		t.Fatalf("the lone router reads %.4f, the node of eight with its peers' answers %.4f; want the same within 0.01", l, n)
 	}
 	if got, p, c := node.rt.LocalAnswers(); got != 80 || p != 8000 || c != 16*90 {
 		t.Fatalf("the node's own totals: %d answers, %d prompt, %d cached; want 80, 8000, 1440", got, p, c)
+	}
+}
+
+// climb feeds the answers of a mesh whose reuse climbs from none to 0.9:
+// 512 uncached 100-token prompts, then 128 at 90 cached. lone sees every
+// answer, node every eighth; peer (if any) is told of the others.
+func climb(lone, node *testRig, peer func(cached int64)) {
+	for i := range 640 {
+		cached := int64(0)
+		if i >= 512 {
+			cached = 90
+		}
+		lone.rt.learnFromAnswer(nil, &reqState{}, Decision{}, 100, cached)
+		switch {
+		case i%8 == 0:
+			node.rt.learnFromAnswer(nil, &reqState{}, Decision{}, 100, cached)
+		case peer != nil:
+			peer(cached)
+		}
 	}
 }
