@@ -63,12 +63,17 @@ func (t *loadTable) applyAnswers(p *peerLoad, m *loadMsg) {
 	p.answers = answerTotals{N: max(p.answers.N, a.N), Prompt: max(p.answers.Prompt, a.Prompt), Cached: max(p.answers.Cached, a.Cached)}
 }
 
+// add adds b's counts to a's.
+func (a *answerTotals) add(b answerTotals) {
+	a.N += b.N
+	a.Prompt += b.Prompt
+	a.Cached += b.Cached
+}
+
 // retireAnswers moves a peer's totals into the retired ones (it left, fell
 // silent or restarted).
 func (t *loadTable) retireAnswers(p *peerLoad) {
-	t.retiredAnswers.N += p.answers.N
-	t.retiredAnswers.Prompt += p.answers.Prompt
-	t.retiredAnswers.Cached += p.answers.Cached
+	t.retiredAnswers.add(p.answers)
 	p.answers = answerTotals{}
 }
 
@@ -76,9 +81,7 @@ func (t *loadTable) retireAnswers(p *peerLoad) {
 func (t *loadTable) publishAnswers() {
 	sum := t.retiredAnswers
 	for _, p := range t.peers {
-		sum.N += p.answers.N
-		sum.Prompt += p.answers.Prompt
-		sum.Cached += p.answers.Cached
+		sum.add(p.answers)
 	}
 	t.answered.n.Store(sum.N)
 	t.answered.prompt.Store(sum.Prompt)

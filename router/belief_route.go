@@ -72,9 +72,7 @@ func (rt *Router) unitsPerToken() float64 { return math.Float64frombits(rt.upt.L
 // match that was gone says the cache keeps less; a doubted (or ignored)
 // deeper claim that was still there says it keeps more.
 func (rt *Router) learnFromAnswer(b *backend, st *reqState, d Decision, prompt, cached int64) {
-	if prompt > 0 {
-		rt.observeReuse(prompt, cached)
-	}
+	rt.observeReuse(prompt, cached)
 	fb := st.fb
 	if !fb.ok || prompt <= 0 || st.chain.Units <= 0 {
 		return

@@ -61,31 +61,35 @@ func (a *reuseAverage) add(prompt, cached int64, w float64) {
 }
 
 // fold counts the peers' answers since the last fold, given their totals
-// now: n more answers age the sums as n answers of this node's would, and
-// add their tokens. The first call only takes the baseline. Totals that
-// went back (they never should) are taken as a new baseline.
-func (a *reuseAverage) fold(peers answerTotals) {
+// now, and returns the share after it: n more answers age the sums as n
+// answers of this node's would, and add their tokens. The first call only
+// takes the baseline. Totals that went back (they never should) are taken
+// as a new baseline.
+func (a *reuseAverage) fold(peers answerTotals) float64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	last := a.peers
 	a.peers = peers
-	if !a.folded {
+	switch {
+	case !a.folded:
 		a.folded = true
-		return
+	case peers.n > last.n && peers.prompt >= last.prompt && peers.cached >= last.cached:
+		decay := math.Pow(1-reuseEWMA, float64(peers.n-last.n))
+		dp := float64(peers.prompt - last.prompt)
+		a.prompt = a.prompt*decay + dp
+		a.cached = a.cached*decay + min(float64(peers.cached-last.cached), dp)
 	}
-	if peers.n <= last.n || peers.prompt < last.prompt || peers.cached < last.cached {
-		return
-	}
-	decay := math.Pow(1-reuseEWMA, float64(peers.n-last.n))
-	dp := float64(peers.prompt - last.prompt)
-	a.prompt = a.prompt*decay + dp
-	a.cached = a.cached*decay + min(float64(peers.cached-last.cached), dp)
+	return a.shareLocked()
 }
 
 // share is the cached share in [0, 1], or -1 before any answer.
 func (a *reuseAverage) share() float64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	return a.shareLocked()
+}
+
+func (a *reuseAverage) shareLocked() float64 {
 	if !(a.prompt > 0) || math.IsInf(a.prompt, 0) {
 		return -1
 	}
@@ -110,17 +114,14 @@ func (rt *Router) LocalAnswers() (n, prompt, cached uint64) {
 	return rt.answers.n.Load(), rt.answers.prompt.Load(), rt.answers.cached.Load()
 }
 
-// meshAnswers folds the peers' answers into the reuse average and says
-// whether there were any to fold (peers that send their totals).
-func (rt *Router) meshAnswers() bool {
-	pa, ok := rt.peers.(PeerAnswers)
-	if !ok {
-		return false
+// peerTotals reads the peers' answer totals; ok is false when the peers
+// send none (no mesh, or peers of an earlier release).
+func (rt *Router) peerTotals() (t answerTotals, ok bool) {
+	if rt.peerAns == nil {
+		return t, false
 	}
-	var t answerTotals
-	t.n, t.prompt, t.cached = pa.PeerAnswers()
-	rt.reuse.fold(t)
-	return t.n > 0
+	t.n, t.prompt, t.cached = rt.peerAns.PeerAnswers()
+	return t, t.n > 0
 }
 
 // observeReuse counts one of this router's answers: in its totals, and in
@@ -135,17 +136,21 @@ func (rt *Router) observeReuse(prompt, cached int64) {
 	rt.answers.prompt.Add(uint64(prompt))
 	rt.answers.cached.Add(uint64(c))
 	w := reuseWeight(rt.meshShare())
-	if rt.meshAnswers() {
+	if t, ok := rt.peerTotals(); ok {
+		rt.reuse.fold(t)
 		w = reuseEWMA
 	}
 	rt.reuse.add(prompt, c, w)
 }
 
 // reuseShare is Request.Reuse: the reuse average with the peers' latest
-// answers folded in.
+// answers folded in (one lock on the request path).
 func (rt *Router) reuseShare() float64 {
-	rt.meshAnswers()
-	return rt.reuse.share()
+	if rt.peerAns == nil {
+		return rt.reuse.share()
+	}
+	t, _ := rt.peerTotals()
+	return rt.reuse.fold(t)
 }
 
 // ObserveAnswer counts an answer's usage (prompt and cached tokens) in the

@@ -86,9 +86,8 @@ func (p *answeringPeers) PeerAnswers() (uint64, uint64, uint64) {
 // heard them is a baseline, not news.
 func TestReuseFoldsThePeersAnswers(t *testing.T) {
 	lone := newRig(t, nil, newFakeBackend(t, "a"))
-	node := newRig(t, nil, newFakeBackend(t, "a"))
 	peers := &answeringPeers{fakePeers: fakePeers{share: 0.125}, totals: answerTotals{n: 5000, prompt: 5_000_000, cached: 5_000_000}}
-	node.rt.peers = peers
+	node := newRig(t, func(_ *Config, d *Deps) { d.Peers = peers }, newFakeBackend(t, "a"))
 	if got := node.rt.reuseShare(); got != -1 {
 		t.Fatalf("before any answer of its own the node reads %v: the peers' past counted as news", got)
 	}

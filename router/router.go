@@ -76,6 +76,7 @@ type Router struct {
 	learner Learner
 	peers   PeerLoad    // nil without a mesh
 	lessons PeerLessons // peers, when it carries lessons; nil otherwise
+	peerAns PeerAnswers // peers, when it carries their answer totals; nil otherwise
 	gate    LessonGate  // peers, when they say whether to author lessons yet; nil: always
 	routed  atomic.Uint64
 	upt     atomic.Uint64  // float64 bits: estimated prompt units per token (belief)
@@ -152,6 +153,9 @@ func New(cfg Config, deps Deps) (*Router, error) {
 	}
 	if g, ok := deps.Peers.(LessonGate); ok {
 		rt.gate = g
+	}
+	if pa, ok := deps.Peers.(PeerAnswers); ok {
+		rt.peerAns = pa
 	}
 	if rt.learner == nil {
 		l := NewLocalLearner(deps.Index, "local")
