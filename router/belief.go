@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,7 +36,15 @@ type BeliefConfig struct {
 	// EdgeStart and EdgeTrust: a claim whose prefix has had more than
 	// EdgeStart times the capacity written after it counts its match at
 	// less than full value, falling linearly to EdgeTrust at the capacity.
-	// 0.7 and 1 (no discount): on the Mooncake trace at 3x (caches a tenth
+	// 0.7 and 1 (no discount). What prefix routes found cached falls
+	// smoothly with the distance (Mooncake 3x, one run: most of the match
+	// held in 97% of routes below 0.2 capacities, 73% at 0.4-0.5, 35% at
+	// 0.9-1), yet pricing that (0.2 and 0.35, with DoubtCurve) lowered the
+	// hit rate in 4 of 4 runs beside the default (13.5-14.6% against
+	// 14.0-14.7%) and lost agent runs (78% against 84%): the discount falls
+	// on the whole match, a shared head the backend keeps too, and moves
+	// conversations off holders that still have most of them. Before
+	// that, on the Mooncake trace at 3x (caches a tenth
 	// of the working set, 2 runs each) a discount to 0.5 moved hit rate
 	// 14.2% -> 14.1% and TTFT p50 1.02 -> 1.12 s: retention is noisy (an
 	// engine keeps running requests' blocks out of its LRU, prefixes are
@@ -76,6 +85,37 @@ type BeliefConfig struct {
 	// and 16.6-17.0 s against 81.0-82.5% and 15.4-16.9 s. (Before claims
 	// were stamped at each use it cost customers 0.8 points of hit rate.)
 	DoubtLearn bool `yaml:"doubt_learn"`
+	// DoubtCurve: with DoubtLearn, what a doubted claim is worth depends
+	// on how far past the edge it is: the claims with up to 1.25, 1.5, 2
+	// and 3 times DoubtBeyond capacities written after them, and those
+	// further, each learn a worth of their own from the answers (starting
+	// from the backend's one learned worth). An engine's LRU does not drop
+	// a prefix the moment one capacity has been written after it (running
+	// requests' blocks are out of it, and how many varies with the load),
+	// so a claim just past the edge is often still held while one far past
+	// it never is; one worth for both prices the first at the second's.
+	// The ranges are this node's (the one worth is the mesh's lesson).
+	//
+	// On, with DoubtNear 3 (kvmesh arm, 8 backends, runs alternating with
+	// both off; hit rate, TTFT p50 and p99 medians): Mooncake 3x, 8 pairs:
+	// 14.5% against 14.5% (ahead in 5, by +0.15 points in the median
+	// pair), p50 0.95 against 0.93 s, p99 6.54 against 6.96 s (faster in 7
+	// of 8); customers, 3 pairs: 50.3% against
+	// 50.0%, p99 1.35 against 1.26 s; agent, 3 pairs: 84.2% against 84.0%,
+	// p99 11.0 against 21.3 s. Learned there: 0.07-0.33 just past the edge,
+	// 0.02-0.06 further.
+	DoubtCurve bool `yaml:"doubt_curve"`
+	// DoubtNear: a lookup also finds, for each backend, its deepest claim
+	// with at most DoubtNear capacities written after it. A prompt's
+	// claims are stamped one by one, so a shared head (a tenant's context
+	// that other conversations keep using) is stamped later than the tail
+	// of the one conversation that last went there: when both are past the
+	// edge, the blocks up to the near claim are priced at its own
+	// distance's worth (DoubtCurve) and only the rest at the far claim's.
+	// 0: the deepest claim prices every doubted block (else more than
+	// DoubtBeyond; it costs one more lookup while any claim is doubted).
+	// 3: the last of DoubtCurve's bounded ranges.
+	DoubtNear float64 `yaml:"doubt_near"`
 	// ConfirmShare: an answer confirms a match when the backend reports at
 	// least this share of the tokens the router believed matched as cached.
 	// 0.5: a match counts when most of it was there, not for a first block
@@ -109,7 +149,7 @@ type BeliefConfig struct {
 
 // DefaultBeliefConfig returns the defaults documented on BeliefConfig.
 func DefaultBeliefConfig() BeliefConfig {
-	return BeliefConfig{Enabled: true, EdgeStart: 0.7, EdgeTrust: 1, DoubtBeyond: 1, DoubtTrust: 0.5, DoubtLearn: true, ConfirmShare: 0.5, LearnRate: 0.1, UnitsPerToken: 4,
+	return BeliefConfig{Enabled: true, EdgeStart: 0.7, EdgeTrust: 1, DoubtBeyond: 1, DoubtTrust: 0.5, DoubtLearn: true, DoubtCurve: true, DoubtNear: 3, ConfirmShare: 0.5, LearnRate: 0.1, UnitsPerToken: 4,
 		LostTTL: time.Minute}
 }
 
@@ -126,6 +166,9 @@ func (c BeliefConfig) validate() []error {
 	}
 	if !(c.DoubtBeyond == 0 || c.DoubtBeyond >= 0.5) || math.IsInf(c.DoubtBeyond, 0) {
 		errs = append(errs, fmt.Errorf("router: belief.doubt_beyond must be 0 (never) or at least 0.5, got %v", c.DoubtBeyond))
+	}
+	if !(c.DoubtNear == 0 || c.DoubtNear > c.DoubtBeyond) || math.IsInf(c.DoubtNear, 0) || math.IsNaN(c.DoubtNear) {
+		errs = append(errs, fmt.Errorf("router: belief.doubt_near must be 0 (one worth) or more than doubt_beyond (%v), got %v", c.DoubtBeyond, c.DoubtNear))
 	}
 	if !(c.DoubtTrust >= 0 && c.DoubtTrust <= 1) {
 		errs = append(errs, fmt.Errorf("router: belief.doubt_trust must be in [0, 1], got %v", c.DoubtTrust))
@@ -188,6 +231,38 @@ type cacheBelief struct {
 	confirmed, refuted atomic.Uint64 // prefix routes the answers confirmed or not
 	doubt              atomic.Uint64 // float64 bits: the learned worth of doubted claims (0: none yet)
 	doubtN             atomic.Uint64 // answers learnDoubt has taken in
+	// nearSince is the bound for claims near the edge (BeliefConfig.DoubtNear,
+	// a tree.Timestamp like since).
+	nearSince atomic.Uint64
+	// curve and curveN are doubt and doubtN for each range of distance past
+	// the edge (BeliefConfig.DoubtCurve, doubtBounds).
+	curve, curveN [doubtRanges]atomic.Uint64
+}
+
+// doubtBounds are the upper ends of the ranges of distance past the edge
+// whose doubted claims learn a worth of their own (BeliefConfig.DoubtCurve),
+// in multiples of DoubtBeyond; the last range has no upper end.
+var doubtBounds = [...]float64{1.25, 1.5, 2, 3}
+
+const doubtRanges = len(doubtBounds) + 1
+
+// doubtRangeLabel is range i's upper end in capacities, as a metric label
+// ("+Inf" for the last).
+func doubtRangeLabel(i int, cfg *BeliefConfig) string {
+	if i >= len(doubtBounds) {
+		return "+Inf"
+	}
+	return strconv.FormatFloat(doubtBounds[i]*cfg.DoubtBeyond, 'g', -1, 64)
+}
+
+// doubtRange is the range of a claim with x capacities written after it.
+func doubtRange(x float64, cfg *BeliefConfig) int {
+	for i, b := range doubtBounds {
+		if x <= b*cfg.DoubtBeyond {
+			return i
+		}
+	}
+	return len(doubtBounds)
 }
 
 // doubtEWMA weighs one answer in a backend's learned doubt trust once it
@@ -216,17 +291,63 @@ func (cb *cacheBelief) doubtTrust(cfg *BeliefConfig) float64 {
 	return cfg.DoubtTrust
 }
 
-// learnDoubt moves the learned doubt trust towards what an answer showed
-// of a doubted claim: the share of the blocks only it covered that were
-// cached (0..1), and stamps the lesson at nowMs (lesson.go; unstamped
+// worthAt is what the doubted blocks of a claim with x capacities written
+// after it are worth here: with DoubtCurve, what its range learned (the
+// backend's one worth until an answer has taught it), else doubtTrust.
+func (cb *cacheBelief) worthAt(x float64, cfg *BeliefConfig) float64 {
+	if !cfg.DoubtCurve || cfg.DoubtTrust == 0 || !cfg.DoubtLearn {
+		return cb.doubtTrust(cfg)
+	}
+	if v := cb.curve[doubtRange(x, cfg)].Load(); v != 0 {
+		return math.Float64frombits(v)
+	}
+	return cb.doubtTrust(cfg)
+}
+
+// learnDoubt moves the learned doubt worth, and with DoubtCurve the worth
+// of the range of x (capacities written after the claim), towards what an
+// answer showed of the doubted blocks they price: the share of them that
+// were cached (0..1). It stamps the lesson at nowMs (lesson.go; unstamped
 // leaves the stamp alone).
-func (cb *cacheBelief) learnDoubt(share float64, cfg *BeliefConfig, nowMs int64) {
+func (cb *cacheBelief) learnDoubt(share, x float64, cfg *BeliefConfig, nowMs int64) {
 	cb.mu.Lock()
 	defer cb.mu.Unlock()
-	cur, target := cb.doubtTrust(cfg), share
+	if cfg.DoubtCurve {
+		i := doubtRange(x, cfg)
+		cur := cb.worthAt(x, cfg)
+		w := max(doubtEWMA, 1/float64(cb.curveN[i].Add(1)+doubtPrior))
+		cb.curve[i].Store(math.Float64bits(min(max(cur+w*(share-cur), minDoubtTrust), 1)))
+	}
+	cur := cb.doubtTrust(cfg)
 	w := max(doubtEWMA, 1/float64(cb.doubtN.Add(1)+doubtPrior))
-	cb.doubt.Store(math.Float64bits(min(max(cur+w*(target-cur), minDoubtTrust), 1)))
+	cb.doubt.Store(math.Float64bits(min(max(cur+w*(share-cur), minDoubtTrust), 1)))
 	cb.stampLocked(nowMs)
+}
+
+// curveOf lists the worth of each range (BeliefConfig.DoubtCurve; nil
+// when off).
+func (cb *cacheBelief) curveOf(cfg *BeliefConfig) []float64 {
+	if !cfg.DoubtCurve || cfg.DoubtTrust == 0 || !cfg.DoubtLearn {
+		return nil
+	}
+	out := make([]float64, doubtRanges)
+	for i := range out {
+		out[i] = cb.doubtTrust(cfg)
+		if v := cb.curve[i].Load(); v != 0 {
+			out[i] = math.Float64frombits(v)
+		}
+	}
+	return out
+}
+
+// capacities is d units in capacities as of the last refresh (0 when the
+// capacity is unknown).
+func (cb *cacheBelief) capacities(d float64) float64 {
+	kappa := math.Float64frombits(cb.kappa.Load())
+	if !(kappa > 0) {
+		return 0
+	}
+	return d / kappa
 }
 
 func (cb *cacheBelief) init() { cb.scale = 1 }
@@ -240,12 +361,13 @@ func (cb *cacheBelief) capacity(upt float64) float64 {
 	return cb.learned
 }
 
-// refresh records the written count w at nowMs and recomputes the bound
-// (claims with more than ignore capacities written after them are past it;
-// ignore 0: no bound). It is cheap to call on every request: within a
+// refresh records the written count w at nowMs and recomputes the bounds
+// (claims with more than ignore capacities written after them are past
+// the edge, with more than near capacities far past it; 0: no such
+// bound). It is cheap to call on every request: within a
 // millisecond of the last refresh it does nothing, and another caller
 // refreshing skips it.
-func (cb *cacheBelief) refresh(nowMs int64, w, upt, ignore float64) {
+func (cb *cacheBelief) refresh(nowMs int64, w, upt, ignore, near float64) {
 	if cb.updated.Load() == nowMs || !cb.mu.TryLock() {
 		return
 	}
@@ -267,15 +389,23 @@ func (cb *cacheBelief) refresh(nowMs int64, w, upt, ignore float64) {
 		cb.push(writeSample{ms: nowMs, w: w})
 	}
 	cb.nowW.Store(math.Float64bits(w))
-	var since tree.Timestamp
-	if kappa > 0 && ignore > 0 {
-		// The newest sample with at least ignore x kappa written after it: a
-		// claim stamped before it has been pushed out of the LRU since.
-		if i := cb.lastBefore(w - ignore*kappa); i >= 0 {
-			since = tree.MakeTimestamp(cb.at(i).ms, 0)
+	// The newest sample with at least ignore x kappa written after it: a
+	// claim stamped before it has been pushed out of the LRU since.
+	cb.since.Store(uint64(cb.boundLocked(w, kappa, ignore)))
+	cb.nearSince.Store(uint64(cb.boundLocked(w, kappa, near)))
+}
+
+// boundLocked is the stamp before which claims have had more than k
+// capacities (kappa) written after them, as of the count w (0: none, k
+// or kappa 0, or the history does not reach back that far). Caller
+// holds mu.
+func (cb *cacheBelief) boundLocked(w, kappa, k float64) tree.Timestamp {
+	if kappa > 0 && k > 0 {
+		if i := cb.lastBefore(w - k*kappa); i >= 0 {
+			return tree.MakeTimestamp(cb.at(i).ms, 0)
 		}
 	}
-	cb.since.Store(uint64(since))
+	return 0
 }
 
 func (cb *cacheBelief) push(s writeSample) {
@@ -316,14 +446,10 @@ func (cb *cacheBelief) distance(ms int64) float64 {
 	return cb.distanceLocked(ms)
 }
 
-// beyond is how many capacities the mesh has written to the backend since
-// time ms, as of the last refresh (0 when the capacity is unknown).
+// beyond is distance(ms) in capacities, as of the last refresh (0 when
+// the capacity is unknown).
 func (cb *cacheBelief) beyond(ms int64) float64 {
-	kappa := math.Float64frombits(cb.kappa.Load())
-	if !(kappa > 0) {
-		return 0
-	}
-	return cb.distance(ms) / kappa
+	return cb.capacities(cb.distance(ms))
 }
 
 // unfilled is the share of the backend's cache nothing has been written

@@ -18,6 +18,10 @@ type answerCheck struct {
 	ok                 bool
 	trusted, all       int32 // blocks
 	distTrust, distAll float64
+	// near is the deepest claim near the edge (BeliefConfig.DoubtNear),
+	// deeper than trusted (0: none), distNear what was written since it.
+	near     int32
+	distNear float64
 	// booked is what the dispatch counted as written to the backend (the
 	// prompt less the units expected cached).
 	booked float64
@@ -55,6 +59,9 @@ func (rt *Router) noteBelief(st *reqState, b *backend, c *Candidate) {
 	if st.filtered {
 		if m, ok := matchOf(&st.resAll, b.id); ok && m.Blocks > st.fb.trusted {
 			st.fb.all, st.fb.distAll = m.Blocks, b.belief.distance(m.Time.Millis())
+		}
+		if m, ok := matchOf(&st.resNear, b.id); ok && m.Blocks > st.fb.trusted {
+			st.fb.near, st.fb.distNear = m.Blocks, b.belief.distance(m.Time.Millis())
 		}
 	}
 }
@@ -127,9 +134,17 @@ func (rt *Router) learnFromAnswer(b *backend, st *reqState, d Decision, prompt, 
 	// evicts a prefix block by block from its tail, and on the Mooncake
 	// trace 43% of doubted claims still held part of their blocks while
 	// 7% held most; what they were worth was 16% of their blocks.)
+	// With belief.doubt_near, the near claim's blocks and those only the
+	// far claim covers each teach the worth of their distance's range
+	// (belief.doubt_curve).
 	if fb.all > fb.trusted && cfg.DoubtLearn {
-		if lo, hi := tokens(fb.trusted), tokens(fb.all); hi > lo {
-			b.belief.learnDoubt(doubtShare(float64(cached), lo, hi), cfg, stampMs)
+		lo := tokens(fb.trusted)
+		if hi := tokens(fb.near); fb.near > fb.trusted && hi > lo {
+			b.belief.learnDoubt(doubtShare(float64(cached), lo, hi), b.belief.capacities(fb.distNear), cfg, stampMs)
+			lo, learned = hi, true
+		}
+		if hi := tokens(fb.all); fb.all > max(fb.trusted, fb.near) && hi > lo {
+			b.belief.learnDoubt(doubtShare(float64(cached), lo, hi), b.belief.capacities(fb.distAll), cfg, stampMs)
 			learned = true
 		}
 	}

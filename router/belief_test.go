@@ -27,7 +27,7 @@ func TestCacheBeliefBound(t *testing.T) {
 	w := 0.0
 	for ms := int64(1); ms <= 100; ms++ { // 100 units written per ms
 		w += 100
-		cb.refresh(ms, w, upt, 1)
+		cb.refresh(ms, w, upt, 1, 0)
 	}
 	if got := kappaOf(&cb); got != 4000 {
 		t.Fatalf("capacity %v units, want 4000", got)
@@ -51,14 +51,21 @@ func TestCacheBeliefBound(t *testing.T) {
 	// Nothing known about the capacity: no bound, full trust.
 	var none cacheBelief
 	none.init()
-	none.refresh(1, 1e9, upt, 1)
+	none.refresh(1, 1e9, upt, 1, 0)
 	if none.since.Load() != 0 || none.trust(0, &cfg) != 1 {
 		t.Fatal("a backend of unknown capacity has a bound")
 	}
 	// The written count never goes back (a late peer snapshot).
-	cb.refresh(101, 5, upt, 1)
+	cb.refresh(101, 5, upt, 1, 0)
 	if got := math.Float64frombits(cb.nowW.Load()); got != 10000 {
 		t.Fatalf("written went back to %v", got)
+	}
+	// A second bound further back (belief.doubt_near): claims stamped
+	// before it have had more than 2 capacities written after them.
+	cb.refresh(102, w, upt, 1, 2)
+	near := tree.Timestamp(cb.nearSince.Load()).Millis()
+	if near < 15 || near > 22 || near >= tree.Timestamp(cb.since.Load()).Millis() {
+		t.Fatalf("near bound at ms %d, want about 20 (8,000 units before the end), before the edge's", near)
 	}
 }
 
@@ -75,7 +82,7 @@ func TestCacheBeliefUnfilled(t *testing.T) {
 		w    float64
 		want float64
 	}{{1, 0, 1}, {2, 1000, 0.75}, {3, 3000, 0.25}, {4, 4000, 0}, {5, 9000, 0}} {
-		cb.refresh(c.ms, c.w, upt, 1)
+		cb.refresh(c.ms, c.w, upt, 1, 0)
 		if got := cb.unfilled(); math.Abs(got-c.want) > 1e-9 {
 			t.Fatalf("after %v units written: unfilled %v, want %v", c.w, got, c.want)
 		}
@@ -87,14 +94,14 @@ func TestCacheBeliefUnfilled(t *testing.T) {
 		w    float64
 		want float64
 	}{{6, 9000, 1}, {7, 10000, 0.75}, {8, 13000, 0}} {
-		cb.refresh(c.ms, c.w, upt, 1)
+		cb.refresh(c.ms, c.w, upt, 1, 0)
 		if got := cb.unfilled(); math.Abs(got-c.want) > 1e-9 {
 			t.Fatalf("%v units written after a restart at 9000: unfilled %v, want %v", c.w, got, c.want)
 		}
 	}
 	var none cacheBelief
 	none.init()
-	none.refresh(1, 0, upt, 1)
+	none.refresh(1, 0, upt, 1, 0)
 	if got := none.unfilled(); got != 0 {
 		t.Fatalf("a backend of unknown capacity is unfilled %v, want 0", got)
 	}
@@ -230,6 +237,17 @@ func TestBeliefIgnoresClaimsPastTheCacheEdge(t *testing.T) {
 	if got, want := g.counter("kvmesh_router_backend_belief_doubt_worth_ratio", "backend", "a"), list[0].Belief.DoubtTrust; got != want || got <= 0 {
 		t.Fatalf("kvmesh_router_backend_belief_doubt_worth_ratio = %v, want %v", got, want)
 	}
+	// And the worth by distance past the edge (belief.doubt_curve, on by
+	// default), one series per range.
+	curve := list[0].Belief.DoubtCurve
+	if len(curve) != doubtRanges {
+		t.Fatalf("doubt curve %v, want %d ranges", curve, doubtRanges)
+	}
+	for i, le := range []string{"1.25", "1.5", "2", "3", "+Inf"} {
+		if got := g.counter("kvmesh_router_backend_belief_doubt_curve_ratio", "backend", "a", "beyond_le", le); got != curve[i] || got <= 0 {
+			t.Fatalf("kvmesh_router_backend_belief_doubt_curve_ratio{beyond_le=%q} = %v, want %v", le, got, curve[i])
+		}
+	}
 }
 
 // The answers' cached_tokens count as confirming or refuting prefix
@@ -337,21 +355,21 @@ func TestCacheBeliefLearnsDoubtTrust(t *testing.T) {
 	// as doubtPrior answers: after 1 held and 9 gone it is (2x0.5+1)/12,
 	// about 0.17, where an average weighted 1/32 from the start would
 	// still be about 0.39.
-	cb.learnDoubt(1, &cfg, 0)
+	cb.learnDoubt(1, 0, &cfg, 0)
 	for range 9 {
-		cb.learnDoubt(0, &cfg, 0)
+		cb.learnDoubt(0, 0, &cfg, 0)
 	}
 	if got, want := cb.doubtTrust(&cfg), (doubtPrior*cfg.DoubtTrust+1)/(doubtPrior+10); math.Abs(got-want) > 1e-9 {
 		t.Fatalf("after 1 held of 10: %v, want the mean with the prior %v", got, want)
 	}
 	for range 200 {
-		cb.learnDoubt(0, &cfg, 0)
+		cb.learnDoubt(0, 0, &cfg, 0)
 	}
 	if got := cb.doubtTrust(&cfg); got != minDoubtTrust {
 		t.Fatalf("after 200 doubted claims gone: %v, want the floor %v", got, minDoubtTrust)
 	}
 	for range 32 {
-		cb.learnDoubt(1, &cfg, 0)
+		cb.learnDoubt(1, 0, &cfg, 0)
 	}
 	if got := cb.doubtTrust(&cfg); !(got > 0.5 && got < 1) {
 		t.Fatalf("after 32 held: %v, want above 0.5", got)
@@ -360,7 +378,7 @@ func TestCacheBeliefLearnsDoubtTrust(t *testing.T) {
 	// whether most were there: a quarter of them, again and again, is
 	// worth a quarter.
 	for range 300 {
-		cb.learnDoubt(0.25, &cfg, 0)
+		cb.learnDoubt(0.25, 0, &cfg, 0)
 	}
 	if got := cb.doubtTrust(&cfg); math.Abs(got-0.25) > 1e-3 {
 		t.Fatalf("after answers that found a quarter of the doubted blocks: %v, want 0.25", got)
@@ -377,6 +395,38 @@ func TestCacheBeliefLearnsDoubtTrust(t *testing.T) {
 	}
 }
 
+// With DoubtCurve each range of distance past the edge learns a worth of
+// its own: answers just past the edge that found the blocks held raise
+// that range, answers far past it that found nothing lower the far one,
+// and a range no answer reached prices at the backend's one worth (which
+// learns from every answer). Off, every distance prices at that one worth.
+func TestCacheBeliefDoubtCurve(t *testing.T) {
+	cfg := DefaultBeliefConfig()
+	cfg.DoubtLearn, cfg.DoubtCurve = true, true
+	var cb cacheBelief
+	cb.init()
+	for range 40 {
+		cb.learnDoubt(1, 1.1, &cfg, 0)
+	}
+	for range 40 {
+		cb.learnDoubt(0, 5, &cfg, 0)
+	}
+	near, far, untaught := cb.worthAt(1.1, &cfg), cb.worthAt(5, &cfg), cb.worthAt(1.4, &cfg)
+	if !(near > 0.9) || !(far < 0.1) {
+		t.Fatalf("worth just past the edge %v (want above 0.9, every answer held), far past %v (want below 0.1)", near, far)
+	}
+	if one := cb.doubtTrust(&cfg); untaught != one || !(one > far && one < near) {
+		t.Fatalf("an untaught range is worth %v, want the backend's one worth %v, between the two", untaught, one)
+	}
+	if c := cb.curveOf(&cfg); len(c) != doubtRanges || c[0] != near || c[len(c)-1] != far {
+		t.Fatalf("curve %v, want %d ranges from %v to %v", c, doubtRanges, near, far)
+	}
+	cfg.DoubtCurve = false
+	if got := cb.worthAt(1.1, &cfg); got != cb.doubtTrust(&cfg) || cb.curveOf(&cfg) != nil {
+		t.Fatalf("curve off: worth %v, want the one worth %v and no curve", got, cb.doubtTrust(&cfg))
+	}
+}
+
 // doubtShare: the share of a doubted claim's own tokens the answer had.
 func TestDoubtShare(t *testing.T) {
 	for _, c := range []struct{ cached, lo, hi, want float64 }{
@@ -390,5 +440,36 @@ func TestDoubtShare(t *testing.T) {
 		if got := doubtShare(c.cached, c.lo, c.hi); got != c.want {
 			t.Errorf("doubtShare(%v, %v, %v) = %v, want %v", c.cached, c.lo, c.hi, got, c.want)
 		}
+	}
+}
+
+// Bad belief settings are refused with the setting's name; the defaults
+// pass, and doubt_near must lie beyond doubt_beyond (or be 0, off).
+func TestBeliefConfigValidate(t *testing.T) {
+	if errs := DefaultBeliefConfig().validate(); len(errs) != 0 {
+		t.Fatalf("defaults refused: %v", errs)
+	}
+	for _, c := range []struct {
+		name string
+		set  func(*BeliefConfig)
+	}{
+		{"doubt_near", func(c *BeliefConfig) { c.DoubtBeyond, c.DoubtNear = 1, 0.8 }},
+		{"doubt_near", func(c *BeliefConfig) { c.DoubtNear = math.NaN() }},
+		{"doubt_near", func(c *BeliefConfig) { c.DoubtNear = math.Inf(1) }},
+		{"edge_start", func(c *BeliefConfig) { c.EdgeStart = 0 }},
+		{"edge_trust", func(c *BeliefConfig) { c.EdgeTrust = 1.5 }},
+		{"doubt_trust", func(c *BeliefConfig) { c.DoubtTrust = -0.1 }},
+	} {
+		cfg := DefaultBeliefConfig()
+		c.set(&cfg)
+		errs := cfg.validate()
+		if len(errs) == 0 || !strings.Contains(fmt.Sprint(errs), "belief."+c.name) {
+			t.Errorf("%s: errors %v, want one naming belief.%s", c.name, errs, c.name)
+		}
+	}
+	cfg := DefaultBeliefConfig()
+	cfg.DoubtBeyond, cfg.DoubtNear = 1, 0
+	if errs := cfg.validate(); len(errs) != 0 {
+		t.Fatalf("doubt_near 0 (off) refused: %v", errs)
 	}
 }

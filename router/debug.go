@@ -86,6 +86,9 @@ type CandidateExplanation struct {
 	// DoubtedBlocks is the depth of a deeper claim past the edge of the
 	// backend's cache (worth belief.doubt_trust of its blocks), 0 if none.
 	DoubtedBlocks int `json:"doubted_blocks"`
+	// NearBlocks is the depth of the deepest doubted claim near the edge
+	// (belief.doubt_near), 0 if none.
+	NearBlocks int `json:"near_blocks,omitempty"`
 	// Beyond and DoubtedBeyond are how many of the backend's capacities
 	// the mesh has written to it since the trusted match's claim and the
 	// doubted claim were last used (0: no such claim, or the capacity is
@@ -191,7 +194,7 @@ func (rt *Router) explain(st *reqState, ep Endpoint, path string, body []byte, t
 	for i := range st.cands {
 		c := &st.cands[i]
 		ce := CandidateExplanation{Backend: c.Name, MatchedBlocks: int(c.Matched),
-			MatchedUnits: c.MatchedUnits(&st.chain), Score: st.scores[i], Discount: c.Discount, Lost: c.Lost, DoubtedBlocks: int(c.Doubted), Chosen: i == d.Index, Load: loadJSON(c.Load)}
+			MatchedUnits: c.MatchedUnits(&st.chain), Score: st.scores[i], Discount: c.Discount, Lost: c.Lost, DoubtedBlocks: int(c.Doubted), NearBlocks: int(c.Near), Chosen: i == d.Index, Load: loadJSON(c.Load)}
 		if b := st.backs[i]; rt.cfg.Belief.Enabled {
 			if m, ok := matchOf(&st.res, b.id); ok && c.Matched > 0 {
 				ce.Beyond = b.belief.beyond(m.Time.Millis())
@@ -293,6 +296,10 @@ type BeliefJSON struct {
 	// DoubtTrust is what a claim past the edge (HorizonMs) is worth here:
 	// belief.doubt_trust, or what the answers taught with doubt_learn.
 	DoubtTrust float64 `json:"doubt_trust"`
+	// DoubtCurve is, with belief.doubt_curve, the worth each range of
+	// distance past the edge learned (up to 1.25, 1.5, 2 and 3 times
+	// belief.doubt_beyond capacities, and further).
+	DoubtCurve []float64 `json:"doubt_curve,omitempty"`
 	// LessonAgeMs is how long ago the capacity or doubt worth last moved,
 	// learned from an answer here or adopted from a peer (null: never).
 	LessonAgeMs *int64 `json:"lesson_age_ms"`
@@ -311,7 +318,7 @@ func (rt *Router) beliefJSON(b *backend, now time.Time) BeliefJSON {
 	cb := &b.belief
 	j := BeliefJSON{CapacityTokens: cb.capTokens.Load(), CapacityUnits: math.Float64frombits(cb.kappa.Load()),
 		WrittenUnits: rt.meshWritten(b), Unfilled: cb.unfilled(), Confirmed: cb.confirmed.Load(), Refuted: cb.refuted.Load(),
-		DoubtTrust: cb.doubtTrust(&rt.cfg.Belief)}
+		DoubtTrust: cb.doubtTrust(&rt.cfg.Belief), DoubtCurve: cb.curveOf(&rt.cfg.Belief)}
 	j.EffectiveTokens, j.WrittenTokens = rt.inTokens(j.CapacityUnits), rt.inTokens(j.WrittenUnits)
 	if s := tree.Timestamp(cb.since.Load()); s != 0 {
 		ms := now.UnixMilli() - s.Millis()

@@ -55,11 +55,11 @@ func TestCacheBeliefAdoptsNewerLessons(t *testing.T) {
 	}
 	// This node's clock is behind the peer that taught it: its next lesson
 	// is still later than the adopted one, and learned on top of it.
-	cb.learnDoubt(0, &cfg, 1_000)
+	cb.learnDoubt(0, 0, &cfg, 1_000)
 	if stamp, _, _, doubt, n, own := cb.lesson(); stamp != 5_001 || n != 13 || !(doubt < 0.2) || !own {
 		t.Fatalf("a lesson after adopting: stamp %d, doubt %v, %d answers, own %v; want 5001, below 0.2, 13, own", stamp, doubt, n, own)
 	}
-	cb.learnDoubt(0, &cfg, 9_000)
+	cb.learnDoubt(0, 0, &cfg, 9_000)
 	if stamp := cb.stamp.Load(); stamp != 9_000 {
 		t.Fatalf("a lesson at a later clock is stamped %d, want 9000", stamp)
 	}

@@ -207,10 +207,12 @@ var (
 		"The KV capacity the cache model believes the backend has now, in tokens: the configured or scraped one as the answers corrected it (0: unknown, every claim believed). Against the configured capacity it shows how much of the cache the backend's LRU really keeps prefixes in.", []string{"backend"}, nil)
 	descBeliefDoubt = prometheus.NewDesc("kvmesh_router_backend_belief_doubt_worth_ratio",
 		"What a claim past the edge of the backend's cache is worth (0..1): belief.doubt_trust, or the share of such claims' blocks its answers found cached lately (belief.doubt_learn).", []string{"backend"}, nil)
+	descBeliefDoubtCurve = prometheus.NewDesc("kvmesh_router_backend_belief_doubt_curve_ratio",
+		"With belief.doubt_curve: what a claim past the edge of the backend's cache is worth (0..1) by how far past it is: the claims with at most beyond_le capacities written after them (and more than the range below), as this node's answers taught.", []string{"backend", "beyond_le"}, nil)
 )
 
 func (c *backendCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInFlight, descPending, descPeerPending, descWaiting, descRunning, descKVUsage, descSignalAge, descHealthy, descGeneration, descBeliefCapacity, descBeliefDoubt} {
+	for _, d := range []*prometheus.Desc{descInFlight, descPending, descPeerPending, descWaiting, descRunning, descKVUsage, descSignalAge, descHealthy, descGeneration, descBeliefCapacity, descBeliefDoubt, descBeliefDoubtCurve} {
 		ch <- d
 	}
 }
@@ -241,6 +243,9 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 			capacity := c.rt.inTokens(math.Float64frombits(b.belief.kappa.Load()))
 			ch <- prometheus.MustNewConstMetric(descBeliefCapacity, prometheus.GaugeValue, capacity, b.name)
 			ch <- prometheus.MustNewConstMetric(descBeliefDoubt, prometheus.GaugeValue, b.belief.doubtTrust(cfg), b.name)
+			for i, worth := range b.belief.curveOf(cfg) {
+				ch <- prometheus.MustNewConstMetric(descBeliefDoubtCurve, prometheus.GaugeValue, worth, b.name, doubtRangeLabel(i, cfg))
+			}
 		}
 	}
 }

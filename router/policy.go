@@ -85,10 +85,16 @@ type Candidate struct {
 	Discount float64
 	// Doubted is the depth, in blocks, of a deeper claim the router doubts
 	// (past the edge of the backend's cache, BeliefConfig.DoubtBeyond), 0
-	// when there is none; the blocks between Matched and Doubted are
-	// expected to be held with probability DoubtTrust.
+	// when there is none; the blocks between max(Matched, Near) and Doubted
+	// are expected to be held with probability DoubtTrust.
 	Doubted    int32
 	DoubtTrust float64
+	// Near is the depth, in blocks, of the deepest doubted claim near the
+	// edge (BeliefConfig.DoubtNear; at most Doubted, 0 when none is deeper
+	// than Matched): the blocks between Matched and Near count NearTrust,
+	// those between Near and Doubted DoubtTrust.
+	Near      int32
+	NearTrust float64
 	// Lost says the match is a prompt whose answer from this backend
 	// showed it lost (a conversation's previous request, within
 	// BeliefConfig.LostTTL): Discount counts it at DoubtTrust.
@@ -103,12 +109,18 @@ type Candidate struct {
 }
 
 // SavedUnits is the prefill the match is expected to save: MatchedUnits,
-// less the doubted part, plus the doubted claim's blocks at their worth.
+// less the doubted part, plus the doubted claims' blocks at their worth
+// (the near claim's at NearTrust, the rest at DoubtTrust).
 func (c *Candidate) SavedUnits(ch *tree.Chain) float64 {
 	matched := c.MatchedUnits(ch)
 	saved := float64(matched) * (1 - c.Discount)
-	if c.Doubted > c.Matched {
-		saved += float64(c.ClaimedUnits(ch)-matched) * c.DoubtTrust
+	near := matched
+	if c.Near > c.Matched {
+		near = min(ch.UnitsAt(int(c.Near)), ch.Units)
+		saved += float64(near-matched) * c.NearTrust
+	}
+	if c.Doubted > max(c.Matched, c.Near) {
+		saved += float64(c.ClaimedUnits(ch)-near) * c.DoubtTrust
 	}
 	return saved
 }
@@ -120,7 +132,7 @@ func (c *Candidate) ClaimedUnits(ch *tree.Chain) int {
 	if ch == nil {
 		return 0
 	}
-	return min(ch.UnitsAt(int(max(c.Matched, c.Doubted))), ch.Units)
+	return min(ch.UnitsAt(int(max(c.Matched, c.Near, c.Doubted))), ch.Units)
 }
 
 // MatchedUnits is Matched in prompt units, at most the prompt's length.

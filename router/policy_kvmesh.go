@@ -411,7 +411,7 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 	switch c := &cands[best]; {
 	case req.Deepest > 0 && c.Matched == req.Deepest:
 		d.Reason = ReasonPrefix // the deepest trusted match (a doubted claim may go deeper)
-	case c.Doubted > req.Deepest:
+	case max(c.Doubted, c.Near) > req.Deepest:
 		d.Reason = ReasonDoubt
 	case req.Deepest == 0:
 		d.Reason = ReasonMiss

@@ -592,6 +592,33 @@ func TestKVMeshDoubtedClaims(t *testing.T) {
 	}
 }
 
+// A doubted claim near the edge (Candidate.Near, belief.doubt_near) prices
+// its blocks at its own worth, and only the blocks beyond it at the far
+// claim's: a backend whose head is just past the edge beats one whose
+// whole claim is far past it, as a doubt route.
+func TestKVMeshNearDoubtedClaims(t *testing.T) {
+	p := newKVMeshPolicy(DefaultKVMeshConfig())
+	pc := newPolicyCase(20, 34, "a", "b", "c").match(0, 0, 0)
+	pc.cands[1].Doubted, pc.cands[1].DoubtTrust = 16, 0.05
+	pc.cands[2].Doubted, pc.cands[2].DoubtTrust = 16, 0.05
+	pc.cands[2].Near, pc.cands[2].NearTrust = 12, 0.6
+	if name, d := pc.choose(p); name != "c" || d.Reason != ReasonDoubt {
+		t.Fatalf("near 12 at 0.6 against far 16 at 0.05: chose %s (%s), want c (doubt)", name, d.Reason)
+	}
+	if saved, want := pc.cands[2].SavedUnits(&pc.chain), 0.6*12*64+0.05*4*64; math.Abs(saved-want) > 1e-9 {
+		t.Fatalf("SavedUnits: %v, want %v", saved, want)
+	}
+	// Over a trusted match of 4: the trusted blocks in full, the near ones
+	// at their worth, the rest at the far claim's; claimed to the deepest.
+	pc.cands[2].Matched = 4
+	if saved, want := pc.cands[2].SavedUnits(&pc.chain), 4*64+0.6*8*64+0.05*4*64; math.Abs(saved-want) > 1e-9 {
+		t.Fatalf("SavedUnits over a trusted match: %v, want %v", saved, want)
+	}
+	if got := pc.cands[2].ClaimedUnits(&pc.chain); got != 16*64 {
+		t.Fatalf("ClaimedUnits: %d, want %d", got, 16*64)
+	}
+}
+
 // A node that routes an eighth of its mesh's requests moves its average
 // prompt eight times as far per prompt as a lone node, so both follow
 // prompts that grow over time equally fast in the mesh's requests; the

@@ -20,7 +20,11 @@ type reqState struct {
 	chain  tree.Chain
 	res    tree.Result // the lookup that routes (claims past a backend's cache edge ignored)
 	resAll tree.Result // every unexpired claim, when the belief filtered some (filtered)
-	since  []tree.Timestamp
+	// resNear: the claims at most belief.doubt_near capacities past a
+	// backend's edge (when filtered and doubt_near is on).
+	resNear   tree.Result
+	since     []tree.Timestamp
+	sinceNear []tree.Timestamp
 	// filtered: res ignored claims past some backend's cache edge.
 	filtered bool
 	// precise: keyed by the engine's tokens; precise backends' claims are
@@ -215,23 +219,34 @@ func (rt *Router) lookup(st *reqState, now time.Time) {
 		return
 	}
 	upt := rt.unitsPerToken()
-	st.since = st.since[:0]
+	cfg := &rt.cfg.Belief
+	st.since, st.sinceNear = st.since[:0], st.sinceNear[:0]
+	nearFiltered := false
 	for _, b := range rt.set.Load().listed {
 		rt.adoptLesson(b)
-		b.belief.refresh(nowMs, rt.meshWritten(b), upt, rt.cfg.Belief.DoubtBeyond)
+		b.belief.refresh(nowMs, rt.meshWritten(b), upt, cfg.DoubtBeyond, cfg.DoubtNear)
 		for int(b.id) >= len(st.since) {
-			st.since = append(st.since, 0)
+			st.since, st.sinceNear = append(st.since, 0), append(st.sinceNear, 0)
 		}
-		s := tree.Timestamp(b.belief.since.Load())
+		s, near := tree.Timestamp(b.belief.since.Load()), tree.Timestamp(b.belief.nearSince.Load())
 		if rt.exact(st, b) {
-			s = 0
+			s, near = 0, 0
 		}
-		st.since[b.id] = s
+		st.since[b.id], st.sinceNear[b.id] = s, near
 		st.filtered = st.filtered || s != 0
+		nearFiltered = nearFiltered || near != 0
 	}
 	rt.ix.LookupSince(&st.chain, nowMs, st.since, &st.res)
+	st.resNear.Matches = st.resNear.Matches[:0]
 	if st.filtered {
 		rt.ix.Lookup(&st.chain, nowMs, &st.resAll)
+		if cfg.DoubtNear > 0 {
+			if nearFiltered {
+				rt.ix.LookupSince(&st.chain, nowMs, st.sinceNear, &st.resNear)
+			} else {
+				st.resNear.Matches = append(st.resNear.Matches, st.resAll.Matches...) // no claim is far past any edge
+			}
+		}
 	}
 }
 
@@ -266,8 +281,12 @@ func (rt *Router) gather(st *reqState, model string, now time.Time) bool {
 				}
 			}
 			if st.filtered && rt.cfg.Belief.DoubtTrust > 0 {
+				cfg := &rt.cfg.Belief
 				if m, ok := matchOf(&st.resAll, b.id); ok && m.Blocks > c.Matched {
-					c.Doubted, c.DoubtTrust = m.Blocks, b.belief.doubtTrust(&rt.cfg.Belief)
+					c.Doubted, c.DoubtTrust = m.Blocks, b.belief.worthAt(b.belief.beyond(m.Time.Millis()), cfg)
+				}
+				if m, ok := matchOf(&st.resNear, b.id); ok && m.Blocks > c.Matched {
+					c.Near, c.NearTrust = m.Blocks, b.belief.worthAt(b.belief.beyond(m.Time.Millis()), cfg)
 				}
 			}
 		}

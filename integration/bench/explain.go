@@ -32,8 +32,11 @@ type HolderView struct {
 	// since its doubted claim was last used; ChosenDoubted and
 	// ChosenDoubtedBeyond the same of Chosen's doubted claim (0: none).
 	DoubtedBeyond       float64 `json:"doubted_beyond,omitempty"`
+	Near                int     `json:"near_blocks,omitempty"` // the deepest doubted claim near the edge (belief.doubt_near)
 	ChosenDoubted       int     `json:"chosen_doubted_blocks,omitempty"`
 	ChosenDoubtedBeyond float64 `json:"chosen_doubted_beyond,omitempty"`
+	ChosenMatched       int     `json:"chosen_matched_blocks,omitempty"`
+	ChosenBeyond        float64 `json:"chosen_beyond,omitempty"`
 	Discount            float64 `json:"discount,omitempty"`
 	Lost                bool    `json:"lost,omitempty"`
 	// Cost and ChosenCost are the policy's scores of the holder and of
@@ -72,11 +75,12 @@ func holderView(ex *router.RouteExplanation, holder string) *HolderView {
 		c := &ex.Candidates[i]
 		if c.Chosen {
 			v.ChosenCost, v.ChosenDoubted, v.ChosenDoubtedBeyond = c.Score, c.DoubtedBlocks, c.DoubtedBeyond
+			v.ChosenMatched, v.ChosenBeyond = c.MatchedBlocks, c.Beyond
 		}
 		if c.Backend == holder {
 			found = true
 			v.Matched, v.Doubted, v.Discount, v.Lost, v.Cost = c.MatchedBlocks, c.DoubtedBlocks, c.Discount, c.Lost, c.Score
-			v.DoubtedBeyond = c.DoubtedBeyond
+			v.DoubtedBeyond, v.Near = c.DoubtedBeyond, c.NearBlocks
 		}
 	}
 	if !found {
