@@ -35,10 +35,14 @@ type HolderView struct {
 	Near                int     `json:"near_blocks,omitempty"` // the deepest doubted claim near the edge (belief.doubt_near)
 	ChosenDoubted       int     `json:"chosen_doubted_blocks,omitempty"`
 	ChosenDoubtedBeyond float64 `json:"chosen_doubted_beyond,omitempty"`
-	ChosenMatched       int     `json:"chosen_matched_blocks,omitempty"`
-	ChosenBeyond        float64 `json:"chosen_beyond,omitempty"`
-	Discount            float64 `json:"discount,omitempty"`
-	Lost                bool    `json:"lost,omitempty"`
+	// ChosenMatched is Chosen's trusted match in blocks and ChosenBeyond
+	// how many capacities were written there since its claim was last
+	// used: with the answer's cached tokens, what a trusted claim at that
+	// distance held.
+	ChosenMatched int     `json:"chosen_matched_blocks,omitempty"`
+	ChosenBeyond  float64 `json:"chosen_beyond,omitempty"`
+	Discount      float64 `json:"discount,omitempty"`
+	Lost          bool    `json:"lost,omitempty"`
 	// Cost and ChosenCost are the policy's scores of the holder and of
 	// Chosen (kvmesh: cost, lower is better).
 	Cost       float64 `json:"cost"`

@@ -84,14 +84,16 @@ func TestReplayBeforeHooks(t *testing.T) {
 }
 
 // holderView takes the holder's claims and distances, and the chosen
-// backend's doubted claim, from an explanation.
+// backend's trusted match, doubted and near claims and their distances,
+// from an explanation.
 func TestHolderViewCarriesDistances(t *testing.T) {
 	ex := &router.RouteExplanation{Chosen: "b1", Deepest: 4, Candidates: []router.CandidateExplanation{
-		{Backend: "b0", MatchedBlocks: 2, DoubtedBlocks: 9, DoubtedBeyond: 1.4, Score: 30},
-		{Backend: "b1", MatchedBlocks: 4, DoubtedBlocks: 6, DoubtedBeyond: 2.5, Score: 20, Chosen: true},
+		{Backend: "b0", MatchedBlocks: 2, DoubtedBlocks: 9, NearBlocks: 5, DoubtedBeyond: 1.4, Score: 30},
+		{Backend: "b1", MatchedBlocks: 4, Beyond: 0.6, DoubtedBlocks: 6, DoubtedBeyond: 2.5, Score: 20, Chosen: true},
 	}}
 	v := holderView(ex, "b0")
-	want := HolderView{Chosen: "b1", Deepest: 4, Matched: 2, Doubted: 9, DoubtedBeyond: 1.4, ChosenDoubted: 6, ChosenDoubtedBeyond: 2.5, Cost: 30, ChosenCost: 20}
+	want := HolderView{Chosen: "b1", Deepest: 4, Matched: 2, Doubted: 9, DoubtedBeyond: 1.4, Near: 5, ChosenDoubted: 6, ChosenDoubtedBeyond: 2.5,
+		ChosenMatched: 4, ChosenBeyond: 0.6, Cost: 30, ChosenCost: 20}
 	if v == nil || *v != want {
 		t.Fatalf("holderView = %+v, want %+v", v, want)
 	}
