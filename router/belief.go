@@ -295,13 +295,30 @@ func (cb *cacheBelief) doubtTrust(cfg *BeliefConfig) float64 {
 // after it are worth here: with DoubtCurve, what its range learned (the
 // backend's one worth until an answer has taught it), else doubtTrust.
 func (cb *cacheBelief) worthAt(x float64, cfg *BeliefConfig) float64 {
-	if !cfg.DoubtCurve || cfg.DoubtTrust == 0 || !cfg.DoubtLearn {
+	if !curveOn(cfg) {
 		return cb.doubtTrust(cfg)
 	}
-	if v := cb.curve[doubtRange(x, cfg)].Load(); v != 0 {
+	return cb.rangeWorth(doubtRange(x, cfg), cfg)
+}
+
+// curveOn says whether doubted claims learn a worth per range.
+func curveOn(cfg *BeliefConfig) bool { return cfg.DoubtCurve && cfg.DoubtTrust != 0 && cfg.DoubtLearn }
+
+// rangeWorth is range i's learned worth, the backend's one worth until an
+// answer has taught it.
+func (cb *cacheBelief) rangeWorth(i int, cfg *BeliefConfig) float64 {
+	if v := cb.curve[i].Load(); v != 0 {
 		return math.Float64frombits(v)
 	}
 	return cb.doubtTrust(cfg)
+}
+
+// doubtStep moves the worth cur towards share by one answer, the n-th
+// (counted in n) that taught it: a mean with the starting worth counted
+// as doubtPrior answers, then a moving average; kept in [minDoubtTrust, 1].
+func doubtStep(cur, share float64, n *atomic.Uint64) float64 {
+	w := max(doubtEWMA, 1/float64(n.Add(1)+doubtPrior))
+	return min(max(cur+w*(share-cur), minDoubtTrust), 1)
 }
 
 // learnDoubt moves the learned doubt worth, and with DoubtCurve the worth
@@ -314,28 +331,21 @@ func (cb *cacheBelief) learnDoubt(share, x float64, cfg *BeliefConfig, nowMs int
 	defer cb.mu.Unlock()
 	if cfg.DoubtCurve {
 		i := doubtRange(x, cfg)
-		cur := cb.worthAt(x, cfg)
-		w := max(doubtEWMA, 1/float64(cb.curveN[i].Add(1)+doubtPrior))
-		cb.curve[i].Store(math.Float64bits(min(max(cur+w*(share-cur), minDoubtTrust), 1)))
+		cb.curve[i].Store(math.Float64bits(doubtStep(cb.worthAt(x, cfg), share, &cb.curveN[i])))
 	}
-	cur := cb.doubtTrust(cfg)
-	w := max(doubtEWMA, 1/float64(cb.doubtN.Add(1)+doubtPrior))
-	cb.doubt.Store(math.Float64bits(min(max(cur+w*(share-cur), minDoubtTrust), 1)))
+	cb.doubt.Store(math.Float64bits(doubtStep(cb.doubtTrust(cfg), share, &cb.doubtN)))
 	cb.stampLocked(nowMs)
 }
 
 // curveOf lists the worth of each range (BeliefConfig.DoubtCurve; nil
 // when off).
 func (cb *cacheBelief) curveOf(cfg *BeliefConfig) []float64 {
-	if !cfg.DoubtCurve || cfg.DoubtTrust == 0 || !cfg.DoubtLearn {
+	if !curveOn(cfg) {
 		return nil
 	}
 	out := make([]float64, doubtRanges)
 	for i := range out {
-		out[i] = cb.doubtTrust(cfg)
-		if v := cb.curve[i].Load(); v != 0 {
-			out[i] = math.Float64frombits(v)
-		}
+		out[i] = cb.rangeWorth(i, cfg)
 	}
 	return out
 }

@@ -87,7 +87,7 @@ type CandidateExplanation struct {
 	// backend's cache (worth belief.doubt_trust of its blocks), 0 if none.
 	DoubtedBlocks int `json:"doubted_blocks"`
 	// NearBlocks is the depth of the deepest doubted claim near the edge
-	// (belief.doubt_near), 0 if none.
+	// (belief.doubt_near), 0 if none is shallower than DoubtedBlocks.
 	NearBlocks int `json:"near_blocks,omitempty"`
 	// Beyond and DoubtedBeyond are how many of the backend's capacities
 	// the mesh has written to it since the trusted match's claim and the

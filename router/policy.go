@@ -90,8 +90,8 @@ type Candidate struct {
 	Doubted    int32
 	DoubtTrust float64
 	// Near is the depth, in blocks, of the deepest doubted claim near the
-	// edge (BeliefConfig.DoubtNear; at most Doubted, 0 when none is deeper
-	// than Matched): the blocks between Matched and Near count NearTrust,
+	// edge (BeliefConfig.DoubtNear; 0 when none lies strictly between
+	// Matched and Doubted): the blocks between Matched and Near count NearTrust,
 	// those between Near and Doubted DoubtTrust.
 	Near      int32
 	NearTrust float64

@@ -285,7 +285,9 @@ func (rt *Router) gather(st *reqState, model string, now time.Time) bool {
 				if m, ok := matchOf(&st.resAll, b.id); ok && m.Blocks > c.Matched {
 					c.Doubted, c.DoubtTrust = m.Blocks, b.belief.worthAt(b.belief.beyond(m.Time.Millis()), cfg)
 				}
-				if m, ok := matchOf(&st.resNear, b.id); ok && m.Blocks > c.Matched {
+				// A near claim as deep as the doubted one is the same claim: its
+				// blocks are priced already.
+				if m, ok := matchOf(&st.resNear, b.id); ok && m.Blocks > c.Matched && m.Blocks < c.Doubted {
 					c.Near, c.NearTrust = m.Blocks, b.belief.worthAt(b.belief.beyond(m.Time.Millis()), cfg)
 				}
 			}
