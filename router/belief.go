@@ -53,6 +53,14 @@ type BeliefConfig struct {
 	// were doubted, below, with a capacity learned from partial answers too).
 	EdgeStart float64 `yaml:"edge_start"`
 	EdgeTrust float64 `yaml:"edge_trust"`
+	// EdgeLearn: instead of the EdgeTrust discount on the whole match, a
+	// trusted match with more than EdgeStart capacities written after it
+	// counts in full only up to the backend's deepest claim within
+	// EdgeStart (a head other prompts keep using), and its tail at a worth
+	// each backend learns from its answers per range of distance
+	// (belief_edge.go; it costs a third lookup when some match has such a
+	// tail).
+	EdgeLearn bool `yaml:"edge_learn"`
 	// DoubtBeyond and DoubtTrust: a claim with more than DoubtBeyond
 	// capacities written after it is doubted: the lookup looks past it for
 	// the backend's deepest claim within the edge (the trusted match, which
@@ -237,6 +245,12 @@ type cacheBelief struct {
 	// curve and curveN are doubt and doubtN for each range of distance past
 	// the edge (BeliefConfig.DoubtCurve, doubtBounds).
 	curve, curveN [doubtRanges]atomic.Uint64
+	// safeSince is the bound for claims safely inside the edge
+	// (BeliefConfig.EdgeLearn, a tree.Timestamp like since); edge and edgeN
+	// are the learned worth of a trusted match's tail past it, per range
+	// (belief_edge.go).
+	safeSince   atomic.Uint64
+	edge, edgeN [edgeRanges]atomic.Uint64
 }
 
 // doubtBounds are the upper ends of the ranges of distance past the edge
@@ -373,11 +387,11 @@ func (cb *cacheBelief) capacity(upt float64) float64 {
 
 // refresh records the written count w at nowMs and recomputes the bounds
 // (claims with more than ignore capacities written after them are past
-// the edge, with more than near capacities far past it; 0: no such
-// bound). It is cheap to call on every request: within a
+// the edge, with more than near capacities far past it, with more than
+// safe capacities near it (BeliefConfig.EdgeLearn); 0: no such bound). It is cheap to call on every request: within a
 // millisecond of the last refresh it does nothing, and another caller
 // refreshing skips it.
-func (cb *cacheBelief) refresh(nowMs int64, w, upt, ignore, near float64) {
+func (cb *cacheBelief) refresh(nowMs int64, w, upt, ignore, near, safe float64) {
 	if cb.updated.Load() == nowMs || !cb.mu.TryLock() {
 		return
 	}
@@ -403,6 +417,7 @@ func (cb *cacheBelief) refresh(nowMs int64, w, upt, ignore, near float64) {
 	// claim stamped before it has been pushed out of the LRU since.
 	cb.since.Store(uint64(cb.boundLocked(w, kappa, ignore)))
 	cb.nearSince.Store(uint64(cb.boundLocked(w, kappa, near)))
+	cb.safeSince.Store(uint64(cb.boundLocked(w, kappa, safe)))
 }
 
 // boundLocked is the stamp before which claims have had more than k
@@ -489,8 +504,8 @@ func (cb *cacheBelief) restarted(w float64) {
 // capacity, falling to cfg.EdgeTrust at its edge.
 func (cb *cacheBelief) trust(ms int64, cfg *BeliefConfig) float64 {
 	kappa := math.Float64frombits(cb.kappa.Load())
-	if kappa <= 0 {
-		return 1
+	if kappa <= 0 || cfg.EdgeLearn {
+		return 1 // (EdgeLearn prices the tail instead)
 	}
 	x := cb.distance(ms) / kappa
 	switch {

@@ -95,6 +95,13 @@ type Candidate struct {
 	// those between Near and Doubted DoubtTrust.
 	Near      int32
 	NearTrust float64
+	// Safe and TailTrust (BeliefConfig.EdgeLearn): when TailTrust is above
+	// 0, the trusted match is near the edge of the backend's cache, and
+	// only its first Safe blocks (the backend's deepest claim safely inside
+	// the edge) count in full; the blocks between Safe and Matched count
+	// TailTrust.
+	Safe      int32
+	TailTrust float64
 	// Lost says the match is a prompt whose answer from this backend
 	// showed it lost (a conversation's previous request, within
 	// BeliefConfig.LostTTL): Discount counts it at DoubtTrust.
@@ -108,12 +115,17 @@ type Candidate struct {
 	Load     LoadView
 }
 
-// SavedUnits is the prefill the match is expected to save: MatchedUnits,
-// less the doubted part, plus the doubted claims' blocks at their worth
+// SavedUnits is the prefill the match is expected to save: MatchedUnits
+// (its tail at TailTrust), less the doubted part, plus the doubted claims' blocks at their worth
 // (the near claim's at NearTrust, the rest at DoubtTrust).
 func (c *Candidate) SavedUnits(ch *tree.Chain) float64 {
 	matched := c.MatchedUnits(ch)
-	saved := float64(matched) * (1 - c.Discount)
+	saved := float64(matched)
+	if c.TailTrust > 0 && c.Safe < c.Matched {
+		safe := min(ch.UnitsAt(int(c.Safe)), matched)
+		saved = float64(safe) + float64(matched-safe)*c.TailTrust
+	}
+	saved *= 1 - c.Discount
 	near := matched
 	if c.Near > c.Matched {
 		near = min(ch.UnitsAt(int(c.Near)), ch.Units)
