@@ -53,14 +53,19 @@ type BeliefConfig struct {
 	// were doubted, below, with a capacity learned from partial answers too).
 	EdgeStart float64 `yaml:"edge_start"`
 	EdgeTrust float64 `yaml:"edge_trust"`
-	// EdgeLearn: instead of the EdgeTrust discount on the whole match, a
-	// trusted match with more than EdgeStart capacities written after it
-	// counts in full only up to the backend's deepest claim within
-	// EdgeStart (a head other prompts keep using), and its tail at a worth
-	// each backend learns from its answers per range of distance
-	// (belief_edge.go; it costs a third lookup when some match has such a
-	// tail).
+	// EdgeLearn: each backend learns what the tail of a trusted match near
+	// its edge is worth, per range of the match's distance (belief_edge.go):
+	// with more than EdgeStart capacities written after the match, the
+	// blocks past the backend's deepest claim within EdgeStart (a head
+	// other prompts keep using) are the tail, and an answer says what share
+	// of them was cached. The prefill booked at a dispatch (the queue the
+	// cost model prices, the count of what was written) then expects the
+	// tail at that worth. It costs a third lookup when some match has such
+	// a tail.
 	EdgeLearn bool `yaml:"edge_learn"`
+	// EdgeRoute: with EdgeLearn, the choice prices the tail at that worth
+	// too (instead of the EdgeTrust discount on the whole match).
+	EdgeRoute bool `yaml:"edge_route"`
 	// DoubtBeyond and DoubtTrust: a claim with more than DoubtBeyond
 	// capacities written after it is doubted: the lookup looks past it for
 	// the backend's deepest claim within the edge (the trusted match, which
@@ -186,6 +191,9 @@ func (c BeliefConfig) validate() []error {
 	}
 	if !(c.UnitsPerToken > 0) || math.IsInf(c.UnitsPerToken, 0) {
 		errs = append(errs, errors.New("router: belief.units_per_token must be a positive number"))
+	}
+	if c.EdgeRoute && !c.EdgeLearn {
+		errs = append(errs, errors.New("router: belief.edge_route needs belief.edge_learn"))
 	}
 	if c.LostTTL < 0 || (c.LostTTL > 0 && c.LostTTL < time.Millisecond) {
 		errs = append(errs, fmt.Errorf("router: belief.lost_ttl must be 0 (off) or at least 1ms, got %v", c.LostTTL))
@@ -504,8 +512,8 @@ func (cb *cacheBelief) restarted(w float64) {
 // capacity, falling to cfg.EdgeTrust at its edge.
 func (cb *cacheBelief) trust(ms int64, cfg *BeliefConfig) float64 {
 	kappa := math.Float64frombits(cb.kappa.Load())
-	if kappa <= 0 || cfg.EdgeLearn {
-		return 1 // (EdgeLearn prices the tail instead)
+	if kappa <= 0 || cfg.EdgeRoute {
+		return 1 // (the learned tail worth prices it instead)
 	}
 	x := cb.distance(ms) / kappa
 	switch {

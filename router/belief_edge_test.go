@@ -71,6 +71,16 @@ func TestKVMeshTrustedTail(t *testing.T) {
 	if name, _ := pc.choose(p); name != "c" {
 		t.Fatalf("b's tail at 0.2: chose %s, want c", name)
 	}
+	// Booking only (belief.edge_route off): the policy prices the whole
+	// match, the dispatch books the tail at its worth.
+	pc.cands[1].TailBookOnly = true
+	if saved, exp := pc.cands[1].SavedUnits(&pc.chain), pc.cands[1].ExpectedUnits(&pc.chain); saved != 16*64 || math.Abs(exp-(4*64+0.2*12*64)) > 1e-9 {
+		t.Fatalf("booking only: SavedUnits %v (want %v), ExpectedUnits %v (want %v)", saved, 16*64, exp, 4*64+0.2*12*64)
+	}
+	if name, _ := pc.choose(p); name != "b" {
+		t.Fatalf("booking only: chose %s, want b (the whole match priced)", name)
+	}
+	pc.cands[1].TailBookOnly = false
 	// A lost match's discount falls on what the tail pricing leaves.
 	pc.cands[1].Discount = 0.5
 	if saved, want := pc.cands[1].SavedUnits(&pc.chain), 0.5*(4*64+0.2*12*64); math.Abs(saved-want) > 1e-9 {

@@ -34,7 +34,7 @@ type answerCheck struct {
 // uncached is the prefill a dispatch to c books: the prompt less the units
 // it is expected to hold.
 func (st *reqState) uncached(c *Candidate) int {
-	return st.chain.Units - int(c.SavedUnits(&st.chain))
+	return st.chain.Units - int(c.ExpectedUnits(&st.chain))
 }
 
 // matchOf finds backend id's match in res.

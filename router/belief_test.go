@@ -457,6 +457,7 @@ func TestBeliefConfigValidate(t *testing.T) {
 		{"doubt_near", func(c *BeliefConfig) { c.DoubtNear = math.NaN() }},
 		{"doubt_near", func(c *BeliefConfig) { c.DoubtNear = math.Inf(1) }},
 		{"edge_start", func(c *BeliefConfig) { c.EdgeStart = 0 }},
+		{"edge_route", func(c *BeliefConfig) { c.EdgeRoute, c.EdgeLearn = true, false }},
 		{"edge_trust", func(c *BeliefConfig) { c.EdgeTrust = 1.5 }},
 		{"doubt_trust", func(c *BeliefConfig) { c.DoubtTrust = -0.1 }},
 	} {

@@ -291,7 +291,7 @@ func (rt *Router) gather(st *reqState, model string, now time.Time) bool {
 					if rt.cfg.Belief.EdgeLearn && int(b.id) < len(st.sinceSafe) && m.Time < st.sinceSafe[b.id] {
 						// The tail past the backend's deepest claim safely
 						// inside the edge, at its distance's worth.
-						c.Safe, c.TailTrust = 0, b.belief.edgeWorth(b.belief.beyond(m.Time.Millis()), &rt.cfg.Belief)
+						c.Safe, c.TailTrust, c.TailBookOnly = 0, b.belief.edgeWorth(b.belief.beyond(m.Time.Millis()), &rt.cfg.Belief), !rt.cfg.Belief.EdgeRoute
 						if s, ok := matchOf(&st.resSafe, b.id); ok && s.Blocks < m.Blocks {
 							c.Safe = s.Blocks
 						}
