@@ -43,7 +43,11 @@ type BeliefConfig struct {
 	// hit rate in 4 of 4 runs beside the default (13.5-14.6% against
 	// 14.0-14.7%) and lost agent runs (78% against 84%): the discount falls
 	// on the whole match, a shared head the backend keeps too, and moves
-	// conversations off holders that still have most of them. Before
+	// conversations off holders that still have most of them. Pricing the
+	// head (the deepest claim within 0.2 capacities) in full and only the
+	// tail at a worth learned per distance did no better: Mooncake 3x hit
+	// rate ahead in 1 of 6 runs, customers behind in 3 of 3
+	// (docs/claims.md, branch exp-edge). Before
 	// that, on the Mooncake trace at 3x (caches a tenth
 	// of the working set, 2 runs each) a discount to 0.5 moved hit rate
 	// 14.2% -> 14.1% and TTFT p50 1.02 -> 1.12 s: retention is noisy (an
@@ -53,19 +57,6 @@ type BeliefConfig struct {
 	// were doubted, below, with a capacity learned from partial answers too).
 	EdgeStart float64 `yaml:"edge_start"`
 	EdgeTrust float64 `yaml:"edge_trust"`
-	// EdgeLearn: each backend learns what the tail of a trusted match near
-	// its edge is worth, per range of the match's distance (belief_edge.go):
-	// with more than EdgeStart capacities written after the match, the
-	// blocks past the backend's deepest claim within EdgeStart (a head
-	// other prompts keep using) are the tail, and an answer says what share
-	// of them was cached. The prefill booked at a dispatch (the queue the
-	// cost model prices, the count of what was written) then expects the
-	// tail at that worth. It costs a third lookup when some match has such
-	// a tail.
-	EdgeLearn bool `yaml:"edge_learn"`
-	// EdgeRoute: with EdgeLearn, the choice prices the tail at that worth
-	// too (instead of the EdgeTrust discount on the whole match).
-	EdgeRoute bool `yaml:"edge_route"`
 	// DoubtBeyond and DoubtTrust: a claim with more than DoubtBeyond
 	// capacities written after it is doubted: the lookup looks past it for
 	// the backend's deepest claim within the edge (the trusted match, which
@@ -192,9 +183,6 @@ func (c BeliefConfig) validate() []error {
 	if !(c.UnitsPerToken > 0) || math.IsInf(c.UnitsPerToken, 0) {
 		errs = append(errs, errors.New("router: belief.units_per_token must be a positive number"))
 	}
-	if c.EdgeRoute && !c.EdgeLearn {
-		errs = append(errs, errors.New("router: belief.edge_route needs belief.edge_learn"))
-	}
 	if c.LostTTL < 0 || (c.LostTTL > 0 && c.LostTTL < time.Millisecond) {
 		errs = append(errs, fmt.Errorf("router: belief.lost_ttl must be 0 (off) or at least 1ms, got %v", c.LostTTL))
 	}
@@ -253,12 +241,6 @@ type cacheBelief struct {
 	// curve and curveN are doubt and doubtN for each range of distance past
 	// the edge (BeliefConfig.DoubtCurve, doubtBounds).
 	curve, curveN [doubtRanges]atomic.Uint64
-	// safeSince is the bound for claims safely inside the edge
-	// (BeliefConfig.EdgeLearn, a tree.Timestamp like since); edge and edgeN
-	// are the learned worth of a trusted match's tail past it, per range
-	// (belief_edge.go).
-	safeSince   atomic.Uint64
-	edge, edgeN [edgeRanges]atomic.Uint64
 }
 
 // doubtBounds are the upper ends of the ranges of distance past the edge
@@ -395,11 +377,11 @@ func (cb *cacheBelief) capacity(upt float64) float64 {
 
 // refresh records the written count w at nowMs and recomputes the bounds
 // (claims with more than ignore capacities written after them are past
-// the edge, with more than near capacities far past it, with more than
-// safe capacities near it (BeliefConfig.EdgeLearn); 0: no such bound). It is cheap to call on every request: within a
+// the edge, with more than near capacities far past it; 0: no such
+// bound). It is cheap to call on every request: within a
 // millisecond of the last refresh it does nothing, and another caller
 // refreshing skips it.
-func (cb *cacheBelief) refresh(nowMs int64, w, upt, ignore, near, safe float64) {
+func (cb *cacheBelief) refresh(nowMs int64, w, upt, ignore, near float64) {
 	if cb.updated.Load() == nowMs || !cb.mu.TryLock() {
 		return
 	}
@@ -425,7 +407,6 @@ func (cb *cacheBelief) refresh(nowMs int64, w, upt, ignore, near, safe float64) 
 	// claim stamped before it has been pushed out of the LRU since.
 	cb.since.Store(uint64(cb.boundLocked(w, kappa, ignore)))
 	cb.nearSince.Store(uint64(cb.boundLocked(w, kappa, near)))
-	cb.safeSince.Store(uint64(cb.boundLocked(w, kappa, safe)))
 }
 
 // boundLocked is the stamp before which claims have had more than k
@@ -512,8 +493,8 @@ func (cb *cacheBelief) restarted(w float64) {
 // capacity, falling to cfg.EdgeTrust at its edge.
 func (cb *cacheBelief) trust(ms int64, cfg *BeliefConfig) float64 {
 	kappa := math.Float64frombits(cb.kappa.Load())
-	if kappa <= 0 || cfg.EdgeRoute {
-		return 1 // (the learned tail worth prices it instead)
+	if kappa <= 0 {
+		return 1
 	}
 	x := cb.distance(ms) / kappa
 	switch {

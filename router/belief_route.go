@@ -22,10 +22,6 @@ type answerCheck struct {
 	// deeper than trusted (0: none), distNear what was written since it.
 	near     int32
 	distNear float64
-	// tail: the trusted match had a tail near the edge
-	// (BeliefConfig.EdgeLearn) past its first safe blocks.
-	tail bool
-	safe int32
 	// booked is what the dispatch counted as written to the backend (the
 	// prompt less the units expected cached).
 	booked float64
@@ -34,7 +30,7 @@ type answerCheck struct {
 // uncached is the prefill a dispatch to c books: the prompt less the units
 // it is expected to hold.
 func (st *reqState) uncached(c *Candidate) int {
-	return st.chain.Units - int(c.ExpectedUnits(&st.chain))
+	return st.chain.Units - int(c.SavedUnits(&st.chain))
 }
 
 // matchOf finds backend id's match in res.
@@ -60,9 +56,6 @@ func (rt *Router) noteBelief(st *reqState, b *backend, c *Candidate) {
 		st.fb.trusted, st.fb.distTrust = m.Blocks, b.belief.distance(m.Time.Millis())
 	}
 	st.fb.all, st.fb.distAll = st.fb.trusted, st.fb.distTrust
-	if c.TailTrust > 0 && c.Safe < c.Matched {
-		st.fb.tail, st.fb.safe = true, c.Safe
-	}
 	if st.filtered {
 		if m, ok := matchOf(&st.resAll, b.id); ok && m.Blocks > st.fb.trusted {
 			st.fb.all, st.fb.distAll = m.Blocks, b.belief.distance(m.Time.Millis())
@@ -154,10 +147,6 @@ func (rt *Router) learnFromAnswer(b *backend, st *reqState, d Decision, prompt, 
 			b.belief.learnDoubt(doubtShare(float64(cached), lo, hi), b.belief.capacities(fb.distAll), cfg, stampMs)
 			learned = true
 		}
-	}
-	// A trusted match's tail near the edge: how much of it was there?
-	if fb.tail && cfg.EdgeLearn {
-		b.belief.learnEdge(doubtShare(float64(cached), tokens(fb.safe), tokens(fb.trusted)), b.belief.capacities(fb.distTrust), cfg)
 	}
 	// The capacity learns only from a match held whole: a prompt whose
 	// shared head survived (refreshed by other prompts) while its own tail

@@ -79,7 +79,7 @@ func BenchmarkRouteDecision16K(b *testing.B) {
 				// the edge.
 				b1 := rt.backends()[1]
 				time.Sleep(2 * time.Millisecond)
-				b1.belief.refresh(rt.now().UnixMilli(), rt.meshWritten(b1), rt.unitsPerToken(), rt.cfg.Belief.DoubtBeyond, rt.cfg.Belief.DoubtNear, 0)
+				b1.belief.refresh(rt.now().UnixMilli(), rt.meshWritten(b1), rt.unitsPerToken(), rt.cfg.Belief.DoubtBeyond, rt.cfg.Belief.DoubtNear)
 				time.Sleep(2 * time.Millisecond)
 				b1.written.Add(1 << 30)
 			})

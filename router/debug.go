@@ -89,11 +89,6 @@ type CandidateExplanation struct {
 	// NearBlocks is the depth of the deepest doubted claim near the edge
 	// (belief.doubt_near), 0 if none is shallower than DoubtedBlocks.
 	NearBlocks int `json:"near_blocks,omitempty"`
-	// SafeBlocks and TailTrust (belief.edge_learn): the trusted match is
-	// near the edge; its first SafeBlocks count in full, the rest
-	// TailTrust (absent: the whole match counts).
-	SafeBlocks int     `json:"safe_blocks,omitempty"`
-	TailTrust  float64 `json:"tail_trust,omitempty"`
 	// Beyond and DoubtedBeyond are how many of the backend's capacities
 	// the mesh has written to it since the trusted match's claim and the
 	// doubted claim were last used (0: no such claim, or the capacity is
@@ -200,9 +195,6 @@ func (rt *Router) explain(st *reqState, ep Endpoint, path string, body []byte, t
 		c := &st.cands[i]
 		ce := CandidateExplanation{Backend: c.Name, MatchedBlocks: int(c.Matched),
 			MatchedUnits: c.MatchedUnits(&st.chain), Score: st.scores[i], Discount: c.Discount, Lost: c.Lost, DoubtedBlocks: int(c.Doubted), NearBlocks: int(c.Near), Chosen: i == d.Index, Load: loadJSON(c.Load)}
-		if c.TailTrust > 0 {
-			ce.SafeBlocks, ce.TailTrust = int(c.Safe), c.TailTrust
-		}
 		if b := st.backs[i]; rt.cfg.Belief.Enabled {
 			if m, ok := matchOf(&st.res, b.id); ok && c.Matched > 0 {
 				ce.Beyond = b.belief.beyond(m.Time.Millis())
@@ -308,11 +300,6 @@ type BeliefJSON struct {
 	// distance past the edge learned (up to 1.25, 1.5, 2 and 3 times
 	// belief.doubt_beyond capacities, and further).
 	DoubtCurve []float64 `json:"doubt_curve,omitempty"`
-	// EdgeCurve is, with belief.edge_learn, what the tail of a trusted
-	// match is worth by its distance (ranges ending a quarter, half,
-	// three quarters and all the way from belief.edge_start to one
-	// capacity, and further), as this node's answers taught.
-	EdgeCurve []float64 `json:"edge_curve,omitempty"`
 	// LessonAgeMs is how long ago the capacity or doubt worth last moved,
 	// learned from an answer here or adopted from a peer (null: never).
 	LessonAgeMs *int64 `json:"lesson_age_ms"`
@@ -331,7 +318,7 @@ func (rt *Router) beliefJSON(b *backend, now time.Time) BeliefJSON {
 	cb := &b.belief
 	j := BeliefJSON{CapacityTokens: cb.capTokens.Load(), CapacityUnits: math.Float64frombits(cb.kappa.Load()),
 		WrittenUnits: rt.meshWritten(b), Unfilled: cb.unfilled(), Confirmed: cb.confirmed.Load(), Refuted: cb.refuted.Load(),
-		DoubtTrust: cb.doubtTrust(&rt.cfg.Belief), DoubtCurve: cb.curveOf(&rt.cfg.Belief), EdgeCurve: cb.edgeCurveOf(&rt.cfg.Belief)}
+		DoubtTrust: cb.doubtTrust(&rt.cfg.Belief), DoubtCurve: cb.curveOf(&rt.cfg.Belief)}
 	j.EffectiveTokens, j.WrittenTokens = rt.inTokens(j.CapacityUnits), rt.inTokens(j.WrittenUnits)
 	if s := tree.Timestamp(cb.since.Load()); s != 0 {
 		ms := now.UnixMilli() - s.Millis()

@@ -209,12 +209,10 @@ var (
 		"What a claim past the edge of the backend's cache is worth (0..1): belief.doubt_trust, or the share of such claims' blocks its answers found cached lately (belief.doubt_learn).", []string{"backend"}, nil)
 	descBeliefDoubtCurve = prometheus.NewDesc("kvmesh_router_backend_belief_doubt_curve_ratio",
 		"With belief.doubt_curve: what a claim past the edge of the backend's cache is worth (0..1) by how far past it is: the claims with at most beyond_le capacities written after them (and more than the range below), as this node's answers taught.", []string{"backend", "beyond_le"}, nil)
-	descBeliefEdgeCurve = prometheus.NewDesc("kvmesh_router_backend_belief_edge_curve_ratio",
-		"With belief.edge_learn: what the tail of a trusted match (past the backend's deepest claim within belief.edge_start capacities) is worth (0..1) by the match's distance: at most distance_le capacities written after it (and more than the range below), as this node's answers taught; 1 until taught.", []string{"backend", "distance_le"}, nil)
 )
 
 func (c *backendCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInFlight, descPending, descPeerPending, descWaiting, descRunning, descKVUsage, descSignalAge, descHealthy, descGeneration, descBeliefCapacity, descBeliefDoubt, descBeliefDoubtCurve, descBeliefEdgeCurve} {
+	for _, d := range []*prometheus.Desc{descInFlight, descPending, descPeerPending, descWaiting, descRunning, descKVUsage, descSignalAge, descHealthy, descGeneration, descBeliefCapacity, descBeliefDoubt, descBeliefDoubtCurve} {
 		ch <- d
 	}
 }
@@ -247,9 +245,6 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descBeliefDoubt, prometheus.GaugeValue, b.belief.doubtTrust(cfg), b.name)
 			for i, worth := range b.belief.curveOf(cfg) {
 				ch <- prometheus.MustNewConstMetric(descBeliefDoubtCurve, prometheus.GaugeValue, worth, b.name, doubtRangeLabel(i, cfg))
-			}
-			for i, worth := range b.belief.edgeCurveOf(cfg) {
-				ch <- prometheus.MustNewConstMetric(descBeliefEdgeCurve, prometheus.GaugeValue, worth, b.name, edgeRangeLabel(i, cfg))
 			}
 		}
 	}

@@ -95,16 +95,6 @@ type Candidate struct {
 	// those between Near and Doubted DoubtTrust.
 	Near      int32
 	NearTrust float64
-	// Safe and TailTrust (BeliefConfig.EdgeLearn): when TailTrust is above
-	// 0, the trusted match is near the edge of the backend's cache, and
-	// only its first Safe blocks (the backend's deepest claim safely inside
-	// the edge) are expected in full; the blocks between Safe and Matched
-	// are expected at TailTrust (ExpectedUnits). TailBookOnly: SavedUnits,
-	// which the policy prices, counts the whole match all the same (only
-	// the booking expects the tail at its worth; BeliefConfig.EdgeRoute off).
-	Safe         int32
-	TailTrust    float64
-	TailBookOnly bool
 	// Lost says the match is a prompt whose answer from this backend
 	// showed it lost (a conversation's previous request, within
 	// BeliefConfig.LostTTL): Discount counts it at DoubtTrust.
@@ -118,24 +108,12 @@ type Candidate struct {
 	Load     LoadView
 }
 
-// SavedUnits is the prefill the match is expected to save: MatchedUnits
-// (its tail at TailTrust), less the doubted part, plus the doubted claims' blocks at their worth
+// SavedUnits is the prefill the match is expected to save: MatchedUnits,
+// less the doubted part, plus the doubted claims' blocks at their worth
 // (the near claim's at NearTrust, the rest at DoubtTrust).
-func (c *Candidate) SavedUnits(ch *tree.Chain) float64 { return c.savedUnits(ch, !c.TailBookOnly) }
-
-// ExpectedUnits is SavedUnits with the tail of a trusted match near the
-// edge at TailTrust whatever TailBookOnly says: what a dispatch books as
-// cached.
-func (c *Candidate) ExpectedUnits(ch *tree.Chain) float64 { return c.savedUnits(ch, true) }
-
-func (c *Candidate) savedUnits(ch *tree.Chain, tail bool) float64 {
+func (c *Candidate) SavedUnits(ch *tree.Chain) float64 {
 	matched := c.MatchedUnits(ch)
-	saved := float64(matched)
-	if tail && c.TailTrust > 0 && c.Safe < c.Matched {
-		safe := min(ch.UnitsAt(int(c.Safe)), matched)
-		saved = float64(safe) + float64(matched-safe)*c.TailTrust
-	}
-	saved *= 1 - c.Discount
+	saved := float64(matched) * (1 - c.Discount)
 	near := matched
 	if c.Near > c.Matched {
 		near = min(ch.UnitsAt(int(c.Near)), ch.Units)

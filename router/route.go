@@ -25,11 +25,6 @@ type reqState struct {
 	resNear   tree.Result
 	since     []tree.Timestamp
 	sinceNear []tree.Timestamp
-	// resSafe: the claims at most belief.edge_start capacities inside a
-	// backend's edge (belief.edge_learn; empty when no trusted match is
-	// further in).
-	resSafe   tree.Result
-	sinceSafe []tree.Timestamp
 	// filtered: res ignored claims past some backend's cache edge.
 	filtered bool
 	// precise: keyed by the engine's tokens; precise backends' claims are
@@ -225,33 +220,24 @@ func (rt *Router) lookup(st *reqState, now time.Time) {
 	}
 	upt := rt.unitsPerToken()
 	cfg := &rt.cfg.Belief
-	st.since, st.sinceNear, st.sinceSafe = st.since[:0], st.sinceNear[:0], st.sinceSafe[:0]
+	st.since, st.sinceNear = st.since[:0], st.sinceNear[:0]
 	nearFiltered := false
 	for _, b := range rt.set.Load().listed {
 		rt.adoptLesson(b)
-		b.belief.refresh(nowMs, rt.meshWritten(b), upt, cfg.DoubtBeyond, cfg.DoubtNear, cfg.edgeSafe())
+		b.belief.refresh(nowMs, rt.meshWritten(b), upt, cfg.DoubtBeyond, cfg.DoubtNear)
 		for int(b.id) >= len(st.since) {
-			st.since, st.sinceNear, st.sinceSafe = append(st.since, 0), append(st.sinceNear, 0), append(st.sinceSafe, 0)
+			st.since, st.sinceNear = append(st.since, 0), append(st.sinceNear, 0)
 		}
-		s, near, safe := tree.Timestamp(b.belief.since.Load()), tree.Timestamp(b.belief.nearSince.Load()), tree.Timestamp(b.belief.safeSince.Load())
+		s, near := tree.Timestamp(b.belief.since.Load()), tree.Timestamp(b.belief.nearSince.Load())
 		if rt.exact(st, b) {
-			s, near, safe = 0, 0, 0
+			s, near = 0, 0
 		}
-		st.since[b.id], st.sinceNear[b.id], st.sinceSafe[b.id] = s, near, safe
+		st.since[b.id], st.sinceNear[b.id] = s, near
 		st.filtered = st.filtered || s != 0
 		nearFiltered = nearFiltered || near != 0
 	}
 	rt.ix.LookupSince(&st.chain, nowMs, st.since, &st.res)
-	st.resNear.Matches, st.resSafe.Matches = st.resNear.Matches[:0], st.resSafe.Matches[:0]
-	if cfg.EdgeLearn {
-		// A third lookup only when some trusted match has a tail to price.
-		for _, m := range st.res.Matches {
-			if int(m.Backend) < len(st.sinceSafe) && m.Time < st.sinceSafe[m.Backend] {
-				rt.ix.LookupSince(&st.chain, nowMs, st.sinceSafe, &st.resSafe)
-				break
-			}
-		}
-	}
+	st.resNear.Matches = st.resNear.Matches[:0]
 	if st.filtered {
 		rt.ix.Lookup(&st.chain, nowMs, &st.resAll)
 		if cfg.DoubtNear > 0 {
@@ -288,14 +274,6 @@ func (rt *Router) gather(st *reqState, model string, now time.Time) bool {
 				c.Matched = m.Blocks
 				if rt.cfg.Belief.Enabled && !rt.exact(st, b) {
 					c.Discount = 1 - b.belief.trust(m.Time.Millis(), &rt.cfg.Belief)
-					if rt.cfg.Belief.EdgeLearn && int(b.id) < len(st.sinceSafe) && m.Time < st.sinceSafe[b.id] {
-						// The tail past the backend's deepest claim safely
-						// inside the edge, at its distance's worth.
-						c.Safe, c.TailTrust, c.TailBookOnly = 0, b.belief.edgeWorth(b.belief.beyond(m.Time.Millis()), &rt.cfg.Belief), !rt.cfg.Belief.EdgeRoute
-						if s, ok := matchOf(&st.resSafe, b.id); ok && s.Blocks < m.Blocks {
-							c.Safe = s.Blocks
-						}
-					}
 					if c.Lost = rt.lostAt(st, b, m.Blocks, now); c.Lost {
 						// Its previous request found the context gone: doubted.
 						c.Discount = max(c.Discount, 1-b.belief.doubtTrust(&rt.cfg.Belief))
