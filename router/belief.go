@@ -47,7 +47,7 @@ type BeliefConfig struct {
 	// head (the deepest claim within 0.2 capacities) in full and only the
 	// tail at a worth learned per distance did no better: Mooncake 3x hit
 	// rate ahead in 1 of 6 runs, customers behind in 3 of 3
-	// (docs/claims.md, branch exp-edge). Before
+	// (docs/claims.md; commits 2a93328, b14aa0f). Before
 	// that, on the Mooncake trace at 3x (caches a tenth
 	// of the working set, 2 runs each) a discount to 0.5 moved hit rate
 	// 14.2% -> 14.1% and TTFT p50 1.02 -> 1.12 s: retention is noisy (an
