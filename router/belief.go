@@ -333,7 +333,7 @@ func doubtStep(cur, share float64, n *atomic.Uint64) float64 {
 func (cb *cacheBelief) learnDoubt(share, x float64, cfg *BeliefConfig, nowMs int64) {
 	cb.mu.Lock()
 	defer cb.mu.Unlock()
-	if cfg.DoubtCurve {
+	if curveOn(cfg) {
 		i := doubtRange(x, cfg)
 		cb.curve[i].Store(math.Float64bits(doubtStep(cb.worthAt(x, cfg), share, &cb.curveN[i])))
 	}
