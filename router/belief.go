@@ -107,7 +107,10 @@ type BeliefConfig struct {
 	// of 8); customers, 3 pairs: 50.3% against
 	// 50.0%, p99 1.35 against 1.26 s; agent, 3 pairs: 84.2% against 84.0%,
 	// p99 11.0 against 21.3 s. Learned there: 0.07-0.33 just past the edge,
-	// 0.02-0.06 further.
+	// 0.02-0.06 further. Mooncake 2x, 6 pairs (at 061015e; almost no doubt
+	// routes there, so this is the booking): 14.73% against 14.56% (ahead
+	// in 5), p50 0.448 against 0.453 s (faster in 5), p99 5.82 against
+	// 5.88 s (faster in 3).
 	DoubtCurve bool `yaml:"doubt_curve"`
 	// DoubtNear: a lookup also finds, for each backend, its deepest claim
 	// with at most DoubtNear capacities written after it. A prompt's
