@@ -36,9 +36,6 @@ type backend struct {
 	// arrived yet (see pendingPrefill).
 	pendingUnits    atomic.Int64
 	pendingRequests atomic.Int64
-	// drain estimates how much of pendingUnits the backend has still to
-	// compute (LoadView.PendingLeft).
-	drain prefillDrain
 	// written counts every uncached prompt unit this router has sent the
 	// backend (the pending units it ever booked): what it wrote into the
 	// backend's cache.
@@ -138,7 +135,6 @@ func (b *backend) models() []modelEntry {
 func (b *backend) loadView(now time.Time, cfg *Config, peers PeerLoad) LoadView {
 	lv := LoadView{InFlight: int(b.inFlight.Load()), PendingPrefill: float64(b.pendingUnits.Load()),
 		PendingRequests: int(b.pendingRequests.Load())}
-	lv.PendingLeft, lv.PrefillRate = b.drain.remaining(now)
 	if peers != nil {
 		lv.PeerPendingPrefill, lv.PeerPendingRequests, lv.PeerInFlight = peers.PeerLoad(b.id)
 	}
@@ -164,34 +160,27 @@ func stableHash[T string | []byte](s T) uint64 {
 type pendingPrefill struct {
 	b     *backend
 	units int64
-	at    time.Time // when it was booked
-	seq   uint64    // its booking in b.drain
-	ahead float64   // the units ahead of its first token then (prefillDrain.book)
 }
 
-// addPending counts units of uncached prompt as queued at b from now.
-func (b *backend) addPending(units int, now time.Time) pendingPrefill {
+// addPending counts units of uncached prompt as queued at b.
+func (b *backend) addPending(units int) pendingPrefill {
 	u := int64(max(units, 0))
 	b.pendingUnits.Add(u)
 	b.pendingRequests.Add(1)
 	b.written.Add(u)
-	seq, ahead := b.drain.book(float64(u), now)
 	if b.booked != nil {
 		b.booked()
 	}
-	return pendingPrefill{b: b, units: u, at: now, seq: seq, ahead: ahead}
+	return pendingPrefill{b: b, units: u}
 }
 
-// release takes the attempt's units off its backend at now; firstByte says
-// the answer's first byte came (its prefill is done). Later calls do
-// nothing.
-func (p *pendingPrefill) release(now time.Time, firstByte bool) {
+// release takes the attempt's units off its backend; later calls do nothing.
+func (p *pendingPrefill) release() {
 	if p.b == nil {
 		return
 	}
 	p.b.pendingUnits.Add(-p.units)
 	p.b.pendingRequests.Add(-1)
-	p.b.drain.settle(p.seq, p.ahead, p.at, now, firstByte)
 	if p.b.booked != nil {
 		p.b.booked()
 	}

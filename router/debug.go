@@ -106,10 +106,6 @@ type LoadJSON struct {
 	// has queued at the backend (LoadView.PendingPrefill).
 	PendingPrefillUnits float64 `json:"pending_prefill_units"`
 	PendingRequests     int     `json:"pending_requests"`
-	// PendingLeftUnits is what the backend has still to compute of it,
-	// PrefillRate the rate that says so (LoadView.PendingLeft).
-	PendingLeftUnits float64 `json:"pending_left_units"`
-	PrefillRate      float64 `json:"prefill_rate_units_per_second"`
 	// PeerPendingPrefillUnits, PeerPendingRequests and PeerInFlight are the
 	// other mesh nodes' bookings at the backend (their load channel,
 	// weighted by freshness; 0 without a mesh).
@@ -126,7 +122,6 @@ type LoadJSON struct {
 
 func loadJSON(l LoadView) LoadJSON {
 	j := LoadJSON{InFlight: l.InFlight, PendingPrefillUnits: l.PendingPrefill, PendingRequests: l.PendingRequests,
-		PendingLeftUnits: l.PendingLeft, PrefillRate: l.PrefillRate,
 		PeerPendingPrefillUnits: l.PeerPendingPrefill, PeerPendingRequests: l.PeerPendingRequests,
 		PeerInFlight: l.PeerInFlight, MeshPendingAtSignal: l.OwnAtSignal, SignalWeight: l.SignalWeight}
 	opt := func(has LoadFields, v float64) *float64 {

@@ -189,10 +189,6 @@ var (
 		"Requests this router has outstanding at the backend.", []string{"backend"}, nil)
 	descPending = prometheus.NewDesc("kvmesh_router_backend_pending_prefill_units",
 		"Prefill this router has queued at the backend: the estimated uncached prompt units (bytes in byte mode, tokens in token mode) of its requests there still waiting for a first answer byte.", []string{"backend"}, nil)
-	descPendingLeft = prometheus.NewDesc("kvmesh_router_backend_pending_prefill_left_units",
-		"Of the prefill this router has queued at the backend, what the backend has still to compute by the prefill rate its answers showed (the whole pending prefill before any answer).", []string{"backend"}, nil)
-	descPrefillRate = prometheus.NewDesc("kvmesh_router_backend_prefill_rate_units_per_second",
-		"The rate at which the backend computed the prefill queued ahead of this router's requests, learned from their first answer bytes (0 before any).", []string{"backend"}, nil)
 	descPeerPending = prometheus.NewDesc("kvmesh_router_backend_peer_pending_prefill_units",
 		"Prefill the other nodes of the mesh have queued at the backend, as their load channel last reported it (weighted by freshness; 0 without a mesh).", []string{"backend"}, nil)
 	descWaiting = prometheus.NewDesc("kvmesh_router_backend_waiting_requests",
@@ -216,7 +212,7 @@ var (
 )
 
 func (c *backendCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInFlight, descPending, descPendingLeft, descPrefillRate, descPeerPending, descWaiting, descRunning, descKVUsage, descSignalAge, descHealthy, descGeneration, descBeliefCapacity, descBeliefDoubt, descBeliefDoubtCurve} {
+	for _, d := range []*prometheus.Desc{descInFlight, descPending, descPeerPending, descWaiting, descRunning, descKVUsage, descSignalAge, descHealthy, descGeneration, descBeliefCapacity, descBeliefDoubt, descBeliefDoubtCurve} {
 		ch <- d
 	}
 }
@@ -236,8 +232,6 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 		gen, _ := c.rt.ix.Generation(b.id)
 		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(lv.InFlight), b.name)
 		ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, lv.PendingPrefill, b.name)
-		ch <- prometheus.MustNewConstMetric(descPendingLeft, prometheus.GaugeValue, lv.PendingLeft, b.name)
-		ch <- prometheus.MustNewConstMetric(descPrefillRate, prometheus.GaugeValue, lv.PrefillRate, b.name)
 		ch <- prometheus.MustNewConstMetric(descPeerPending, prometheus.GaugeValue, lv.PeerPendingPrefill, b.name)
 		ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, lv.Waiting, b.name)
 		ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, lv.Running, b.name)

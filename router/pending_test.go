@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"math"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -206,87 +205,7 @@ func TestPendingPrefillReleasedOnEveryPath(t *testing.T) {
 				if u, n := pendingOf(g, name); u != 0 || n != 0 {
 					t.Errorf("%s: pending %d units in %d requests after the request ended, want 0", name, u, n)
 				}
-				// The drain's queue was released too: nothing left, none queued.
-				d := &g.rt.backendByName(name).drain
-				if left, _ := d.remaining(time.Now()); left != 0 || d.h != len(d.q) {
-					t.Errorf("%s: %v units left in the drain's queue of %d after the request ended, want none", name, left, len(d.q)-d.h)
-				}
 			}
 		})
 	}
-}
-
-// The prefill rate is learned from a real answer's first byte through the
-// proxy, and the units left of the next request's prefill fall at that
-// rate while it waits: in /admin/backends and the gauges.
-func TestPendingLeftFallsAtTheLearnedRate(t *testing.T) {
-	a := newFakeBackend(t, "a")
-	arrived, firstSent := make(chan struct{}, 1), make(chan struct{}, 1)
-	sendFirst, finish := make(chan struct{}), make(chan struct{})
-	a.setHook(func(w http.ResponseWriter, r *http.Request, _ []byte) {
-		arrived <- struct{}{}
-		<-sendFirst
-		streamInTwo(w, firstSent, finish)
-	})
-	var clock atomic.Int64 // ms
-	clock.Store(1_700_000_000_000)
-	g := newRig(t, func(c *Config, d *Deps) {
-		prefer("a")(c, d)
-		d.Now = func() time.Time { return time.UnixMilli(clock.Load()) }
-	}, a)
-	status := func() LoadJSON {
-		t.Helper()
-		_, js := adminCall(t, g, "GET", "/admin/backends", "")
-		var list []BackendStatus
-		if err := json.Unmarshal(js, &list); err != nil || len(list) != 1 {
-			t.Fatalf("/admin/backends: %s (%v)", js, err)
-		}
-		return list[0].Load
-	}
-	answer := func(body string, wait time.Duration, check func(pending float64)) {
-		t.Helper()
-		done := g.postInBackground(body)
-		<-arrived
-		pending, _ := pendingOf(g, "a")
-		if check != nil {
-			check(float64(pending))
-		}
-		clock.Add(wait.Milliseconds())
-		sendFirst <- struct{}{}
-		<-firstSent
-		waitFor(t, "pending released at the first byte", func() bool { u, _ := pendingOf(g, "a"); return u == 0 })
-		finish <- struct{}{}
-		<-done
-	}
-
-	// Nothing answered yet: no rate. The first prompt's units took 2 s.
-	if l := status(); l.PrefillRate != 0 {
-		t.Fatalf("a rate %v before any answer", l.PrefillRate)
-	}
-	first := strings.Replace(chat("m1", longText("rate system prompt", 3000), "q1"), `"model":"m1"`, `"model":"m1","stream":true`, 1)
-	var units float64
-	answer(first, 2*time.Second, func(pending float64) { units = pending })
-	rate := units / 2
-	if l := status(); math.Abs(l.PrefillRate-rate) > 1e-6*rate || l.PendingLeftUnits != 0 {
-		t.Fatalf("after a %v-unit prefill answered in 2 s: rate %v, left %v; want %v and 0", units, l.PrefillRate, l.PendingLeftUnits, rate)
-	}
-	if got := g.counter("kvmesh_router_backend_prefill_rate_units_per_second", "backend", "a"); math.Abs(got-rate) > 1e-6*rate {
-		t.Errorf("rate gauge %v, want %v", got, rate)
-	}
-	// Another prompt: all of it is left when sent, a quarter less after
-	// half a second at that rate.
-	second := strings.Replace(chat("m1", longText("another prompt entirely", 3000), "q2"), `"model":"m1"`, `"model":"m1","stream":true`, 1)
-	answer(second, time.Second, func(pending float64) {
-		if l := status(); l.PendingLeftUnits != pending {
-			t.Errorf("just sent: left %v of %v pending", l.PendingLeftUnits, pending)
-		}
-		clock.Add(500)
-		want := max(pending-rate/2, 0)
-		if l := status(); math.Abs(l.PendingLeftUnits-want) > 1e-6*pending {
-			t.Errorf("half a second later: left %v, want %v", l.PendingLeftUnits, want)
-		}
-		if got := g.counter("kvmesh_router_backend_pending_prefill_left_units", "backend", "a"); math.Abs(got-want) > 1e-6*pending {
-			t.Errorf("left gauge %v, want %v", got, want)
-		}
-	})
 }

@@ -155,12 +155,6 @@ type LoadView struct {
 	// first token is mostly this work queued ahead of it.
 	PendingPrefill  float64
 	PendingRequests int
-	// PendingLeft is how much of PendingPrefill the backend has still to
-	// compute, by the prefill rate its answers showed (PrefillRate, units
-	// per second; 0 before the first answer, when PendingLeft is the whole
-	// sum): it works through its queue from the front, so the requests
-	// sent longest ago are mostly done (prefillDrain).
-	PendingLeft, PrefillRate float64
 	// PeerPendingPrefill, PeerPendingRequests and PeerInFlight are the same
 	// bookings of the other nodes of the mesh (from their load channel,
 	// weighted by freshness; 0 without a mesh).

@@ -29,9 +29,8 @@ import (
 // will have to compute again;
 // pending_i is the prefill the mesh has already queued there (the
 // uncached units of its requests still waiting for their first token:
-// this router's, LoadView.PendingPrefill, exact, or with PendingDrain what
-// is left of it, LoadView.PendingLeft, plus its peers', from the mesh's
-// load channel, LoadView.PeerPendingPrefill): an engine prefills in
+// this router's, LoadView.PendingPrefill, exact, plus its peers', from the
+// mesh's load channel, LoadView.PeerPendingPrefill): an engine prefills in
 // arrival order, so this is the work between the request and its first
 // token. others_waiting_i is the backend's waiting queue (ORCA or
 // /metrics, weighted by the signal's freshness w_i) less the requests the
@@ -99,23 +98,18 @@ type KVMeshConfig struct {
 	// PendingWeight prices one unit of prefill this router has queued at
 	// the backend. 1: queued prefill delays the first token as much as the
 	// request's own (the engine computes both at the same rate).
+	//
+	// The whole sum is priced, although the oldest request is partly
+	// computed. Pricing only what is left (the oldest one's progress at a
+	// rate learned from first bytes, within one request of the truth
+	// against a FIFO server; commit ec6076e, kvmesh.pending_drain) kept
+	// more prompts at their holders and made them wait: kvmesh arm, 8
+	// backends, runs alternating with the sum (hit rate, TTFT p50, p90
+	// medians): Mooncake 2x, 6 pairs: 14.77% against 14.64%, 0.458 against
+	// 0.450 s, 2.037 against 1.975 s (slower in 6 of 6); Mooncake 3x, 6
+	// pairs: level; customers, 3 pairs: 50.5% against 50.3%, p99 1.40
+	// against 1.28 s (slower in 3 of 3). The oracle arm prices the sum too.
 	PendingWeight float64 `yaml:"pending_weight"`
-	// PendingDrain prices the pending prefill a backend has still to
-	// compute (LoadView.PendingLeft: the queue drained at the rate its
-	// answers showed) instead of the whole sum of the requests without a
-	// first byte (LoadView.PendingPrefill). Peers' bookings count in full
-	// either way. Off: it gains hit rate and loses TTFT (kvmesh arm, 8
-	// backends, runs alternating with it off; medians of hit rate, TTFT
-	// p50, p90, p99): Mooncake 2x, 6 pairs: 14.77% against 14.64% (ahead
-	// in 3), 0.458 against 0.450 s (slower in 5), 2.037 against 1.975 s
-	// (slower in 6 of 6), 5.87 against 5.84 s; Mooncake 3x, 6 pairs: 14.53%
-	// against 14.65% (ahead in 1), 0.949 against 0.948 s, 2.824 against
-	// 2.820 s, 6.72 against 6.74 s; customers, 3 pairs: 50.54% against
-	// 50.25%, p50, p90 and p99 slower in 3 of 3 (p99 1.40 against 1.28 s);
-	// agent, 2 pairs: 84.1% against 84.3%, one p99 faster, one slower.
-	// The holders it keeps look less loaded, so more of their prompts stay
-	// (hit rate) and wait (TTFT); the oracle arm too prices the whole sum.
-	PendingDrain bool `yaml:"pending_drain"`
 	// LoadWeight prices each request decoding at the backend, in average
 	// prompts. A decoding sequence adds one token to each engine step that
 	// also carries the new prefill (thousands of tokens), so it delays a
@@ -345,11 +339,7 @@ func (p *kvmeshPolicy) Name() string { return PolicyKVMesh }
 // the mesh's: this node's exact ones plus its peers' last reported ones.
 func (cfg *KVMeshConfig) load(c *Candidate, avg float64) float64 {
 	l := &c.Load
-	own := l.PendingPrefill
-	if cfg.PendingDrain {
-		own = l.PendingLeft
-	}
-	load := cfg.PendingWeight * (own + l.PeerPendingPrefill)
+	load := cfg.PendingWeight * (l.PendingPrefill + l.PeerPendingPrefill)
 	if others := l.Waiting - l.OwnAtSignal; others > 0 {
 		load += avg * cfg.QueueWeight * l.SignalWeight * others
 	}

@@ -212,9 +212,9 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, st *reqState, 
 	// The prefill this attempt queues at b, until its first answer byte.
 	var pending pendingPrefill
 	if st.routed {
-		pending = b.addPending(st.uncached(&st.cands[d.Index]), rt.now())
+		pending = b.addPending(st.uncached(&st.cands[d.Index]))
 	}
-	defer func() { pending.release(rt.now(), false) }()
+	defer pending.release()
 	resp, err := rt.transport.RoundTrip(out)
 	stopped := timer.Stop()
 	if err == nil && !stopped { // the timer fired as the answer arrived: the body is canceled too
@@ -311,9 +311,8 @@ func (rt *Router) copyBody(w http.ResponseWriter, body io.Reader, st *reqState, 
 		if n > 0 {
 			if first {
 				first = false
-				now := rt.now()
-				pending.release(now, true)
-				rt.modelMetricsFor(st.model).firstBytes(labelOf(ep)).Observe(now.Sub(start).Seconds())
+				pending.release()
+				rt.modelMetricsFor(st.model).firstBytes(labelOf(ep)).Observe(rt.now().Sub(start).Seconds())
 			}
 			st.usage.write(st.buf[:n])
 			if _, werr = w.Write(st.buf[:n]); werr != nil {

@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 )
 
 func fourBackends(t *testing.T) []*fakeBackend {
@@ -67,9 +66,9 @@ func TestSharedSystemPromptSpreadsUnderLoad(t *testing.T) {
 	matched, _, _ := strings.Cut(routeField(r1, "matched"), "/")
 	m, _ := strconv.Atoi(matched)
 	cw := DefaultKVMeshConfig().CacheWeight
-	busy := g.rt.backendByName(holder).addPending(int((1+cw)*float64(m))+1000, time.Now())
+	busy := g.rt.backendByName(holder).addPending(int((1+cw)*float64(m)) + 1000)
 	_, r2, _ := g.call("POST", "/v1/chat/completions", chat("m1", sys, longText("third user", 200)))
-	busy.release(time.Now(), false)
+	busy.release()
 	second := routeField(r2, "backend")
 	if second == holder || routeField(r2, "reason") != "cost" {
 		t.Fatalf("busy holder %s: third conversation %q, want another backend by cost", holder, r2)
@@ -162,11 +161,11 @@ func TestLoadOverrideLearnsOnlyTheRequestsOwnPart(t *testing.T) {
 		shared := g.holders(EndpointChat, body, "")[holder]
 		// Saturated: 6,000 units > 2 * max(median 0, half an average prompt of
 		// about 4,300), but less than the 16,000 its match saves.
-		busy := g.rt.backendByName(holder).addPending(6000, time.Now())
+		busy := g.rt.backendByName(holder).addPending(6000)
 		turn2 := longText("turn two", turnChars)
 		next := chat("m1", sys, "q1", "a1", turn2)
 		_, r2, _ := g.call("POST", "/v1/chat/completions", next)
-		busy.release(time.Now(), false)
+		busy.release()
 		diverted := routeField(r2, "backend")
 		if routeField(r2, "reason") != "load-override" || diverted == holder {
 			t.Fatalf("turn of %d chars, %s saturated: %q", turnChars, holder, r2)
