@@ -67,7 +67,7 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
 	fs.Float64Var(&f.capacityRatio, "capacity-ratio", 0.25, "with -cache-blocks 0: fleet KV capacity / the workload's working set (below 1: the fleet cannot hold it), capped at 27,000 blocks (an H100) per backend")
 	fs.Float64Var(&f.timeScale, "time-scale", 10, "simulated seconds per real second (watch the max engine lag column)")
 	fs.IntVar(&f.maxRunning, "max-running", sim.DefaultConfig().MaxRunning, "running sequences per backend (vLLM max_num_seqs)")
-	fs.StringVar(&f.arms, "arms", "round_robin,least_loaded,consistent_hash,sglang_cache_aware,kvmesh,oracle", "comma-separated arms: policy[:nodes[:mesh|claims|local]], oracle, or kvmesh-precise[:nodes[:mesh]] (precise mode: the backends publish KV events and tokenize)")
+	fs.StringVar(&f.arms, "arms", "round_robin,least_loaded,consistent_hash,sglang_cache_aware,kvmesh,oracle", "comma-separated arms: policy[:nodes[:mesh|claims|local]], oracle, oracle+scraped (the oracle pricing the router's scraped load instead of the engines' live load), or kvmesh-precise[:nodes[:mesh]] (precise mode: the backends publish KV events and tokenize)")
 	fs.IntVar(&f.nodes, "nodes", 0, "add the arm kvmesh:<nodes>:mesh (router nodes sharing claims through the mesh)")
 	fs.IntVar(&f.localNodes, "local-nodes", 0, "add the arm kvmesh:<local-nodes>:local (nodes with independent claims)")
 	fs.IntVar(&f.repeats, "repeats", 3, "runs per arm (arm order rotates between repeats)")

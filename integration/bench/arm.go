@@ -49,18 +49,29 @@ type Arm struct {
 	// Precise runs the routers in precise mode against a fleet publishing
 	// KV events (precise.go); the arm spec is "kvmesh-precise".
 	Precise bool `json:"precise,omitempty"`
+	// ScrapedLoad: the oracle prices the router's scraped running count and
+	// KV usage instead of the engines' live ones (Oracle.ScrapedLoad); the
+	// arm spec is "oracle+scraped".
+	ScrapedLoad bool `json:"scraped_load,omitempty"`
 }
 
 // ParseArm reads an arm spec: a policy name, optionally with "+words"
 // (token mode, see Arm.Tokens), or "kvmesh-precise" (Arm.Precise),
 // optionally followed by ":<nodes>" and ":mesh", ":claims" or ":local"
 // (default local), e.g. "kvmesh", "oracle", "kvmesh:8:mesh",
-// "kvmesh:8:claims", "kvmesh:3:local", "kvmesh+words", "kvmesh-precise".
+// "kvmesh:8:claims", "kvmesh:3:local", "kvmesh+words", "kvmesh-precise",
+// "oracle+scraped" (Arm.ScrapedLoad).
 func ParseArm(spec string) (Arm, error) {
 	parts := strings.Split(strings.TrimSpace(spec), ":")
 	a := Arm{Policy: parts[0], Nodes: 1}
 	if p, ok := strings.CutSuffix(a.Policy, "+words"); ok {
 		a.Policy, a.Tokens = p, true
+	}
+	if p, ok := strings.CutSuffix(a.Policy, "+scraped"); ok {
+		if p != PolicyOracle {
+			return Arm{}, fmt.Errorf("bench: arm %q: +scraped is the oracle's (oracle+scraped)", spec)
+		}
+		a.Policy, a.ScrapedLoad = p, true
 	}
 	if a.Policy == PolicyPrecise && !a.Tokens {
 		a.Policy, a.Precise = router.PolicyKVMesh, true
@@ -99,6 +110,9 @@ func ParseArm(spec string) (Arm, error) {
 	}
 	if a.Tokens {
 		a.Name += "+words"
+	}
+	if a.ScrapedLoad {
+		a.Name += "+scraped"
 	}
 	if a.Nodes > 1 || a.State == StateMesh || a.State == StateClaims {
 		a.Name = fmt.Sprintf("%s x%d %s", a.Name, a.Nodes, a.State)

@@ -17,13 +17,14 @@ func TestParseArm(t *testing.T) {
 		" round_robin:3:local": {Name: "round_robin x3 local", Policy: "round_robin", Nodes: 3, State: StateLocal},
 		"kvmesh+words":         {Name: "kvmesh+words", Policy: "kvmesh", Nodes: 1, Tokens: true},
 		"kvmesh+words:2:mesh":  {Name: "kvmesh+words x2 mesh", Policy: "kvmesh", Nodes: 2, State: StateMesh, Tokens: true},
+		"oracle+scraped":       {Name: "oracle+scraped", Policy: PolicyOracle, Nodes: 1, ScrapedLoad: true},
 	} {
 		got, err := ParseArm(spec)
 		if err != nil || got != want {
 			t.Errorf("ParseArm(%q) = %+v, %v; want %+v", spec, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", "fastest", "kvmesh:0", "kvmesh:x", "kvmesh:2:gossip", "oracle:2", "kvmesh:2:mesh:extra", "fastest+words"} {
+	for _, bad := range []string{"", "fastest", "kvmesh:0", "kvmesh:x", "kvmesh:2:gossip", "oracle:2", "kvmesh:2:mesh:extra", "fastest+words", "kvmesh+scraped", "oracle+scraped:2"} {
 		if _, err := ParseArm(bad); err == nil {
 			t.Errorf("ParseArm(%q) accepted", bad)
 		}

@@ -170,6 +170,7 @@ func deploy(ctx context.Context, cfg *Config, arm Arm, fleet Fleet) (_ *deployme
 			m[BackendName(i)] = b
 		}
 		d.oracle = NewOracle(rc.KVMesh, m)
+		d.oracle.ScrapedLoad = arm.ScrapedLoad
 		policy = d.oracle
 	}
 

@@ -57,6 +57,12 @@ type Oracle struct {
 
 	avgPrompt atomic.Uint64 // float64 bits: moving average of prompt tokens
 	misses    atomic.Uint64 // decisions made without a registered body
+
+	// ScrapedLoad makes the oracle price the running count and KV usage the
+	// router scraped (Candidate.Load, as kvmesh sees them) instead of the
+	// engines' live ones: the arm "oracle+scraped", which measures what the
+	// live signals are worth. Set it before the first decision.
+	ScrapedLoad bool
 }
 
 type oracleBackend struct {
@@ -134,12 +140,12 @@ func (o *Oracle) Choose(req *router.Request, cands []router.Candidate, scores []
 				cached, prompt = ct, pt
 			}
 		}
-		l := b.b.Load()
+		running, kv := o.load(b, c)
 		queued := b.queued.Load()
-		load := (cfg.PendingWeight*float64(queued) + avg*cfg.LoadWeight*float64(l.Running)) / c.Weight
+		load := (cfg.PendingWeight*float64(queued) + avg*cfg.LoadWeight*running) / c.Weight
 		cost := (cfg.PrefillWeight+cfg.CacheWeight)*float64(prompt-cached) + load
-		if l.KVCacheUsage > cfg.KVUsageThreshold {
-			cost += avg * cfg.KVUsageWeight * (l.KVCacheUsage - cfg.KVUsageThreshold) / (1 - cfg.KVUsageThreshold)
+		if kv > cfg.KVUsageThreshold {
+			cost += avg * cfg.KVUsageWeight * (kv - cfg.KVUsageThreshold) / (1 - cfg.KVUsageThreshold)
 		}
 		scores[i] = cost
 		if best < 0 || cost < scores[best] || (cost == scores[best] && queued < bestQueued) {
@@ -158,6 +164,17 @@ func (o *Oracle) Choose(req *router.Request, cands []router.Candidate, scores []
 		}
 	}
 	return router.Decision{Index: best, Reason: router.ReasonCost, Learn: false}
+}
+
+// load is the running count and KV usage Choose prices for c: the
+// engine's live values, or with ScrapedLoad the router's last scraped ones
+// (weighted by their freshness, as kvmesh weighs them).
+func (o *Oracle) load(b *oracleBackend, c *router.Candidate) (running, kvUsage float64) {
+	if o.ScrapedLoad {
+		return c.Load.SignalWeight * c.Load.Running, c.Load.KVUsage
+	}
+	l := b.b.Load()
+	return float64(l.Running), l.KVCacheUsage
 }
 
 // find returns a registered, unsettled request with req's rendering (the

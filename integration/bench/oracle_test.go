@@ -131,6 +131,37 @@ func TestOracleWeighsQueuedPrefillAgainstCache(t *testing.T) {
 	}
 }
 
+// The oracle prices the engines' live KV usage; with ScrapedLoad
+// ("oracle+scraped") the router's scraped view in the candidates instead.
+func TestOracleScrapedLoad(t *testing.T) {
+	full := &fakeOracleBackend{prompt: 4000, load: sim.Load{KVCacheUsage: 0.99}} // live: about to preempt
+	free := &fakeOracleBackend{prompt: 4000}
+	cfg := router.DefaultKVMeshConfig()
+	body := chatBody("s", "u", 1)
+	p := new(router.Prompt)
+	if err := router.Render(router.EndpointChat, body, p); err != nil {
+		t.Fatal(err)
+	}
+	// The scrape, a moment old, says the opposite.
+	cands := []router.Candidate{
+		{Name: "b0", Weight: 1, Load: router.LoadView{SignalWeight: 1, KVUsage: 0, Has: router.HasKVCacheUsage}},
+		{Name: "b1", Weight: 1, Load: router.LoadView{SignalWeight: 1, KVUsage: 0.99, Has: router.HasKVCacheUsage}},
+	}
+	for _, tc := range []struct {
+		scraped bool
+		want    int
+	}{{false, 1}, {true, 0}} {
+		o := NewOracle(cfg, map[string]OracleBackend{"b0": full, "b1": free})
+		o.ScrapedLoad = tc.scraped
+		scores := make([]float64, 2)
+		unregister := o.register(router.EndpointChat, &oracleReq{body: body})
+		if d := o.Choose(&router.Request{Prompt: p}, cands, scores); d.Index != tc.want {
+			t.Errorf("ScrapedLoad %v: chose b%d with scores %v, want b%d", tc.scraped, d.Index, scores, tc.want)
+		}
+		unregister()
+	}
+}
+
 // Through a real router and fleet: the oracle arm sends a request to the
 // backend whose engine holds its prefix, whatever the claims say (the
 // prefix was put there behind the router's back).
