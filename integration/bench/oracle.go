@@ -168,7 +168,9 @@ func (o *Oracle) Choose(req *router.Request, cands []router.Candidate, scores []
 
 // load is the running count and KV usage Choose prices for c: the
 // engine's live values, or with ScrapedLoad the router's last scraped ones
-// (weighted by their freshness, as kvmesh weighs them).
+// (the running count weighted by its freshness as kvmesh weighs it; the KV
+// usage as scraped, where kvmesh weighs its penalty too: in the benchmark
+// the scrape is always fresh, weight 1, and the two agree).
 func (o *Oracle) load(b *oracleBackend, c *router.Candidate) (running, kvUsage float64) {
 	if o.ScrapedLoad {
 		return c.Load.SignalWeight * c.Load.Running, c.Load.KVUsage
