@@ -92,3 +92,99 @@ func TestDoubtLearnsShareFromAnswer(t *testing.T) {
 		t.Fatalf("after a peer's lesson and an answer: worth %v, want %v (learned on top of the peer's 0.1)", got, want)
 	}
 }
+
+// doubtFloor: a checkpoint match counts from the next learn depth, a
+// message end (or no match) from itself.
+func TestDoubtFloor(t *testing.T) {
+	ch := &tree.Chain{Keys: make([]tree.Key, 100), Learn: []int32{32, 50, 64, 90, 96, 100}}
+	for _, c := range []struct {
+		trusted int32
+		cp      int
+		want    int32
+	}{
+		{32, 32, 50}, // a checkpoint: up to the message end at 50
+		{64, 32, 90},
+		{96, 32, 100},
+		{50, 32, 50}, // a message end: from itself
+		{90, 32, 90},
+		{0, 32, 0},   // no match
+		{64, 0, 64},  // no checkpoints: every match is a message end or a last block
+		{64, 16, 90}, // 64 is a multiple of 16 too
+	} {
+		if got := doubtFloor(ch, c.trusted, c.cp); got != c.want {
+			t.Errorf("doubtFloor(trusted %d, cp %d) = %d, want %d", c.trusted, c.cp, got, c.want)
+		}
+	}
+}
+
+// Through the router: when the trusted match is a checkpoint inside a
+// long system prompt and the backend holds a little more of that prompt,
+// as any holder of the checkpoint would, the doubted claim learns nothing
+// from it: its share counts from the system prompt's end. Counted from
+// the checkpoint, the same answer would teach a share near a half.
+func TestDoubtShareFromCheckpointCountsPastTheHead(t *testing.T) {
+	a := newFakeBackend(t, "a")
+	var cachedTokens atomic.Int64
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixMilli())
+	a.setHook(func(w http.ResponseWriter, r *http.Request, body []byte) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"choices":[{"message":{"role":"assistant","content":"hi"}}],"usage":{"prompt_tokens":%d,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":%d}}}`,
+			len(body)/4, cachedTokens.Load())
+	})
+	g := newRig(t, func(c *Config, d *Deps) {
+		c.Belief.Enabled, c.Belief.DoubtBeyond, c.Belief.DoubtTrust, c.Belief.DoubtLearn = true, 1, 0.5, true
+		c.Belief.DoubtCurve, c.Belief.DoubtNear = false, 0
+		c.Backends[0].KVCapacityTokens = 5000
+		d.Now = func() time.Time { return time.UnixMilli(clock.Add(5)) }
+	}, a)
+	sys := longText("checkpoint head system prompt", 5000)
+	q1 := longText("question one", 600)
+	g.call("POST", "/v1/chat/completions", chat("m1", sys, q1))
+	for i := 0; g.rt.meshWritten(g.rt.backendByName("a")) < 26000; i++ {
+		if i == 100 {
+			t.Fatal("nothing is counted as written")
+		}
+		g.call("POST", "/v1/chat/completions", chat("m1", longText(fmt.Sprint("filler ", i), 2500), "q"))
+	}
+	// Another prompt with the same first 4,300 bytes stamps the checkpoints
+	// inside them afresh; the first one's deeper claims stay past the edge.
+	g.call("POST", "/v1/chat/completions", chat("m1", sys[:4300]+longText("another tail", 700), "question three"))
+	follow := chat("m1", sys, q1, "answer", "question two")
+	_, body := adminCall(t, g, "POST", "/debug/route", follow)
+	var x RouteExplanation
+	if err := json.Unmarshal(body, &x); err != nil {
+		t.Fatal(err)
+	}
+	c := x.Candidates[0]
+	cp := g.rt.ix.Keyer().CheckpointBlocks()
+	if cp == 0 || c.MatchedBlocks == 0 || c.MatchedBlocks%cp != 0 || c.DoubtedBlocks <= c.MatchedBlocks {
+		t.Fatalf("want a trusted checkpoint match (every %d blocks) under a doubted claim: %+v", cp, c)
+	}
+	sysEnd := 0 // the follow-up's first learn depth past the match: the system prompt's end
+	for _, d := range x.LearnDepths {
+		if d > c.MatchedBlocks {
+			sysEnd = d
+			break
+		}
+	}
+	if sysEnd == 0 || sysEnd >= c.DoubtedBlocks || sysEnd > c.MatchedBlocks+cp {
+		t.Fatalf("want the system prompt's end between the match (%d) and the doubted claim (%d): learn depths %v", c.MatchedBlocks, c.DoubtedBlocks, x.LearnDepths)
+	}
+	upt := float64(x.Units) / float64(len(follow)/4)
+	held := (c.MatchedBlocks + sysEnd) / 2 // a little of the head past the checkpoint
+	cachedTokens.Store(int64(float64(held*x.UnitsPerBlock) / upt))
+	fromMatch := float64(held-c.MatchedBlocks) / float64(c.DoubtedBlocks-c.MatchedBlocks)
+	if fromMatch < 0.2 {
+		t.Fatalf("setup: counted from the match the answer would teach only %v", fromMatch)
+	}
+	b := g.rt.backendByName("a")
+	before := b.belief.doubtTrust(&g.rt.cfg.Belief)
+	w := max(doubtEWMA, 1/float64(b.belief.doubtN.Load()+1+doubtPrior)) // the next answer's weight (doubtStep)
+	g.call("POST", "/v1/chat/completions", follow)
+	want := before + (0-before)*w
+	if got := b.belief.doubtTrust(&g.rt.cfg.Belief); math.Abs(got-want) > 0.01 {
+		t.Fatalf("after an answer holding only the shared head: worth %v (from %v), want %v (counted from the match: %v)",
+			got, before, want, before+(fromMatch-before)*w)
+	}
+}

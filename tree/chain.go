@@ -24,6 +24,27 @@ func (c *Chain) Blocks() int { return len(c.Keys) }
 // UnitsAt converts a depth in blocks to units.
 func (c *Chain) UnitsAt(blocks int) int { return blocks * c.UnitsPerBlock }
 
+// NextLearn is the first depth in Learn deeper than depth (in blocks), or
+// Blocks() when there is none: the next place a claim of this prompt can
+// sit. What lies between a claim and it is unknown to every claim: a
+// backend holding the shallower claim may hold part of it too (an engine
+// caches every full block, a claim sits only at a learn depth).
+func (c *Chain) NextLearn(depth int32) int32 {
+	lo, hi := 0, len(c.Learn)
+	for lo < hi { // the first index whose depth exceeds depth
+		m := int(uint(lo+hi) >> 1)
+		if c.Learn[m] > depth {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	if lo < len(c.Learn) {
+		return c.Learn[lo]
+	}
+	return int32(len(c.Keys))
+}
+
 // Reset empties the chain and keeps its buffers.
 func (c *Chain) Reset() {
 	c.Keys = c.Keys[:0]
