@@ -47,14 +47,40 @@ type HolderView struct {
 	// Chosen (kvmesh: cost, lower is better).
 	Cost       float64 `json:"cost"`
 	ChosenCost float64 `json:"chosen_cost"`
+	// Units is the prompt's length in the router's units (bytes in byte
+	// mode): Units over the answer's prompt tokens converts the units below
+	// to tokens.
+	Units int `json:"units"`
+	// Candidates is the same explanation's view of every candidate, beside
+	// what the simulator says each held of the prompt as it was sent:
+	// where the router's knowledge of the fleet and the truth part, and
+	// what else (load, a doubted claim's worth) made the choice.
+	Candidates []CandidateView `json:"candidates,omitempty"`
+}
+
+// CandidateView is one candidate in a HolderView.
+type CandidateView struct {
+	Backend string `json:"backend"`
+	// HeldTokens is what the backend held of the prompt (the simulator's
+	// CachedPrefix), -1 when it could not say.
+	HeldTokens int `json:"held_tokens"`
+	// MatchedUnits is the router's trusted match there, DoubtedBlocks the
+	// depth of a deeper claim past its cache's edge (0: none).
+	MatchedUnits  int `json:"matched_units"`
+	DoubtedBlocks int `json:"doubted_blocks,omitempty"`
+	// Score is the policy's score, PendingUnits the prefill this router had
+	// queued there.
+	Score        float64 `json:"score"`
+	PendingUnits float64 `json:"pending_units"`
 }
 
 // explainAt returns a ReplayConfig.Explain that asks the router node a
 // request is sent to (its URL ends in path) for its decision on the body,
-// and keeps its view of holder. It returns nil when the node cannot
+// and keeps its view of holder, and of every candidate with what fleet
+// (nil: not asked) says each holds. It returns nil when the node cannot
 // explain (not a kvmesh router node, or an error): the sample just lacks
 // the view. It costs the node one routing decision per request.
-func explainAt(c *http.Client, path string) func(url string, body []byte, holder string) *HolderView {
+func explainAt(c *http.Client, path string, fleet *OracleView) func(url string, body []byte, holder string) *HolderView {
 	query := "/debug/route?endpoint=" + url.QueryEscape(path)
 	return func(u string, body []byte, holder string) *HolderView {
 		resp, err := c.Post(strings.TrimSuffix(u, path)+query, "application/json", bytes.NewReader(body))
@@ -66,17 +92,41 @@ func explainAt(c *http.Client, path string) func(url string, body []byte, holder
 		if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&ex) != nil {
 			return nil
 		}
-		return holderView(&ex, holder)
+		v := holderView(&ex, holder)
+		if v != nil && fleet != nil {
+			heldBy(fleet, path, body, v.Candidates)
+		}
+		return v
+	}
+}
+
+// heldBy fills each candidate's HeldTokens from fleet, whose backends are
+// named BackendName(i).
+func heldBy(fleet *OracleView, path string, body []byte, cands []CandidateView) {
+	m := newPromptMatch(body, path)
+	defer m.release()
+	for i := range cands {
+		cands[i].HeldTokens = -1
+		for j, b := range fleet.Backends {
+			if BackendName(j) != cands[i].Backend {
+				continue
+			}
+			if held, _, err := m.at(b); err == nil {
+				cands[i].HeldTokens = held
+			}
+		}
 	}
 }
 
 // holderView extracts holder's view from an explanation (nil when holder
 // is not among its candidates).
 func holderView(ex *router.RouteExplanation, holder string) *HolderView {
-	v := &HolderView{Chosen: ex.Chosen, Deepest: ex.Deepest}
+	v := &HolderView{Chosen: ex.Chosen, Deepest: ex.Deepest, Units: ex.Units, Candidates: make([]CandidateView, len(ex.Candidates))}
 	found := false
 	for i := range ex.Candidates {
 		c := &ex.Candidates[i]
+		v.Candidates[i] = CandidateView{Backend: c.Backend, HeldTokens: -1, MatchedUnits: c.MatchedUnits,
+			DoubtedBlocks: c.DoubtedBlocks, Score: c.Score, PendingUnits: c.Load.PendingPrefillUnits}
 		if c.Chosen {
 			v.ChosenCost, v.ChosenDoubted, v.ChosenDoubtedBeyond = c.Score, c.DoubtedBlocks, c.DoubtedBeyond
 			v.ChosenMatched, v.ChosenBeyond = c.MatchedBlocks, c.Beyond

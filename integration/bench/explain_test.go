@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -21,7 +22,7 @@ func TestExplainAtShowsTheHoldersClaims(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, _, done := deployArm(t, &cfg, SimFleet(3, fastSimConfig()), arm)
+	d, fleet, done := deployArm(t, &cfg, SimFleet(3, fastSimConfig()), arm)
 	defer done()
 	c := newHTTPClient(2)
 	defer c.CloseIdleConnections()
@@ -32,13 +33,27 @@ func TestExplainAtShowsTheHoldersClaims(t *testing.T) {
 	if !s.OK() || s.Backend == "" {
 		t.Fatalf("first request: %+v", s)
 	}
-	explain := explainAt(c, sim.ChatPath)
+	explain := explainAt(c, sim.ChatPath, fleet.Oracle())
 	v := explain(url, body, s.Backend)
 	if v == nil {
 		t.Fatal("no view of the backend that answered")
 	}
 	if v.Chosen != s.Backend || v.Matched == 0 || v.Matched != v.Deepest || v.Cost != v.ChosenCost {
 		t.Errorf("view of the holder %s = %+v, want it chosen on a trusted match at the deepest depth, at the chosen cost", s.Backend, v)
+	}
+	// Every candidate, with what the simulator says it holds: the holder
+	// most of the prompt and a trusted match, the others nothing.
+	if len(v.Candidates) != 3 || v.Units < len(body)/2 {
+		t.Fatalf("candidates %+v, units %d: want the 3 backends and the prompt's length", v.Candidates, v.Units)
+	}
+	for _, cv := range v.Candidates {
+		holds := cv.Backend == s.Backend
+		if holds != (cv.HeldTokens > s.PromptTokens/2) || holds != (cv.MatchedUnits > 0) || (!holds && cv.HeldTokens != 0) {
+			t.Errorf("candidate %+v (the holder is %s, prompt %d tokens): want the holder alone holding and matched", cv, s.Backend, s.PromptTokens)
+		}
+	}
+	if w := explainAt(c, sim.ChatPath, nil)(url, body, s.Backend); w == nil || len(w.Candidates) != 3 || w.Candidates[0].HeldTokens != -1 {
+		t.Errorf("view without a fleet to ask = %+v, want the candidates with held tokens unknown (-1)", w)
 	}
 	other := BackendName(0)
 	if other == s.Backend {
@@ -52,7 +67,7 @@ func TestExplainAtShowsTheHoldersClaims(t *testing.T) {
 	}
 	// A node that cannot explain (here: a path it does not serve) gives no
 	// view rather than a wrong one.
-	if w := explainAt(c, "/nowhere")(d.fronts[0]+"/nowhere", body, s.Backend); w != nil {
+	if w := explainAt(c, "/nowhere", nil)(d.fronts[0]+"/nowhere", body, s.Backend); w != nil {
 		t.Errorf("view from a failed explanation = %+v, want nil", w)
 	}
 }
@@ -87,14 +102,17 @@ func TestReplayBeforeHooks(t *testing.T) {
 // backend's trusted match, doubted and near claims and their distances,
 // from an explanation.
 func TestHolderViewCarriesDistances(t *testing.T) {
-	ex := &router.RouteExplanation{Chosen: "b1", Deepest: 4, Candidates: []router.CandidateExplanation{
-		{Backend: "b0", MatchedBlocks: 2, DoubtedBlocks: 9, NearBlocks: 5, DoubtedBeyond: 1.4, Score: 30},
-		{Backend: "b1", MatchedBlocks: 4, Beyond: 0.6, DoubtedBlocks: 6, DoubtedBeyond: 2.5, Score: 20, Chosen: true},
+	ex := &router.RouteExplanation{Chosen: "b1", Deepest: 4, Units: 640, Candidates: []router.CandidateExplanation{
+		{Backend: "b0", MatchedBlocks: 2, MatchedUnits: 128, DoubtedBlocks: 9, NearBlocks: 5, DoubtedBeyond: 1.4, Score: 30, Load: router.LoadJSON{PendingPrefillUnits: 50}},
+		{Backend: "b1", MatchedBlocks: 4, MatchedUnits: 256, Beyond: 0.6, DoubtedBlocks: 6, DoubtedBeyond: 2.5, Score: 20, Chosen: true},
 	}}
 	v := holderView(ex, "b0")
 	want := HolderView{Chosen: "b1", Deepest: 4, Matched: 2, Doubted: 9, DoubtedBeyond: 1.4, Near: 5, ChosenDoubted: 6, ChosenDoubtedBeyond: 2.5,
-		ChosenMatched: 4, ChosenBeyond: 0.6, Cost: 30, ChosenCost: 20}
-	if v == nil || *v != want {
+		ChosenMatched: 4, ChosenBeyond: 0.6, Cost: 30, ChosenCost: 20, Units: 640, Candidates: []CandidateView{
+			{Backend: "b0", HeldTokens: -1, MatchedUnits: 128, DoubtedBlocks: 9, Score: 30, PendingUnits: 50},
+			{Backend: "b1", HeldTokens: -1, MatchedUnits: 256, DoubtedBlocks: 6, Score: 20},
+		}}
+	if v == nil || !reflect.DeepEqual(*v, want) {
 		t.Fatalf("holderView = %+v, want %+v", v, want)
 	}
 }

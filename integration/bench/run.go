@@ -94,7 +94,7 @@ func RunOnce(ctx context.Context, cfg *Config, w *workload.Workload, arm Arm, re
 		if cfg.ExplainHolders {
 			c := newHTTPClient(64)
 			defer c.CloseIdleConnections()
-			rc.Explain = explainAt(c, rc.Path)
+			rc.Explain = explainAt(c, rc.Path, view)
 		}
 	}
 	cfg.Progress.Begin(fmt.Sprintf("%-22s rep %d/%d", arm.Name, repeat+1, cfg.Repeats), len(w.Requests))
