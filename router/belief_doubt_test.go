@@ -29,9 +29,7 @@ func TestDoubtLearnsShareFromAnswer(t *testing.T) {
 		if midFlight.Load() {
 			peers.set(0, [5]float64{float64(clock.Load() + 1000), 1, 0, 0.1, 40}) // a, the only backend, is id 0
 		}
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"choices":[{"message":{"role":"assistant","content":"hi"}}],"usage":{"prompt_tokens":%d,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":%d}}}`,
-			len(body)/4, cachedTokens.Load())
+		answerCached(w, body, cachedTokens.Load())
 	})
 	g := newRig(t, func(c *Config, d *Deps) {
 		c.Belief.Enabled, c.Belief.DoubtBeyond, c.Belief.DoubtTrust, c.Belief.DoubtLearn = true, 1, 0.5, true
@@ -128,9 +126,7 @@ func TestDoubtShareFromCheckpointCountsPastTheHead(t *testing.T) {
 	var clock atomic.Int64
 	clock.Store(time.Now().UnixMilli())
 	a.setHook(func(w http.ResponseWriter, r *http.Request, body []byte) {
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"choices":[{"message":{"role":"assistant","content":"hi"}}],"usage":{"prompt_tokens":%d,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":%d}}}`,
-			len(body)/4, cachedTokens.Load())
+		answerCached(w, body, cachedTokens.Load())
 	})
 	g := newRig(t, func(c *Config, d *Deps) {
 		c.Belief.Enabled, c.Belief.DoubtBeyond, c.Belief.DoubtTrust, c.Belief.DoubtLearn = true, 1, 0.5, true

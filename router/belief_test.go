@@ -256,9 +256,7 @@ func TestBeliefCountsPrecision(t *testing.T) {
 	a := newFakeBackend(t, "a")
 	cached := 0
 	a.setHook(func(w http.ResponseWriter, r *http.Request, body []byte) {
-		w.Header().Set("Content-Type", "application/json")
-		prompt := len(body) / 4
-		fmt.Fprintf(w, `{"choices":[{"message":{"role":"assistant","content":"hi"}}],"usage":{"prompt_tokens":%d,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":%d}}}`, prompt, cached)
+		answerCached(w, body, int64(cached))
 	})
 	g := newRig(t, func(c *Config, _ *Deps) { c.Belief.Enabled = true }, a)
 	sys := longText("precision system prompt", 3000)
@@ -293,9 +291,7 @@ func TestBeliefLearnsFromPartialAnswers(t *testing.T) {
 	share.Store(0.0)
 	var matchedTokens atomic.Int64
 	a.setHook(func(w http.ResponseWriter, r *http.Request, body []byte) {
-		w.Header().Set("Content-Type", "application/json")
-		cached := int(share.Load().(float64) * float64(matchedTokens.Load()))
-		fmt.Fprintf(w, `{"choices":[{"message":{"role":"assistant","content":"hi"}}],"usage":{"prompt_tokens":%d,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":%d}}}`, len(body)/4, cached)
+		answerCached(w, body, int64(share.Load().(float64)*float64(matchedTokens.Load())))
 	})
 	var clock atomic.Int64
 	clock.Store(time.Now().UnixMilli())

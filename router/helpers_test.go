@@ -304,3 +304,11 @@ func (g *testRig) holders(ep Endpoint, body, tenant string) map[string]int {
 	}
 	return out
 }
+
+// answerCached writes a chat completion whose usage reports the body's
+// length over four as its prompt tokens, cached of them cached: a backend
+// answering what its prefix cache held.
+func answerCached(w http.ResponseWriter, body []byte, cached int64) {
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, `{"choices":[{"message":{"role":"assistant","content":"hi"}}],"usage":{"prompt_tokens":%d,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":%d}}}`, len(body)/4, cached)
+}

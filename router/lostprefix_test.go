@@ -83,8 +83,7 @@ func newLostRig(t *testing.T, ttl time.Duration) *lostRig {
 		if c < 0 {
 			c = int64(len(body) / 4)
 		}
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"choices":[{"message":{"role":"assistant","content":"hi"}}],"usage":{"prompt_tokens":%d,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":%d}}}`, len(body)/4, c)
+		answerCached(w, body, int64(c))
 	})
 	lr.g = newRig(t, func(c *Config, d *Deps) {
 		c.Belief.Enabled, c.Belief.LostTTL = true, ttl
