@@ -102,6 +102,7 @@ func (rt *Router) newMemberBackend(bc BackendConfig) (*backend, error) {
 	if err != nil {
 		return nil, err
 	}
+	b.belief.pool = &rt.doubtPool
 	rt.slots[name] = slot
 	if rt.peers != nil {
 		b.booked = rt.peers.BookingsChanged
@@ -255,6 +256,7 @@ func (rt *Router) replaceLocked(m *member, bc BackendConfig) error {
 	if err != nil {
 		return err
 	}
+	b.belief.pool = &rt.doubtPool
 	if rt.peers != nil {
 		b.booked = rt.peers.BookingsChanged
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"sort"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -123,6 +122,29 @@ type BeliefConfig struct {
 	// DoubtBeyond; it costs one more lookup while any claim is doubted).
 	// 3: the last of DoubtCurve's bounded ranges.
 	DoubtNear float64 `yaml:"doubt_near"`
+	// DoubtPool: with DoubtCurve, the worth of each range is learned from
+	// every backend's answers on one curve rather than a curve per
+	// backend. The range already counts the distance in the backend's own
+	// capacities, so what a claim so far past the edge is worth is the
+	// workload's and the engines' eviction, not one backend's; pooled, a
+	// range learns from eight times the answers on eight backends, where
+	// a backend's own curve sees a few dozen doubted answers in a run and
+	// prices its doubted claims meanwhile on what the starting worth
+	// still weighs. The curve is this node's (the lessons carry each
+	// backend's one worth).
+	//
+	// Off: it trades hit rate for tail latency, and not on every workload.
+	// On against off (kvmesh arm, 8 backends, runs alternating; medians
+	// and pairs won): Mooncake 2x, 10 pairs: hit rate 14.47% against
+	// 14.68% (ahead in 3 of 10), TTFT p90 1.92 against 1.94 s (faster in
+	// 8), p99 5.82 against 5.87 s (6); customers, 3 pairs: 50.3% against
+	// 50.1% (2 of 3), p50 0.372 against 0.386 s and p99 1.29 against 1.36 s
+	// (3 of 3 each); agent, 6 pairs: 84.7% against 85.0% (2 of 6), p99
+	// 9.2 against 9.4 s (4 of 6); Mooncake 3x, 3 pairs: 14.5% against
+	// 14.7% (ahead in 2), p99 6.68 against 6.76 s (2). Pooled, the
+	// Mooncake curves fall to 0.001-0.01 beyond 1.5 capacities (0.02-0.09
+	// per backend, where a range has seen a handful of answers).
+	DoubtPool bool `yaml:"doubt_pool"`
 	// ConfirmShare: an answer confirms a match when the backend reports at
 	// least this share of the tokens the router believed matched as cached.
 	// 0.5: a match counts when most of it was there, not for a first block
@@ -241,137 +263,11 @@ type cacheBelief struct {
 	// nearSince is the bound for claims near the edge (BeliefConfig.DoubtNear,
 	// a tree.Timestamp like since).
 	nearSince atomic.Uint64
-	// curve and curveN are doubt and doubtN for each range of distance past
-	// the edge (BeliefConfig.DoubtCurve, doubtBounds).
-	curve, curveN [doubtRanges]atomic.Uint64
-}
-
-// doubtBounds are the upper ends of the ranges of distance past the edge
-// whose doubted claims learn a worth of their own (BeliefConfig.DoubtCurve),
-// in multiples of DoubtBeyond; the last range has no upper end.
-var doubtBounds = [...]float64{1.25, 1.5, 2, 3}
-
-const doubtRanges = len(doubtBounds) + 1
-
-// doubtRangeLabel is range i's upper end in capacities, as a metric label
-// ("+Inf" for the last).
-func doubtRangeLabel(i int, cfg *BeliefConfig) string {
-	if i >= len(doubtBounds) {
-		return "+Inf"
-	}
-	return strconv.FormatFloat(doubtBounds[i]*cfg.DoubtBeyond, 'g', -1, 64)
-}
-
-// doubtRange is the range of a claim with x capacities written after it.
-func doubtRange(x float64, cfg *BeliefConfig) int {
-	for i, b := range doubtBounds {
-		if x <= b*cfg.DoubtBeyond {
-			return i
-		}
-	}
-	return len(doubtBounds)
-}
-
-// doubtEWMA weighs one answer in a backend's learned doubt trust once it
-// has taken in enough; until then the trust is the mean of its answers
-// and of the starting worth counted as doubtPrior answers, so that a few
-// answers already move it most of the way: from 0.5, an average weighted
-// 1/32 from the first answer needs 51 refutations to fall to 0.1, and on
-// customers (4% of doubted claims held) a backend sees fewer answers with
-// a doubted claim than that in much of a run, routing the meantime on a
-// worth of 0.2-0.5.
-//
-// minDoubtTrust keeps the worth above 0, which reads as "nothing learned
-// yet". It was 0.02, to keep a backend whose doubted claims all failed
-// lately from ignoring them for good; but an answer teaches the worth
-// whatever drew its request to a holder of a doubted claim (its trusted
-// match or its load draw one in eight there when doubted claims count for
-// nothing), so they are never ignored for good, and at 0.02 a doubted
-// span of 8,000 tokens still priced 2,700 tokens of prefill saved (at
-// cache_weight 16) on a trace where doubted claims hold nothing. At 0.001,
-// with the learning counted past doubtFloor (kvmesh arm, 8 backends, runs
-// alternating with 0.02 and the old floor; medians): Mooncake 2x, 5 pairs:
-// TTFT p90 1.925 against 1.967 s (faster in 5 of 5), p99 5.76 against
-// 5.80 s, hit rate 14.54% against 14.81% (ahead in 2); customers, 3 pairs:
-// 50.1% against 50.2%, p99 1.356 against 1.358 s; agent, 3 pairs: 85.1%
-// against 85.0%, p99 6.6 against 9.9 s (faster in 3). Ignoring doubted
-// claims altogether (belief.doubt_trust 0) drew Mooncake 2x's p90 to
-// 1.84-1.86 s against 1.95-1.99 s (8 of 8 pairs) but cost customers 1.3
-// points of hit rate (48.9% against 50.2%, 3 of 3).
-const (
-	doubtEWMA     = 1.0 / 32
-	doubtPrior    = 2
-	minDoubtTrust = 0.001
-)
-
-// doubtTrust is what a doubted claim's blocks are worth at this backend.
-func (cb *cacheBelief) doubtTrust(cfg *BeliefConfig) float64 {
-	if cfg.DoubtTrust == 0 || !cfg.DoubtLearn {
-		return cfg.DoubtTrust
-	}
-	if v := cb.doubt.Load(); v != 0 {
-		return math.Float64frombits(v)
-	}
-	return cfg.DoubtTrust
-}
-
-// worthAt is what the doubted blocks of a claim with x capacities written
-// after it are worth here: with DoubtCurve, what its range learned (the
-// backend's one worth until an answer has taught it), else doubtTrust.
-func (cb *cacheBelief) worthAt(x float64, cfg *BeliefConfig) float64 {
-	if !curveOn(cfg) {
-		return cb.doubtTrust(cfg)
-	}
-	return cb.rangeWorth(doubtRange(x, cfg), cfg)
-}
-
-// curveOn says whether doubted claims learn a worth per range.
-func curveOn(cfg *BeliefConfig) bool { return cfg.DoubtCurve && cfg.DoubtTrust != 0 && cfg.DoubtLearn }
-
-// rangeWorth is range i's learned worth, the backend's one worth until an
-// answer has taught it.
-func (cb *cacheBelief) rangeWorth(i int, cfg *BeliefConfig) float64 {
-	if v := cb.curve[i].Load(); v != 0 {
-		return math.Float64frombits(v)
-	}
-	return cb.doubtTrust(cfg)
-}
-
-// doubtStep moves the worth cur towards share by one answer, the n-th
-// (counted in n) that taught it: a mean with the starting worth counted
-// as doubtPrior answers, then a moving average; kept in [minDoubtTrust, 1].
-func doubtStep(cur, share float64, n *atomic.Uint64) float64 {
-	w := max(doubtEWMA, 1/float64(n.Add(1)+doubtPrior))
-	return min(max(cur+w*(share-cur), minDoubtTrust), 1)
-}
-
-// learnDoubt moves the learned doubt worth, and with DoubtCurve the worth
-// of the range of x (capacities written after the claim), towards what an
-// answer showed of the doubted blocks they price: the share of them that
-// were cached (0..1). It stamps the lesson at nowMs (lesson.go; unstamped
-// leaves the stamp alone).
-func (cb *cacheBelief) learnDoubt(share, x float64, cfg *BeliefConfig, nowMs int64) {
-	cb.mu.Lock()
-	defer cb.mu.Unlock()
-	if curveOn(cfg) {
-		i := doubtRange(x, cfg)
-		cb.curve[i].Store(math.Float64bits(doubtStep(cb.worthAt(x, cfg), share, &cb.curveN[i])))
-	}
-	cb.doubt.Store(math.Float64bits(doubtStep(cb.doubtTrust(cfg), share, &cb.doubtN)))
-	cb.stampLocked(nowMs)
-}
-
-// curveOf lists the worth of each range (BeliefConfig.DoubtCurve; nil
-// when off).
-func (cb *cacheBelief) curveOf(cfg *BeliefConfig) []float64 {
-	if !curveOn(cfg) {
-		return nil
-	}
-	out := make([]float64, doubtRanges)
-	for i := range out {
-		out[i] = cb.rangeWorth(i, cfg)
-	}
-	return out
+	// curve is doubt for each range of distance past the edge
+	// (BeliefConfig.DoubtCurve, doubtBounds); pool is the fleet's curve,
+	// which replaces it with BeliefConfig.DoubtPool (set by the Router).
+	curve doubtCurve
+	pool  *doubtCurve
 }
 
 // capacities is d units in capacities as of the last refresh (0 when the

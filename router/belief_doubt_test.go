@@ -184,3 +184,38 @@ func TestDoubtShareFromCheckpointCountsPastTheHead(t *testing.T) {
 			got, before, want, before+(fromMatch-before)*w)
 	}
 }
+
+// DoubtPool: answers on one backend's doubted claims price the doubted
+// claims of every backend at the same distance past the edge; without it,
+// only that backend's. Other ranges keep the backend's one worth.
+func TestDoubtPoolTeachesEveryBackend(t *testing.T) {
+	for _, pool := range []bool{false, true} {
+		g := newRig(t, func(c *Config, d *Deps) {
+			c.Belief = DefaultBeliefConfig()
+			c.Belief.DoubtPool = pool
+		}, newFakeBackend(t, "a"), newFakeBackend(t, "b"))
+		cfg := &g.rt.cfg.Belief
+		a, b := g.rt.backendByName("a"), g.rt.backendByName("b")
+		const near, far = 1.1, 5.0 // capacities past the edge: the first range and the last
+		for range 10 {
+			a.belief.learnDoubt(0, near, cfg, 0)
+		}
+		learned := a.belief.worthAt(near, cfg)
+		if want := cfg.DoubtTrust * doubtPrior / (doubtPrior + 10); math.Abs(learned-want) > 1e-9 {
+			t.Fatalf("pool %v: a's worth near the edge after 10 empty answers %v, want %v", pool, learned, want)
+		}
+		if got, want := a.belief.worthAt(far, cfg), a.belief.doubtTrust(cfg); got != want {
+			t.Fatalf("pool %v: a's worth far past the edge %v, want its one worth %v (untaught range)", pool, got, want)
+		}
+		want := cfg.DoubtTrust // b has no answers of its own
+		if pool {
+			want = learned
+		}
+		if got := b.belief.worthAt(near, cfg); got != want {
+			t.Fatalf("pool %v: b's worth near the edge %v, want %v", pool, got, want)
+		}
+		if got := b.belief.doubtTrust(cfg); got != cfg.DoubtTrust {
+			t.Fatalf("pool %v: b's one worth %v moved; it is b's own (the mesh's lesson)", pool, got)
+		}
+	}
+}

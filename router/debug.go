@@ -298,7 +298,8 @@ type BeliefJSON struct {
 	DoubtTrust float64 `json:"doubt_trust"`
 	// DoubtCurve is, with belief.doubt_curve, the worth each range of
 	// distance past the edge learned (up to 1.25, 1.5, 2 and 3 times
-	// belief.doubt_beyond capacities, and further).
+	// belief.doubt_beyond capacities, and further); with belief.doubt_pool
+	// the fleet's curve, learned from every backend's answers.
 	DoubtCurve []float64 `json:"doubt_curve,omitempty"`
 	// LessonAgeMs is how long ago the capacity or doubt worth last moved,
 	// learned from an answer here or adopted from a peer (null: never).

@@ -208,7 +208,7 @@ var (
 	descBeliefDoubt = prometheus.NewDesc("kvmesh_router_backend_belief_doubt_worth_ratio",
 		"What a claim past the edge of the backend's cache is worth (0..1): belief.doubt_trust, or the share of such claims' blocks its answers found cached lately (belief.doubt_learn).", []string{"backend"}, nil)
 	descBeliefDoubtCurve = prometheus.NewDesc("kvmesh_router_backend_belief_doubt_curve_ratio",
-		"With belief.doubt_curve: what a claim past the edge of the backend's cache is worth (0..1) by how far past it is: the claims with at most beyond_le capacities written after them (and more than the range below), as this node's answers taught.", []string{"backend", "beyond_le"}, nil)
+		"With belief.doubt_curve: what a claim past the edge of the backend's cache is worth (0..1) by how far past it is: the claims with at most beyond_le capacities written after them (and more than the range below), as this node's answers taught (with belief.doubt_pool, the answers from every backend: one curve, the same at every backend in each range an answer has taught).", []string{"backend", "beyond_le"}, nil)
 )
 
 func (c *backendCollector) Describe(ch chan<- *prometheus.Desc) {

@@ -78,14 +78,17 @@ type Router struct {
 	lessons PeerLessons // peers, when it carries lessons; nil otherwise
 	peerAns PeerAnswers // peers, when it carries their answer totals; nil otherwise
 	gate    LessonGate  // peers, when they say whether to author lessons yet; nil: always
-	routed  atomic.Uint64
-	upt     atomic.Uint64  // float64 bits: estimated prompt units per token (belief)
-	lost    lostSet        // prompts whose answers showed a believed match lost (lostprefix.go)
-	lostOut lostOutbox     // this node's marks for the mesh (lostshare.go)
-	reuse   reuseAverage   // share of prompt tokens answered cached (Request.Reuse)
-	answers answerCounters // this node's answer totals (LocalAnswers)
-	log     zerolog.Logger
-	policy  Policy
+	// doubtPool is the fleet's doubted-claim worth per range
+	// (BeliefConfig.DoubtPool), which every backend's belief points at.
+	doubtPool doubtCurve
+	routed    atomic.Uint64
+	upt       atomic.Uint64  // float64 bits: estimated prompt units per token (belief)
+	lost      lostSet        // prompts whose answers showed a believed match lost (lostprefix.go)
+	lostOut   lostOutbox     // this node's marks for the mesh (lostshare.go)
+	reuse     reuseAverage   // share of prompt tokens answered cached (Request.Reuse)
+	answers   answerCounters // this node's answer totals (LocalAnswers)
+	log       zerolog.Logger
+	policy    Policy
 	// forwardPolicy chooses for forwarded requests, which have no prompt.
 	forwardPolicy leastLoadedPolicy
 	tokenizer     Tokenizer
