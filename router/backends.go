@@ -98,15 +98,11 @@ func (rt *Router) newMemberBackend(bc BackendConfig) (*backend, error) {
 	if !ok {
 		slot = len(rt.slots)
 	}
-	b, err := newBackend(slot, bc, rt.ix, rt.metrics)
+	b, err := rt.buildBackend(slot, bc)
 	if err != nil {
 		return nil, err
 	}
-	b.belief.pool = &rt.doubtPool
 	rt.slots[name] = slot
-	if rt.peers != nil {
-		b.booked = rt.peers.BookingsChanged
-	}
 	if _, active := rt.ix.Generation(b.id); !active {
 		// Removed earlier (here or by a peer) and back: a new generation,
 		// active again everywhere. Its old claims stay dead: it comes back
@@ -247,18 +243,29 @@ func (rt *Router) SetBackends(list []BackendConfig) error {
 	return errors.Join(errs...)
 }
 
+// buildBackend makes the backend for bc at slot, wired to what the router
+// shares among its backends: the pooled doubt curve and, in a mesh, the
+// peers told of its bookings.
+func (rt *Router) buildBackend(slot int, bc BackendConfig) (*backend, error) {
+	b, err := newBackend(slot, bc, rt.ix, rt.metrics)
+	if err != nil {
+		return nil, err
+	}
+	b.belief.pool = &rt.doubtPool
+	if rt.peers != nil {
+		b.booked = rt.peers.BookingsChanged
+	}
+	return b, nil
+}
+
 // replaceLocked swaps m's backend for one built from bc (same name, so the
 // same slot and index id): the old one's loops stop, requests in flight on
 // it finish on it. Its discovered models carry over until the new one's
 // first discovery, so its models never vanish in between.
 func (rt *Router) replaceLocked(m *member, bc BackendConfig) error {
-	b, err := newBackend(m.b.slot, bc, rt.ix, rt.metrics)
+	b, err := rt.buildBackend(m.b.slot, bc)
 	if err != nil {
 		return err
-	}
-	b.belief.pool = &rt.doubtPool
-	if rt.peers != nil {
-		b.booked = rt.peers.BookingsChanged
 	}
 	b.discovered.Store(m.b.discovered.Load())
 	if m.cancel != nil {
