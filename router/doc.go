@@ -3,7 +3,12 @@
 // the backend set (health, load signals from in-flight counts, ORCA headers
 // and scraped Prometheus metrics), the selection policies behind one Policy
 // interface, the reverse proxy itself (streaming, retries before the first
-// byte), the debug and explanation surfaces, and its metrics.
+// byte), the debug and explanation surfaces, and its metrics. It also owns
+// the cache belief: what each backend's cache still holds of what it was
+// sent, learned from the answers' cached_tokens (belief.go, the capacity
+// and edge; doubtworth.go, what a claim past the edge is worth;
+// belief_route.go, the learning; lesson.go, what the mesh's nodes share of
+// it).
 //
 // router reads claims from a tree.Index and writes what it learns through a
 // small Learner interface that the mesh (or a local, unreplicated learner)
