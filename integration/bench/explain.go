@@ -108,11 +108,11 @@ func heldBy(fleet *OracleView, path string, body []byte, cands []CandidateView) 
 	for i := range cands {
 		cands[i].HeldTokens = -1
 		for j, b := range fleet.Backends {
-			if BackendName(j) != cands[i].Backend {
-				continue
-			}
-			if held, _, err := m.at(b); err == nil {
-				cands[i].HeldTokens = held
+			if BackendName(j) == cands[i].Backend {
+				if held, _, err := m.at(b); err == nil {
+					cands[i].HeldTokens = held
+				}
+				break // names are unique
 			}
 		}
 	}
