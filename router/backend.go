@@ -36,6 +36,9 @@ type backend struct {
 	// arrived yet (see pendingPrefill).
 	pendingUnits    atomic.Int64
 	pendingRequests atomic.Int64
+	// queue follows the same requests in the order they were sent, to
+	// notice one whose prefill outlasts its booking (overdue.go).
+	queue prefillQueue
 	// written counts every uncached prompt unit this router has sent the
 	// backend (the pending units it ever booked): what it wrote into the
 	// backend's cache.
@@ -135,6 +138,7 @@ func (b *backend) models() []modelEntry {
 func (b *backend) loadView(now time.Time, cfg *Config, peers PeerLoad) LoadView {
 	lv := LoadView{InFlight: int(b.inFlight.Load()), PendingPrefill: float64(b.pendingUnits.Load()),
 		PendingRequests: int(b.pendingRequests.Load())}
+	lv.HeadBooked, lv.HeadPrompt, lv.HeadProgress = b.queue.head(now)
 	if peers != nil {
 		lv.PeerPendingPrefill, lv.PeerPendingRequests, lv.PeerInFlight = peers.PeerLoad(b.id)
 	}
@@ -160,27 +164,35 @@ func stableHash[T string | []byte](s T) uint64 {
 type pendingPrefill struct {
 	b     *backend
 	units int64
+	at    time.Time // when it was booked
+	seq   uint64    // its place in b.queue
+	ahead float64   // the units booked ahead of its first byte then, its own included
 }
 
-// addPending counts units of uncached prompt as queued at b.
-func (b *backend) addPending(units int) pendingPrefill {
+// addPending counts units of uncached prompt (of a prompt of prompt
+// units) as queued at b from now.
+func (b *backend) addPending(units, prompt int, now time.Time) pendingPrefill {
 	u := int64(max(units, 0))
 	b.pendingUnits.Add(u)
 	b.pendingRequests.Add(1)
 	b.written.Add(u)
+	seq, ahead := b.queue.book(float64(u), float64(max(prompt, units, 0)), now)
 	if b.booked != nil {
 		b.booked()
 	}
-	return pendingPrefill{b: b, units: u}
+	return pendingPrefill{b: b, units: u, at: now, seq: seq, ahead: ahead}
 }
 
-// release takes the attempt's units off its backend; later calls do nothing.
-func (p *pendingPrefill) release() {
+// release takes the attempt's units off its backend at now; firstByte says
+// its answer's first byte came (its prefill is done). Later calls do
+// nothing.
+func (p *pendingPrefill) release(now time.Time, firstByte bool) {
 	if p.b == nil {
 		return
 	}
 	p.b.pendingUnits.Add(-p.units)
 	p.b.pendingRequests.Add(-1)
+	p.b.queue.settle(p.seq, p.ahead, p.at, now, firstByte)
 	if p.b.booked != nil {
 		p.b.booked()
 	}

@@ -145,6 +145,19 @@ type BeliefConfig struct {
 	// Mooncake curves fall to 0.001-0.01 beyond 1.5 capacities (0.02-0.09
 	// per backend, where a range has seen a handful of answers).
 	DoubtPool bool `yaml:"doubt_pool"`
+	// DepthEdge: a claim's edge depends on its depth. An engine frees a
+	// finished request's blocks tail first, so the deepest blocks of a
+	// prefix are the first of it evicted, and the prefix's own blocks take
+	// their room in the cache: a prefix of D units stamped at t is held
+	// whole while what was written after t plus D fits in the capacity,
+	// and after that down to the depth that still fits (capacity less
+	// what was written after t). On, the trusted match is cut to that
+	// depth, the blocks beyond it are priced as a doubted claim at the
+	// worth of its distance, and every distance the belief learns or
+	// prices from counts the claim's depth (what was written after it
+	// plus its own units), so the capacity learned is the cache's, not
+	// the cache less a typical prompt.
+	DepthEdge bool `yaml:"depth_edge"`
 	// ConfirmShare: an answer confirms a match when the backend reports at
 	// least this share of the tokens the router believed matched as cached.
 	// 0.5: a match counts when most of it was there, not for a first block
@@ -298,7 +311,20 @@ func (cb *cacheBelief) capacity(upt float64) float64 {
 // millisecond of the last refresh it does nothing, and another caller
 // refreshing skips it.
 func (cb *cacheBelief) refresh(nowMs int64, w, upt, ignore, near float64) {
-	if cb.updated.Load() == nowMs || !cb.mu.TryLock() {
+	if cb.updated.Load() == nowMs {
+		return
+	}
+	cb.afterBooking(nowMs, w, upt, ignore, near)
+}
+
+// afterBooking is refresh within the millisecond of the last one too: called
+// after a dispatch has added its prompt to the written count, it records
+// the count with the prompt in it, so that the history has a sample
+// between the dispatch and the claims' stamps and a claim's distance
+// does not count the units of its own request (BeliefConfig.DepthEdge
+// adds them itself). Another caller refreshing skips it.
+func (cb *cacheBelief) afterBooking(nowMs int64, w, upt, ignore, near float64) {
+	if !cb.mu.TryLock() {
 		return
 	}
 	defer cb.mu.Unlock()

@@ -43,6 +43,47 @@ func matchOf(res *tree.Result, id tree.BackendID) (tree.Match, bool) {
 	return tree.Match{}, false
 }
 
+// claimReach is how far into b's cache a claim m of the request's chain
+// reaches: the units written to b after it was stamped, plus with
+// BeliefConfig.DepthEdge its own units (its blocks take room in the
+// cache too).
+func (rt *Router) claimReach(b *backend, ch *tree.Chain, m tree.Match) float64 {
+	d := b.belief.distance(m.Time.Millis())
+	if rt.cfg.Belief.DepthEdge {
+		d += float64(min(ch.UnitsAt(int(m.Blocks)), ch.Units))
+	}
+	return d
+}
+
+// cutAtEdge applies BeliefConfig.DepthEdge to c, whose trusted match is
+// m: when the claim's reach passes the edge (DoubtBeyond capacities), the
+// cache has evicted the prefix from its tail down to the depth that still
+// fits, what was written after the claim taken from the edge. The trusted
+// match becomes that depth; the blocks beyond it, up to m, are priced as a
+// near-edge doubted claim at the worth of the claim's reach (unless a
+// deeper near claim prices them already, at its own).
+func (rt *Router) cutAtEdge(st *reqState, b *backend, c *Candidate, m tree.Match) {
+	cfg := &rt.cfg.Belief
+	kappa := math.Float64frombits(b.belief.kappa.Load())
+	if !(kappa > 0) || cfg.DoubtBeyond == 0 || st.chain.UnitsPerBlock <= 0 {
+		return
+	}
+	edge := cfg.DoubtBeyond * kappa
+	reach := rt.claimReach(b, &st.chain, m)
+	if reach <= edge {
+		return
+	}
+	written := reach - float64(min(st.chain.UnitsAt(int(m.Blocks)), st.chain.Units))
+	fit := int32(max(edge-written, 0) / float64(st.chain.UnitsPerBlock))
+	if fit >= m.Blocks {
+		return
+	}
+	c.Matched = fit
+	if c.Near <= m.Blocks {
+		c.Near, c.NearTrust = m.Blocks, b.belief.worthAt(reach/kappa, cfg)
+	}
+}
+
 // noteBelief records, at dispatch, what the answer from b will be checked
 // against.
 func (rt *Router) noteBelief(st *reqState, b *backend, c *Candidate) {
@@ -53,15 +94,28 @@ func (rt *Router) noteBelief(st *reqState, b *backend, c *Candidate) {
 	st.fb.ok = true
 	st.fb.booked = float64(st.uncached(c))
 	if m, ok := matchOf(&st.res, b.id); ok {
-		st.fb.trusted, st.fb.distTrust = m.Blocks, b.belief.distance(m.Time.Millis())
+		reach := rt.claimReach(b, &st.chain, m)
+		st.fb.trusted, st.fb.distTrust = m.Blocks, reach
+		if c.Matched < m.Blocks { // cut at the edge (cutAtEdge)
+			// The trusted part reaches the edge; the rest is priced as a
+			// near claim at the whole claim's reach.
+			st.fb.trusted = c.Matched
+			st.fb.distTrust = reach - float64(st.chain.UnitsAt(int(m.Blocks))-st.chain.UnitsAt(int(c.Matched)))
+			if c.Near == m.Blocks {
+				st.fb.near, st.fb.distNear = m.Blocks, reach
+			}
+		}
 	}
 	st.fb.all, st.fb.distAll = st.fb.trusted, st.fb.distTrust
+	if st.fb.near > 0 {
+		st.fb.all, st.fb.distAll = st.fb.near, st.fb.distNear
+	}
 	if st.filtered {
-		if m, ok := matchOf(&st.resAll, b.id); ok && m.Blocks > st.fb.trusted {
-			st.fb.all, st.fb.distAll = m.Blocks, b.belief.distance(m.Time.Millis())
+		if m, ok := matchOf(&st.resAll, b.id); ok && m.Blocks > st.fb.all {
+			st.fb.all, st.fb.distAll = m.Blocks, rt.claimReach(b, &st.chain, m)
 		}
-		if m, ok := matchOf(&st.resNear, b.id); ok && m.Blocks > st.fb.trusted {
-			st.fb.near, st.fb.distNear = m.Blocks, b.belief.distance(m.Time.Millis())
+		if m, ok := matchOf(&st.resNear, b.id); ok && m.Blocks > max(st.fb.trusted, st.fb.near) {
+			st.fb.near, st.fb.distNear = m.Blocks, rt.claimReach(b, &st.chain, m)
 		}
 	}
 }

@@ -106,6 +106,14 @@ type LoadJSON struct {
 	// has queued at the backend (LoadView.PendingPrefill).
 	PendingPrefillUnits float64 `json:"pending_prefill_units"`
 	PendingRequests     int     `json:"pending_requests"`
+	// HeadBookedUnits, HeadPromptUnits and HeadProgressUnits describe the
+	// oldest of those requests: what it was booked at, its whole prompt,
+	// and what the backend has had time to compute of it at the rate this
+	// router's answers showed (LoadView.HeadProgress; kvmesh.overdue_factor
+	// prices a head far past its booking).
+	HeadBookedUnits   float64 `json:"head_booked_units"`
+	HeadPromptUnits   float64 `json:"head_prompt_units"`
+	HeadProgressUnits float64 `json:"head_progress_units"`
 	// PeerPendingPrefillUnits, PeerPendingRequests and PeerInFlight are the
 	// other mesh nodes' bookings at the backend (their load channel,
 	// weighted by freshness; 0 without a mesh).
@@ -123,7 +131,8 @@ type LoadJSON struct {
 func loadJSON(l LoadView) LoadJSON {
 	j := LoadJSON{InFlight: l.InFlight, PendingPrefillUnits: l.PendingPrefill, PendingRequests: l.PendingRequests,
 		PeerPendingPrefillUnits: l.PeerPendingPrefill, PeerPendingRequests: l.PeerPendingRequests,
-		PeerInFlight: l.PeerInFlight, MeshPendingAtSignal: l.OwnAtSignal, SignalWeight: l.SignalWeight}
+		PeerInFlight: l.PeerInFlight, MeshPendingAtSignal: l.OwnAtSignal, SignalWeight: l.SignalWeight,
+		HeadBookedUnits: l.HeadBooked, HeadPromptUnits: l.HeadPrompt, HeadProgressUnits: l.HeadProgress}
 	opt := func(has LoadFields, v float64) *float64 {
 		if l.Has&has == 0 {
 			return nil

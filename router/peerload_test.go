@@ -96,7 +96,7 @@ func TestRouterSharesAndReadsBookings(t *testing.T) {
 	ida := g.rt.backendByName("a").id
 	peers.units[ida], peers.requests[ida], peers.inFlight[ida] = 9000, 2, 5
 
-	p := g.rt.backendByName("b").addPending(700)
+	p := g.rt.backendByName("b").addPending(700, 0, time.Time{})
 	if peers.changed != 1 {
 		t.Fatalf("dispatch told the mesh %d times, want 1", peers.changed)
 	}
@@ -104,8 +104,8 @@ func TestRouterSharesAndReadsBookings(t *testing.T) {
 	g.rt.LocalLoad(func(id tree.BackendID, units, requests, inFlight, written int64) {
 		got[id] = [4]int64{units, requests, inFlight, written}
 	})
-	p.release()
-	p.release()
+	p.release(time.Time{}, false)
+	p.release(time.Time{}, false)
 	if peers.changed != 2 {
 		t.Fatalf("dispatch and release told the mesh %d times, want 2", peers.changed)
 	}

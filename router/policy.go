@@ -155,6 +155,14 @@ type LoadView struct {
 	// first token is mostly this work queued ahead of it.
 	PendingPrefill  float64
 	PendingRequests int
+	// HeadBooked and HeadPrompt are the booked units and the prompt's
+	// units of the oldest of those requests (the one the engine is
+	// computing), HeadProgress the units the backend has had time to
+	// compute since it reached the front, at the rate this router's answers
+	// showed (0 before the first answer, or with nothing pending). A head
+	// whose progress is far past its booking has more to compute than was
+	// booked (KVMeshConfig.OverdueFactor).
+	HeadBooked, HeadPrompt, HeadProgress float64
 	// PeerPendingPrefill, PeerPendingRequests and PeerInFlight are the same
 	// bookings of the other nodes of the mesh (from their load channel,
 	// weighted by freshness; 0 without a mesh).

@@ -110,6 +110,15 @@ type KVMeshConfig struct {
 	// pairs: level; customers, 3 pairs: 50.5% against 50.3%, p99 1.40
 	// against 1.28 s (slower in 3 of 3). The oracle arm prices the sum too.
 	PendingWeight float64 `yaml:"pending_weight"`
+	// OverdueFactor and OverdueSlack: when the oldest request this router
+	// has pending at a backend has been at the front for long enough to
+	// compute more than OverdueFactor times its booked prefill plus
+	// OverdueSlack average prompts (at the rate this router's answers
+	// showed; LoadView.HeadProgress), its match was wrong and the engine
+	// is computing its whole prompt: the rest of that prompt counts as
+	// pending prefill there (overdue.go). 0: off.
+	OverdueFactor float64 `yaml:"overdue_factor"`
+	OverdueSlack  float64 `yaml:"overdue_slack"`
 	// LoadWeight prices each request decoding at the backend, in average
 	// prompts. A decoding sequence adds one token to each engine step that
 	// also carries the new prefill (thousands of tokens), so it delays a
@@ -253,6 +262,10 @@ func (c KVMeshConfig) validate() []error {
 	nonNeg("tie_band", c.TieBand)
 	nonNeg("load_override_floor", c.LoadOverrideFloor)
 	nonNeg("hot_threshold", c.HotThreshold)
+	nonNeg("overdue_slack", c.OverdueSlack)
+	if !(c.OverdueFactor == 0 || c.OverdueFactor >= 1) || math.IsInf(c.OverdueFactor, 0) {
+		bad("overdue_factor must be 0 (off) or at least 1, got %v", c.OverdueFactor)
+	}
 	if c.PrefillWeight == 0 && c.PendingWeight == 0 && c.LoadWeight == 0 && c.QueueWeight == 0 {
 		errs = append(errs, errors.New("router: kvmesh: prefill_weight, pending_weight, load_weight and queue_weight are all 0"))
 	}
@@ -339,13 +352,26 @@ func (p *kvmeshPolicy) Name() string { return PolicyKVMesh }
 // the mesh's: this node's exact ones plus its peers' last reported ones.
 func (cfg *KVMeshConfig) load(c *Candidate, avg float64) float64 {
 	l := &c.Load
-	load := cfg.PendingWeight * (l.PendingPrefill + l.PeerPendingPrefill)
+	load := cfg.PendingWeight * (l.PendingPrefill + l.PeerPendingPrefill + cfg.overdue(l, avg))
 	if others := l.Waiting - l.OwnAtSignal; others > 0 {
 		load += avg * cfg.QueueWeight * l.SignalWeight * others
 	}
 	decoding := max(float64(l.InFlight-l.PendingRequests)+max(l.PeerInFlight-l.PeerPendingRequests, 0), l.SignalWeight*l.Running)
 	load += avg * cfg.LoadWeight * decoding
 	return load / c.Weight
+}
+
+// overdue is the prefill the backend's oldest pending request hides
+// (KVMeshConfig.OverdueFactor): 0 while its progress at the learned rate
+// is within OverdueFactor times its booking plus OverdueSlack average
+// prompts; past that, what is left of its whole prompt beyond its
+// booking (never less than 0: the booking keeps counting in full, as
+// PendingWeight says).
+func (cfg *KVMeshConfig) overdue(l *LoadView, avg float64) float64 {
+	if cfg.OverdueFactor <= 0 || l.HeadProgress <= cfg.OverdueFactor*l.HeadBooked+cfg.OverdueSlack*avg {
+		return 0
+	}
+	return max(l.HeadPrompt-l.HeadProgress-l.HeadBooked, 0)
 }
 
 // active is the mesh's requests in flight at the backend (this router's

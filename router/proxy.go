@@ -212,9 +212,16 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, st *reqState, 
 	// The prefill this attempt queues at b, until its first answer byte.
 	var pending pendingPrefill
 	if st.routed {
-		pending = b.addPending(st.uncached(&st.cands[d.Index]))
+		pending = b.addPending(st.uncached(&st.cands[d.Index]), st.chain.Units, rt.now())
+		if cfg := &rt.cfg.Belief; cfg.Enabled && cfg.DepthEdge {
+			b.belief.afterBooking(rt.now().UnixMilli(), rt.meshWritten(b), rt.unitsPerToken(), cfg.DoubtBeyond, cfg.DoubtNear)
+		}
 	}
-	defer pending.release()
+	defer func() {
+		if pending.b != nil { // no first byte came
+			pending.release(rt.now(), false)
+		}
+	}()
 	resp, err := rt.transport.RoundTrip(out)
 	stopped := timer.Stop()
 	if err == nil && !stopped { // the timer fired as the answer arrived: the body is canceled too
@@ -311,8 +318,9 @@ func (rt *Router) copyBody(w http.ResponseWriter, body io.Reader, st *reqState, 
 		if n > 0 {
 			if first {
 				first = false
-				pending.release()
-				rt.modelMetricsFor(st.model).firstBytes(labelOf(ep)).Observe(rt.now().Sub(start).Seconds())
+				now := rt.now()
+				pending.release(now, true)
+				rt.modelMetricsFor(st.model).firstBytes(labelOf(ep)).Observe(now.Sub(start).Seconds())
 			}
 			st.usage.write(st.buf[:n])
 			if _, werr = w.Write(st.buf[:n]); werr != nil {

@@ -270,7 +270,8 @@ func (rt *Router) gather(st *reqState, model string, now time.Time) bool {
 			c.Unfilled = b.belief.unfilled()
 		}
 		if st.routed {
-			if m, ok := matchOf(&st.res, b.id); ok {
+			m, trusted := matchOf(&st.res, b.id)
+			if trusted {
 				c.Matched = m.Blocks
 				if rt.cfg.Belief.Enabled && !rt.exact(st, b) {
 					c.Discount = 1 - b.belief.trust(m.Time.Millis(), &rt.cfg.Belief)
@@ -283,13 +284,16 @@ func (rt *Router) gather(st *reqState, model string, now time.Time) bool {
 			if st.filtered && rt.cfg.Belief.DoubtTrust > 0 {
 				cfg := &rt.cfg.Belief
 				if m, ok := matchOf(&st.resAll, b.id); ok && m.Blocks > c.Matched {
-					c.Doubted, c.DoubtTrust = m.Blocks, b.belief.worthAt(b.belief.beyond(m.Time.Millis()), cfg)
+					c.Doubted, c.DoubtTrust = m.Blocks, b.belief.worthAt(b.belief.capacities(rt.claimReach(b, &st.chain, m)), cfg)
 				}
 				// A near claim as deep as the doubted one is the same claim: its
 				// blocks are priced already.
 				if m, ok := matchOf(&st.resNear, b.id); ok && m.Blocks > c.Matched && m.Blocks < c.Doubted {
-					c.Near, c.NearTrust = m.Blocks, b.belief.worthAt(b.belief.beyond(m.Time.Millis()), cfg)
+					c.Near, c.NearTrust = m.Blocks, b.belief.worthAt(b.belief.capacities(rt.claimReach(b, &st.chain, m)), cfg)
 				}
+			}
+			if trusted && rt.cfg.Belief.Enabled && rt.cfg.Belief.DepthEdge && !rt.exact(st, b) {
+				rt.cutAtEdge(st, b, &c, m)
 			}
 		}
 		st.cands = append(st.cands, c)

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func fourBackends(t *testing.T) []*fakeBackend {
@@ -66,9 +67,9 @@ func TestSharedSystemPromptSpreadsUnderLoad(t *testing.T) {
 	matched, _, _ := strings.Cut(routeField(r1, "matched"), "/")
 	m, _ := strconv.Atoi(matched)
 	cw := DefaultKVMeshConfig().CacheWeight
-	busy := g.rt.backendByName(holder).addPending(int((1+cw)*float64(m)) + 1000)
+	busy := g.rt.backendByName(holder).addPending(int((1+cw)*float64(m))+1000, 0, time.Time{})
 	_, r2, _ := g.call("POST", "/v1/chat/completions", chat("m1", sys, longText("third user", 200)))
-	busy.release()
+	busy.release(time.Time{}, false)
 	second := routeField(r2, "backend")
 	if second == holder || routeField(r2, "reason") != "cost" {
 		t.Fatalf("busy holder %s: third conversation %q, want another backend by cost", holder, r2)
@@ -161,11 +162,11 @@ func TestLoadOverrideLearnsOnlyTheRequestsOwnPart(t *testing.T) {
 		shared := g.holders(EndpointChat, body, "")[holder]
 		// Saturated: 6,000 units > 2 * max(median 0, half an average prompt of
 		// about 4,300), but less than the 16,000 its match saves.
-		busy := g.rt.backendByName(holder).addPending(6000)
+		busy := g.rt.backendByName(holder).addPending(6000, 0, time.Time{})
 		turn2 := longText("turn two", turnChars)
 		next := chat("m1", sys, "q1", "a1", turn2)
 		_, r2, _ := g.call("POST", "/v1/chat/completions", next)
-		busy.release()
+		busy.release(time.Time{}, false)
 		diverted := routeField(r2, "backend")
 		if routeField(r2, "reason") != "load-override" || diverted == holder {
 			t.Fatalf("turn of %d chars, %s saturated: %q", turnChars, holder, r2)

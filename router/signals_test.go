@@ -99,9 +99,9 @@ func TestScrapeUpdatesLoadView(t *testing.T) {
 	// Scraped while this router has two requests pending there: the view
 	// says at most two of the waiting five are its own.
 	b := g.rt.backendByName("a")
-	p1, p2 := b.addPending(10), b.addPending(10)
-	defer p1.release()
-	defer p2.release()
+	p1, p2 := b.addPending(10, 0, time.Time{}), b.addPending(10, 0, time.Time{})
+	defer p1.release(time.Time{}, false)
+	defer p2.release(time.Time{}, false)
 	waitFor(t, "a scrape with two pending", func() bool { return b.loadView(time.Now(), &g.rt.cfg, nil).OwnAtSignal == 2 })
 }
 
@@ -110,12 +110,12 @@ func TestScrapeUpdatesLoadView(t *testing.T) {
 func TestORCARecordsOwnPending(t *testing.T) {
 	g := newRig(t, nil, newFakeBackend(t, "a"))
 	b := g.rt.backendByName("a")
-	p := b.addPending(100)
+	p := b.addPending(100, 0, time.Time{})
 	h := http.Header{orcaResponseHeader: {"TEXT named_metrics.num_requests_waiting=4"}}
 	if !g.rt.observeORCA(b, h, time.Now()) {
 		t.Fatal("report not taken")
 	}
-	p.release()
+	p.release(time.Time{}, false)
 	if lv := b.loadView(time.Now(), &g.rt.cfg, nil); lv.Waiting != 4 || lv.OwnAtSignal != 1 || lv.PendingRequests != 0 {
 		t.Fatalf("load view %+v, want 4 waiting of which 1 was ours, none pending now", lv)
 	}

@@ -1,0 +1,84 @@
+package router
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// belief.depth_edge: a deep claim whose own units plus what was written
+// after it pass the capacity is trusted only down to the depth that still
+// fits, and the rest is priced as a near-edge doubted claim; without it
+// the claim is trusted whole until what was written after it alone passes
+// the capacity.
+func TestDepthEdgeCutsADeepClaim(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		t.Run(fmt.Sprint("depth_edge=", on), func(t *testing.T) {
+			a := newFakeBackend(t, "a")
+			// Every answer reports its whole prompt cached: nothing the test
+			// sends teaches the capacity or the written count.
+			a.setHook(func(w http.ResponseWriter, r *http.Request, body []byte) { answerCached(w, body, int64(len(body)/4)) })
+			var clock atomic.Int64
+			clock.Store(time.Now().UnixMilli())
+			g := newRig(t, func(c *Config, d *Deps) {
+				c.Belief.Enabled, c.Belief.DoubtBeyond, c.Belief.DoubtTrust, c.Belief.DoubtLearn = true, 1, 0.5, true
+				c.Belief.DepthEdge = on
+				c.Backends[0].KVCapacityTokens = 5000
+				d.Now = func() time.Time { return time.UnixMilli(clock.Add(5)) }
+			}, a)
+			b := g.rt.backendByName("a")
+			deep := chat("m1", longText("deep claim", 9000), "question one")
+			g.call("POST", "/v1/chat/completions", deep)
+			follow := chat("m1", longText("deep claim", 9000), "question one", "answer", "question two")
+			explain := func() (RouteExplanation, CandidateExplanation) {
+				t.Helper()
+				_, body := adminCall(t, g, "POST", "/debug/route", follow)
+				var x RouteExplanation
+				if err := json.Unmarshal(body, &x); err != nil {
+					t.Fatal(err)
+				}
+				return x, x.Candidates[0]
+			}
+			_, c0 := explain()
+			kappa := math.Float64frombits(b.belief.kappa.Load())
+			depth := float64(c0.MatchedUnits)
+			if !(kappa > 0) || depth < 0.3*kappa || depth > 0.7*kappa {
+				t.Fatalf("set-up: claim of %v units against a capacity of %v units; want 0.3-0.7 capacities", depth, kappa)
+			}
+			// Write past the claim until its units and what followed it pass
+			// the capacity by a fifth, while what followed alone stays inside.
+			start := g.rt.meshWritten(b)
+			for i := 0; g.rt.meshWritten(b)-start < kappa-depth+0.2*kappa; i++ {
+				if i == 200 {
+					t.Fatal("nothing is counted as written")
+				}
+				g.call("POST", "/v1/chat/completions", chat("m1", fmt.Sprintf("%d %s", i, longText(fmt.Sprint("filler ", i), 1500)), "q"))
+			}
+			written := g.rt.meshWritten(b) - start
+			if written >= 0.95*kappa {
+				t.Fatalf("set-up: wrote %v units after the claim, capacity %v: the claim is past the edge either way", written, kappa)
+			}
+			x, c := explain()
+			if !on {
+				if c.MatchedUnits != c0.MatchedUnits || x.Reason != "prefix" {
+					t.Fatalf("off: trusted %d units (reason %s), want the whole claim's %d", c.MatchedUnits, x.Reason, c0.MatchedUnits)
+				}
+				return
+			}
+			want := kappa - written // the depth that still fits
+			if got := float64(c.MatchedUnits); math.Abs(got-want) > 0.03*kappa+float64(x.UnitsPerBlock) {
+				t.Fatalf("on: trusted %v units, want about %v (capacity %v less %v written after the claim)", got, want, kappa, written)
+			}
+			if c.NearBlocks != c0.MatchedBlocks {
+				t.Fatalf("on: the cut part is not priced as a near claim: near %d blocks, want the claim's %d", c.NearBlocks, c0.MatchedBlocks)
+			}
+			if c.Score <= c0.Score {
+				t.Fatalf("on: the cut claim costs %v, no more than the whole claim did (%v)", c.Score, c0.Score)
+			}
+		})
+	}
+}
