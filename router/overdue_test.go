@@ -1,7 +1,10 @@
 package router
 
 import (
+	"encoding/json"
 	"math"
+	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -96,5 +99,60 @@ func TestOverduePricesTheHeadsHiddenPrefill(t *testing.T) {
 	l.HeadProgress = 950
 	if got := cfg.overdue(&l, 1000); got != 0 {
 		t.Fatalf("nearly through its whole prompt: got %v, want 0 (never less than the booking)", got)
+	}
+}
+
+// Through the proxy: a first byte teaches the backend's queue its rate,
+// a request waiting for its first byte is the head, and /admin/backends
+// shows how far it has had time to get.
+func TestOverdueQueueThroughTheProxy(t *testing.T) {
+	a := newFakeBackend(t, "a")
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixMilli())
+	hold := make(chan struct{})
+	var n atomic.Int32
+	a.setHook(func(w http.ResponseWriter, r *http.Request, body []byte) {
+		switch n.Add(1) {
+		case 1:
+			clock.Add(1000) // the first answer takes a second
+		case 2:
+			<-hold // the second waits until the test lets it go
+		}
+		answerCached(w, body, 0)
+	})
+	g := newRig(t, func(c *Config, d *Deps) {
+		d.Now = func() time.Time { return time.UnixMilli(clock.Load()) }
+	}, a)
+	g.call("POST", "/v1/chat/completions", chat("m1", longText("first", 4000), "q"))
+	b := g.rt.backendByName("a")
+	rate := b.queue.rate()
+	if !(rate > 1000 && rate < 10000) {
+		t.Fatalf("rate %v units/s after a ~4,000-unit prompt answered in 1 s", rate)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		g.call("POST", "/v1/chat/completions", chat("m1", longText("second", 8000), "q"))
+	}()
+	for i := 0; b.pendingRequests.Load() == 0; i++ {
+		if i == 2000 {
+			t.Fatal("the second request never reached the backend")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	clock.Add(3000)
+	_, body := adminCall(t, g, "GET", "/admin/backends", "")
+	var list []BackendStatus
+	if err := json.Unmarshal(body, &list); err != nil {
+		t.Fatal(err)
+	}
+	l := list[0].Load
+	if l.HeadBookedUnits < 8000 || l.HeadPromptUnits < l.HeadBookedUnits || math.Abs(l.HeadProgressUnits-3*rate) > 0.01*rate {
+		t.Fatalf("head %+v; want the second request's booking (>= 8,000 units) and 3 s of progress at %v units/s", l, rate)
+	}
+	close(hold)
+	<-done
+	if bk, _, _ := b.queue.head(time.UnixMilli(clock.Load())); bk != 0 {
+		t.Fatalf("after its first byte the head is still booked at %v", bk)
 	}
 }
