@@ -32,6 +32,7 @@ func TestValidateReportsEachProblem(t *testing.T) {
 	cfg.SignalFresh = time.Minute
 	cfg.ORCAFormat = "XML"
 	cfg.KVMesh.LoadOverrideFactor = 0.5
+	cfg.KVMesh.OverdueFactor, cfg.KVMesh.OverdueSlack = 0.5, -1
 	cfg.ConsistentHash.VirtualNodes = 0
 	cfg.SGLang.CacheThreshold = 2
 	err := cfg.Validate()
@@ -49,6 +50,8 @@ func TestValidateReportsEachProblem(t *testing.T) {
 		`signal_fresh (1m0s) must be in [0, signal_max_age (6s))`,
 		`orca_format "XML"`,
 		`kvmesh.load_override_factor must be at least 1`,
+		`kvmesh.overdue_factor must be 0 (off) or at least 1, got 0.5`,
+		`kvmesh.overdue_slack must be a non-negative number, got -1`,
 		`consistent_hash.virtual_nodes must be in [1, 4096]`,
 		`sglang_cache_aware.cache_threshold must be in [0, 1]`,
 	} {
