@@ -125,8 +125,10 @@ type KVMeshConfig struct {
 	// 8); Mooncake 3x, 3 pairs: p50 0.878 against 0.908 s (faster in 2),
 	// p99 6.43 against 6.24 s; customers, 3 pairs: 50.37% against 49.99%,
 	// p50 0.366 against 0.362 s (slower in 3 of 3); agent, 6 pairs: level
-	// but for p99 11.6 against 8.1 s (faster in 2 of 6). docs/claims.md
-	// has the analysis that motivated it.
+	// but for p99 11.6 against 8.1 s (faster in 2 of 6); an 8-node mesh at
+	// Mooncake 3x, 2 pairs: p99 7.45 against 6.87 s (a node's head waits
+	// behind its peers' requests too). docs/claims.md has the analysis
+	// that motivated it.
 	OverdueFactor float64 `yaml:"overdue_factor"`
 	OverdueSlack  float64 `yaml:"overdue_slack"`
 	// LoadWeight prices each request decoding at the backend, in average
