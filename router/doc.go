@@ -8,7 +8,9 @@
 // sent, learned from the answers' cached_tokens (belief.go, the capacity
 // and edge; doubtworth.go, what a claim past the edge is worth;
 // belief_route.go, the learning; lesson.go, what the mesh's nodes share of
-// it).
+// it), and each backend's queue of this node's requests waiting for a
+// first byte (backend.go's pending prefill; overdue.go, the order they
+// were sent in and the rate they are computed at).
 //
 // router reads claims from a tree.Index and writes what it learns through a
 // small Learner interface that the mesh (or a local, unreplicated learner)
