@@ -158,17 +158,18 @@ type BeliefConfig struct {
 	// plus its own units), so the capacity learned is the cache's, not
 	// the cache less a typical prompt.
 	//
-	// Off: it trades tail latency and the agent workload's hit rate for
-	// Mooncake's median. On against off (kvmesh arm, 8 backends, runs
-	// alternating; medians, pairs won): Mooncake 2x, 4 pairs: hit rate
-	// 14.61% against 14.76% (ahead in 1 of 4), TTFT p50 0.441 against
-	// 0.448 s (faster in 4 of 4), p90 1.910 against 1.914 s, routing
-	// precision 97.9% against 97.4%; customers, 3 pairs: 50.26% against
-	// 50.20%, p50 0.369 against 0.365 s and p90 0.891 against 0.869 s
-	// (slower in 3 of 3); agent, 3 pairs: 84.3% against 86.1% (behind in
-	// 2), p99 11.9 against 7.3 s. An agent's context is as long as half a
-	// cache and comes back within seconds: cut at the edge, it is sent
-	// where it must be computed again while its holder still had it.
+	// Off: it buys Mooncake's median and p90 with the agent workload's hit
+	// rate and customers' latency. On against off (kvmesh arm, 8 backends,
+	// runs alternating; medians, pairs won): Mooncake 2x, 7 pairs: TTFT
+	// p50 0.440 against 0.448 s (faster in 6 of 7), p90 1.905 against
+	// 1.950 s (5 of 7), p99 level (3 of 7), routing precision 97.9%
+	// against 97.4%, hit rate 14.58% against 14.61% (ahead in 2 of 7);
+	// customers, 3 pairs: 50.26% against 50.20%, p50 0.369 against
+	// 0.365 s and p90 0.891 against 0.869 s (slower in 3 of 3); agent, 6
+	// pairs: 83.6% against 84.6% (ahead in 2 of 6), p99 12.5 against
+	// 9.3 s. An agent's context is as long as half a cache and comes back
+	// within seconds: cut at the edge, it is sent where it must be
+	// computed again while its holder still had it.
 	DepthEdge bool `yaml:"depth_edge"`
 	// ConfirmShare: an answer confirms a match when the backend reports at
 	// least this share of the tokens the router believed matched as cached.
