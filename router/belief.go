@@ -171,6 +171,10 @@ type BeliefConfig struct {
 	// within seconds: cut at the edge, it is sent where it must be
 	// computed again while its holder still had it.
 	DepthEdge bool `yaml:"depth_edge"`
+	// DepthEdgeMaxReuse: with DepthEdge, claims count their depth only
+	// while the share of prompt tokens the backends answered cached
+	// (Request.Reuse) is at most this; 0: always.
+	DepthEdgeMaxReuse float64 `yaml:"depth_edge_max_reuse"`
 	// ConfirmShare: an answer confirms a match when the backend reports at
 	// least this share of the tokens the router believed matched as cached.
 	// 0.5: a match counts when most of it was there, not for a first block
@@ -227,6 +231,9 @@ func (c BeliefConfig) validate() []error {
 	}
 	if !(c.DoubtTrust >= 0 && c.DoubtTrust <= 1) {
 		errs = append(errs, fmt.Errorf("router: belief.doubt_trust must be in [0, 1], got %v", c.DoubtTrust))
+	}
+	if !(c.DepthEdgeMaxReuse >= 0 && c.DepthEdgeMaxReuse <= 1) {
+		errs = append(errs, fmt.Errorf("router: belief.depth_edge_max_reuse must be in [0, 1], got %v", c.DepthEdgeMaxReuse))
 	}
 	if !(c.LearnRate > 0 && c.LearnRate <= 1) {
 		errs = append(errs, fmt.Errorf("router: belief.learn_rate must be in (0, 1], got %v", c.LearnRate))

@@ -15,9 +15,16 @@ import (
 // fits, and the rest is priced as a near-edge doubted claim; without it
 // the claim is trusted whole until what was written after it alone passes
 // the capacity.
+//
+// With depth_edge_max_reuse below the share of prompt tokens the answers
+// report cached (all of them here), the claims do not count their depth.
 func TestDepthEdgeCutsADeepClaim(t *testing.T) {
-	for _, on := range []bool{false, true} {
-		t.Run(fmt.Sprint("depth_edge=", on), func(t *testing.T) {
+	for _, mode := range []struct {
+		on       bool
+		maxReuse float64
+	}{{false, 0}, {true, 0}, {true, 0.5}} {
+		t.Run(fmt.Sprintf("depth_edge=%v,max_reuse=%v", mode.on, mode.maxReuse), func(t *testing.T) {
+			on := mode.on && mode.maxReuse == 0 // whether the cut applies
 			a := newFakeBackend(t, "a")
 			// Every answer reports its whole prompt cached: nothing the test
 			// sends teaches the capacity or the written count.
@@ -26,7 +33,7 @@ func TestDepthEdgeCutsADeepClaim(t *testing.T) {
 			clock.Store(time.Now().UnixMilli())
 			g := newRig(t, func(c *Config, d *Deps) {
 				c.Belief.Enabled, c.Belief.DoubtBeyond, c.Belief.DoubtTrust, c.Belief.DoubtLearn = true, 1, 0.5, true
-				c.Belief.DepthEdge = on
+				c.Belief.DepthEdge, c.Belief.DepthEdgeMaxReuse = mode.on, mode.maxReuse
 				c.Backends[0].KVCapacityTokens = 5000
 				d.Now = func() time.Time { return time.UnixMilli(clock.Add(5)) }
 			}, a)

@@ -47,9 +47,9 @@ func matchOf(res *tree.Result, id tree.BackendID) (tree.Match, bool) {
 // reaches: the units written to b after it was stamped, plus with
 // BeliefConfig.DepthEdge its own units (its blocks take room in the
 // cache too).
-func (rt *Router) claimReach(b *backend, ch *tree.Chain, m tree.Match) float64 {
+func (rt *Router) claimReach(st *reqState, b *backend, m tree.Match) float64 {
 	d := b.belief.distance(m.Time.Millis())
-	if rt.cfg.Belief.DepthEdge {
+	if ch := &st.chain; st.depthEdge {
 		d += float64(min(ch.UnitsAt(int(m.Blocks)), ch.Units))
 	}
 	return d
@@ -69,7 +69,7 @@ func (rt *Router) cutAtEdge(st *reqState, b *backend, c *Candidate, m tree.Match
 		return
 	}
 	edge := cfg.DoubtBeyond * kappa
-	reach := rt.claimReach(b, &st.chain, m)
+	reach := rt.claimReach(st, b, m)
 	if reach <= edge {
 		return
 	}
@@ -94,7 +94,7 @@ func (rt *Router) noteBelief(st *reqState, b *backend, c *Candidate) {
 	st.fb.ok = true
 	st.fb.booked = float64(st.uncached(c))
 	if m, ok := matchOf(&st.res, b.id); ok {
-		reach := rt.claimReach(b, &st.chain, m)
+		reach := rt.claimReach(st, b, m)
 		st.fb.trusted, st.fb.distTrust = m.Blocks, reach
 		if c.Matched < m.Blocks { // cut at the edge (cutAtEdge)
 			// The trusted part reaches the edge; the rest is priced as a
@@ -112,10 +112,10 @@ func (rt *Router) noteBelief(st *reqState, b *backend, c *Candidate) {
 	}
 	if st.filtered {
 		if m, ok := matchOf(&st.resAll, b.id); ok && m.Blocks > st.fb.all {
-			st.fb.all, st.fb.distAll = m.Blocks, rt.claimReach(b, &st.chain, m)
+			st.fb.all, st.fb.distAll = m.Blocks, rt.claimReach(st, b, m)
 		}
 		if m, ok := matchOf(&st.resNear, b.id); ok && m.Blocks > max(st.fb.trusted, st.fb.near) {
-			st.fb.near, st.fb.distNear = m.Blocks, rt.claimReach(b, &st.chain, m)
+			st.fb.near, st.fb.distNear = m.Blocks, rt.claimReach(st, b, m)
 		}
 	}
 }

@@ -213,7 +213,7 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, st *reqState, 
 	var pending pendingPrefill
 	if st.routed {
 		pending = b.addPending(st.uncached(&st.cands[d.Index]), st.chain.Units, rt.now())
-		if cfg := &rt.cfg.Belief; cfg.Enabled && cfg.DepthEdge {
+		if cfg := &rt.cfg.Belief; st.depthEdge {
 			b.belief.afterBooking(rt.now().UnixMilli(), rt.meshWritten(b), rt.unitsPerToken(), cfg.DoubtBeyond, cfg.DoubtNear)
 		}
 	}

@@ -25,6 +25,9 @@ type reqState struct {
 	resNear   tree.Result
 	since     []tree.Timestamp
 	sinceNear []tree.Timestamp
+	// depthEdge says this request's claims count their own depth
+	// (BeliefConfig.DepthEdge, as gated by DepthEdgeMaxReuse).
+	depthEdge bool
 	// filtered: res ignored claims past some backend's cache edge.
 	filtered bool
 	// precise: keyed by the engine's tokens; precise backends' claims are
@@ -213,13 +216,14 @@ func (rt *Router) tokenize(st *reqState) bool {
 // turned over since are ignored (belief.go).
 func (rt *Router) lookup(st *reqState, now time.Time) {
 	nowMs := now.UnixMilli()
-	st.filtered = false
+	st.filtered, st.depthEdge = false, false
 	if !rt.cfg.Belief.Enabled {
 		rt.ix.Lookup(&st.chain, nowMs, &st.res)
 		return
 	}
 	upt := rt.unitsPerToken()
 	cfg := &rt.cfg.Belief
+	st.depthEdge = cfg.DepthEdge && (cfg.DepthEdgeMaxReuse == 0 || rt.reuseShare() <= cfg.DepthEdgeMaxReuse)
 	st.since, st.sinceNear = st.since[:0], st.sinceNear[:0]
 	nearFiltered := false
 	for _, b := range rt.set.Load().listed {
@@ -284,15 +288,15 @@ func (rt *Router) gather(st *reqState, model string, now time.Time) bool {
 			if st.filtered && rt.cfg.Belief.DoubtTrust > 0 {
 				cfg := &rt.cfg.Belief
 				if m, ok := matchOf(&st.resAll, b.id); ok && m.Blocks > c.Matched {
-					c.Doubted, c.DoubtTrust = m.Blocks, b.belief.worthAt(b.belief.capacities(rt.claimReach(b, &st.chain, m)), cfg)
+					c.Doubted, c.DoubtTrust = m.Blocks, b.belief.worthAt(b.belief.capacities(rt.claimReach(st, b, m)), cfg)
 				}
 				// A near claim as deep as the doubted one is the same claim: its
 				// blocks are priced already.
 				if m, ok := matchOf(&st.resNear, b.id); ok && m.Blocks > c.Matched && m.Blocks < c.Doubted {
-					c.Near, c.NearTrust = m.Blocks, b.belief.worthAt(b.belief.capacities(rt.claimReach(b, &st.chain, m)), cfg)
+					c.Near, c.NearTrust = m.Blocks, b.belief.worthAt(b.belief.capacities(rt.claimReach(st, b, m)), cfg)
 				}
 			}
-			if trusted && rt.cfg.Belief.Enabled && rt.cfg.Belief.DepthEdge && !rt.exact(st, b) {
+			if trusted && st.depthEdge && !rt.exact(st, b) {
 				rt.cutAtEdge(st, b, &c, m)
 			}
 		}
