@@ -176,12 +176,12 @@ type BeliefConfig struct {
 	// (Request.Reuse) is at most this; 0: always. At 0.67 (a unit written
 	// read back at most twice, SpreadMinReuse's threshold) the agent
 	// workload (reuse 0.83) keeps its holders: 3 pairs against off, 85.3%
-	// against 83.5% (ahead in 3; the runs' spread, as the rest of its
-	// start without answers routes with the cut); customers (0.5) still
-	// pays: p90 0.875 against 0.868 s (slower in 3 of 3), p99 1.35 against
-	// 1.28 s. There the cut falls below the customer's shared context,
-	// whose claims other users keep fresh while the lookup reports only
-	// the deepest claim's stamp.
+	// against 83.5%, ahead in 3 (within that workload's spread: once its
+	// answers come in it runs as with the option off). Customers (reuse
+	// 0.5) still pays: p90 0.875 against 0.868 s (slower in 3 of 3), p99
+	// 1.35 against 1.28 s, likely because the cut falls below a
+	// customer's shared context, whose claims other users keep fresh,
+	// while the lookup reports only the deepest claim's stamp.
 	DepthEdgeMaxReuse float64 `yaml:"depth_edge_max_reuse"`
 	// ConfirmShare: an answer confirms a match when the backend reports at
 	// least this share of the tokens the router believed matched as cached.
