@@ -49,10 +49,15 @@ func matchOf(res *tree.Result, id tree.BackendID) (tree.Match, bool) {
 // cache too).
 func (rt *Router) claimReach(st *reqState, b *backend, m tree.Match) float64 {
 	d := b.belief.distance(m.Time.Millis())
-	if ch := &st.chain; st.depthEdge {
-		d += float64(min(ch.UnitsAt(int(m.Blocks)), ch.Units))
+	if st.depthEdge {
+		d += st.claimUnits(m.Blocks)
 	}
 	return d
+}
+
+// claimUnits is a claim of blocks blocks in the request's prompt units.
+func (st *reqState) claimUnits(blocks int32) float64 {
+	return float64(min(st.chain.UnitsAt(int(blocks)), st.chain.Units))
 }
 
 // cutAtEdge applies BeliefConfig.DepthEdge to c, whose trusted match is
@@ -69,11 +74,11 @@ func (rt *Router) cutAtEdge(st *reqState, b *backend, c *Candidate, m tree.Match
 		return
 	}
 	edge := cfg.DoubtBeyond * kappa
-	reach := rt.claimReach(st, b, m)
+	written := b.belief.distance(m.Time.Millis())
+	reach := written + st.claimUnits(m.Blocks)
 	if reach <= edge {
 		return
 	}
-	written := reach - float64(min(st.chain.UnitsAt(int(m.Blocks)), st.chain.Units))
 	fit := int32(max(edge-written, 0) / float64(st.chain.UnitsPerBlock))
 	if fit >= m.Blocks {
 		return
@@ -100,7 +105,7 @@ func (rt *Router) noteBelief(st *reqState, b *backend, c *Candidate) {
 			// The trusted part reaches the edge; the rest is priced as a
 			// near claim at the whole claim's reach.
 			st.fb.trusted = c.Matched
-			st.fb.distTrust = reach - float64(st.chain.UnitsAt(int(m.Blocks))-st.chain.UnitsAt(int(c.Matched)))
+			st.fb.distTrust = reach - st.claimUnits(m.Blocks) + st.claimUnits(c.Matched)
 			if c.Near == m.Blocks {
 				st.fb.near, st.fb.distNear = m.Blocks, reach
 			}

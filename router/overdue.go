@@ -111,15 +111,14 @@ func (q *prefillQueue) head(now time.Time) (booked, prompt, progress float64) {
 	}
 	e := q.q[q.h]
 	if dt := now.Sub(q.headAt).Seconds(); dt > 0 {
-		progress = q.work / q.waited * dt
+		progress = q.rateLocked() * dt
 	}
 	return e.booked, e.prompt, progress
 }
 
-// rate is the learned rate in units per second (0: no answer yet).
-func (q *prefillQueue) rate() float64 {
-	q.mu.Lock()
-	defer q.mu.Unlock()
+// rateLocked is the learned rate in units per second (0: no answer yet).
+// Caller holds mu.
+func (q *prefillQueue) rateLocked() float64 {
 	if q.waited <= 0 {
 		return 0
 	}

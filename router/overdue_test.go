@@ -21,7 +21,7 @@ func TestPrefillQueueHead(t *testing.T) {
 		t.Fatalf("before any answer: head %v/%v/%v, want nothing (no rate)", b, p, g)
 	}
 	q.settle(seqX, aheadX, at(0), at(1), true) // 100 units in 1 s
-	if r := q.rate(); math.Abs(r-100) > 1e-9 {
+	if r := queueRate(&q); math.Abs(r-100) > 1e-9 {
 		t.Fatalf("rate %v, want 100 units/s", r)
 	}
 	seqA, aheadA := q.book(100, 1000, at(10)) // booked a tenth of its prompt
@@ -37,7 +37,7 @@ func TestPrefillQueueHead(t *testing.T) {
 	if b, _, _ := q.head(at(14)); b != 100 {
 		t.Fatalf("after B ended: head booked %v, want A's 100", b)
 	}
-	if r := q.rate(); math.Abs(r-100) > 1e-9 {
+	if r := queueRate(&q); math.Abs(r-100) > 1e-9 {
 		t.Fatalf("an answer without a first byte taught the rate: %v", r)
 	}
 	// A's first byte: nothing is left; B, released already, is skipped.
@@ -47,8 +47,8 @@ func TestPrefillQueueHead(t *testing.T) {
 	}
 	// A new request after an idle spell is the head from its booking.
 	q.book(50, 50, at(30))
-	if _, _, g := q.head(at(30.5)); g <= 0 || g > q.rate()*0.5+1e-9 {
-		t.Fatalf("progress %v half a second after booking onto an empty queue, want up to %v", g, q.rate()*0.5)
+	if _, _, g := q.head(at(30.5)); g <= 0 || g > queueRate(&q)*0.5+1e-9 {
+		t.Fatalf("progress %v half a second after booking onto an empty queue, want up to %v", g, queueRate(&q)*0.5)
 	}
 }
 
@@ -125,7 +125,7 @@ func TestOverdueQueueThroughTheProxy(t *testing.T) {
 	}, a)
 	g.call("POST", "/v1/chat/completions", chat("m1", longText("first", 4000), "q"))
 	b := g.rt.backendByName("a")
-	rate := b.queue.rate()
+	rate := queueRate(&b.queue)
 	if !(rate > 1000 && rate < 10000) {
 		t.Fatalf("rate %v units/s after a ~4,000-unit prompt answered in 1 s", rate)
 	}
@@ -155,4 +155,11 @@ func TestOverdueQueueThroughTheProxy(t *testing.T) {
 	if bk, _, _ := b.queue.head(time.UnixMilli(clock.Load())); bk != 0 {
 		t.Fatalf("after its first byte the head is still booked at %v", bk)
 	}
+}
+
+// queueRate is q's learned rate, read under its lock.
+func queueRate(q *prefillQueue) float64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.rateLocked()
 }
