@@ -212,9 +212,10 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, st *reqState, 
 	// The prefill this attempt queues at b, until its first answer byte.
 	var pending pendingPrefill
 	if st.routed {
-		pending = b.addPending(st.uncached(&st.cands[d.Index]), st.chain.Units, rt.now())
+		now := rt.now()
+		pending = b.addPending(st.uncached(&st.cands[d.Index]), st.chain.Units, now)
 		if cfg := &rt.cfg.Belief; st.depthEdge {
-			b.belief.afterBooking(rt.now().UnixMilli(), rt.meshWritten(b), rt.unitsPerToken(), cfg.DoubtBeyond, cfg.DoubtNear)
+			b.belief.afterBooking(now.UnixMilli(), rt.meshWritten(b), rt.unitsPerToken(), cfg.DoubtBeyond, cfg.DoubtNear)
 		}
 	}
 	defer func() {
