@@ -42,7 +42,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		msgsRecv: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvmesh_transport_messages_received_total",
-			Help: "Whole messages received and queued on Inbound.",
+			Help: "Whole messages read from peers, counted as they are queued on Inbound.",
 		}),
 		bytesSent: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvmesh_transport_bytes_sent_total",

@@ -108,10 +108,15 @@ func (q *QUIC) readMessage(from string, str *quic.ReceiveStream, slots <-chan st
 		q.log.WithLevel(lvl).Str("peer_name", from).Str("reason", reason).Err(err).Msg("transport: message dropped")
 		return
 	}
+	// Counted before it is queued, so a consumer that has taken the message
+	// off Inbound also sees it in the counters (counting after the send let a
+	// reader observe the message and not yet the count). A message read in
+	// full but dropped because the node is closing is still counted: it did
+	// arrive.
+	q.m.msgsRecv.Inc()
+	q.m.bytesRecv.Add(float64(len(data)))
 	select {
 	case q.inbound <- Message{From: from, Data: data}:
-		q.m.msgsRecv.Inc()
-		q.m.bytesRecv.Add(float64(len(data)))
 	case <-q.ctx.Done():
 	}
 }
