@@ -89,3 +89,72 @@ func TestDepthEdgeCutsADeepClaim(t *testing.T) {
 		})
 	}
 }
+
+// With belief.depth_edge, a prompt whose deepest claim has passed the edge
+// is still trusted as deep as a shallower claim that fits by its own stamp:
+// a tenant's shared context that another user sent since is held whole,
+// even though the conversation's own tail was stamped long before.
+func TestDepthEdgeKeepsAFreshSharedHead(t *testing.T) {
+	a := newFakeBackend(t, "a")
+	a.setHook(func(w http.ResponseWriter, r *http.Request, body []byte) { answerCached(w, body, int64(len(body)/4)) })
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixMilli())
+	g := newRig(t, func(c *Config, d *Deps) {
+		c.Belief.Enabled, c.Belief.DoubtBeyond, c.Belief.DoubtTrust, c.Belief.DoubtLearn = true, 1, 0.5, true
+		c.Belief.DepthEdge = true
+		c.Backends[0].KVCapacityTokens = 5000
+		d.Now = func() time.Time { return time.UnixMilli(clock.Add(5)) }
+	}, a)
+	b := g.rt.backendByName("a")
+	shared := longText("tenant context", 8000)
+	tail := longText("user tail", 6000)
+	g.call("POST", "/v1/chat/completions", chat("m1", shared, tail))
+	follow := chat("m1", shared, tail, "answer", "question two")
+	explain := func() CandidateExplanation {
+		t.Helper()
+		_, body := adminCall(t, g, "POST", "/debug/route", follow)
+		var x RouteExplanation
+		if err := json.Unmarshal(body, &x); err != nil {
+			t.Fatal(err)
+		}
+		return x.Candidates[0]
+	}
+	// The shared head alone: how deep its claim is.
+	_, body := adminCall(t, g, "POST", "/debug/route", chat("m1", shared, "other user"))
+	var hx RouteExplanation
+	if err := json.Unmarshal(body, &hx); err != nil {
+		t.Fatal(err)
+	}
+	head := hx.Candidates[0].MatchedUnits
+	c0 := explain()
+	kappa := math.Float64frombits(b.belief.kappa.Load())
+	if !(kappa > 0) || head <= 0 || float64(c0.MatchedUnits) < 0.6*kappa || float64(c0.MatchedUnits) > 0.9*kappa || c0.MatchedUnits < head+1000 {
+		t.Fatalf("set-up: head %d units, whole claim %d units, capacity %v", head, c0.MatchedUnits, kappa)
+	}
+	// Write until the cut by the deepest claim's stamp falls below the head.
+	start := g.rt.meshWritten(b)
+	for i := 0; g.rt.meshWritten(b)-start < kappa-float64(head)+0.05*kappa; i++ {
+		if i == 200 {
+			t.Fatal("nothing is counted as written")
+		}
+		g.call("POST", "/v1/chat/completions", chat("m1", fmt.Sprintf("%d %s", i, longText(fmt.Sprint("filler ", i), 1500)), "q"))
+	}
+	if w := g.rt.meshWritten(b) - start; w >= 0.95*kappa {
+		t.Fatalf("set-up: wrote %v units after the claim, capacity %v: the head is past the edge too", w, kappa)
+	}
+	if c := explain(); c.MatchedUnits >= head {
+		t.Fatalf("set-up: trusted %d units before the head was used again, want below the head's %d", c.MatchedUnits, head)
+	}
+	// Another user of the tenant sends the shared context: its claim is
+	// fresh, the conversation's tail is not. (A claim's stamp is refreshed
+	// once it lags its last use by more than tree's RefreshMaxMillis, 2 s.)
+	clock.Add(3000)
+	g.call("POST", "/v1/chat/completions", chat("m1", shared, "other user"))
+	c := explain()
+	if c.MatchedUnits < head || c.MatchedUnits >= c0.MatchedUnits {
+		t.Fatalf("trusted %d units after the head was used again, want the head's %d (and less than the whole claim's %d)", c.MatchedUnits, head, c0.MatchedUnits)
+	}
+	if c.NearBlocks != c0.MatchedBlocks {
+		t.Fatalf("the rest is not priced as a near claim: near %d blocks, want the claim's %d", c.NearBlocks, c0.MatchedBlocks)
+	}
+}

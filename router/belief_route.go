@@ -2,6 +2,7 @@ package router
 
 import (
 	"math"
+	"slices"
 
 	"github.com/kvmesh/kvmesh/tree"
 )
@@ -67,7 +68,7 @@ func (st *reqState) claimUnits(blocks int32) float64 {
 // match becomes that depth; the blocks beyond it, up to m, are priced as a
 // near-edge doubted claim at the worth of the claim's reach (unless a
 // deeper near claim prices them already, at its own).
-func (rt *Router) cutAtEdge(st *reqState, b *backend, c *Candidate, m tree.Match) {
+func (rt *Router) cutAtEdge(st *reqState, b *backend, c *Candidate, m tree.Match, nowMs int64) {
 	cfg := &rt.cfg.Belief
 	kappa := math.Float64frombits(b.belief.kappa.Load())
 	if !(kappa > 0) || cfg.DoubtBeyond == 0 || st.chain.UnitsPerBlock <= 0 {
@@ -83,10 +84,58 @@ func (rt *Router) cutAtEdge(st *reqState, b *backend, c *Candidate, m tree.Match
 	if fit >= m.Blocks {
 		return
 	}
-	c.Matched = fit
+	c.Matched, c.cutReach = rt.freshHead(st, b, fit, written+st.claimUnits(fit), m.Blocks, edge, nowMs)
 	if c.Near <= m.Blocks {
 		c.Near, c.NearTrust = m.Blocks, b.belief.worthAt(reach/kappa, cfg)
 	}
+}
+
+// freshHead finds how deep b still holds the prompt when its deepest
+// claim (hi blocks, of which lo fit inside edge by that claim's stamp) has
+// passed the edge, and what that depth's reach is. The deepest claim's
+// stamp speaks only for the deepest prefix: a shallower one, such as a
+// tenant's shared context, may have been used since by other prompts and
+// be held whole. A claim at a shallower depth is never older than one
+// below it (a prompt's claims are learned together), and its units are
+// fewer, so whether a learn depth's claim fits (what was written to b after
+// it was stamped, plus its units) is monotone: a binary search over the
+// learn depths between lo and hi finds the deepest that does, one probe per
+// step. The blocks past it, up to the first depth that does not fit, were
+// stamped with that one, and as many of them are held as fit by its stamp.
+// It returns lo and loReach when no shallower claim holds more.
+func (rt *Router) freshHead(st *reqState, b *backend, lo int32, loReach float64, hi int32, edge float64, nowMs int64) (int32, float64) {
+	learn := st.chain.Learn
+	reachAt := func(d int32) (float64, bool) {
+		ts, ok := rt.ix.ClaimTime(&st.chain, d, b.id, nowMs)
+		if !ok {
+			return 0, false
+		}
+		return b.belief.distance(ts.Millis()) + st.claimUnits(d), true
+	}
+	upb := float64(st.chain.UnitsPerBlock)
+	depth, reach := lo, loReach
+	i, _ := slices.BinarySearch(learn, lo+1) // first learn depth > lo
+	j, _ := slices.BinarySearch(learn, hi)   // first learn depth >= hi
+	end := j
+	for i < j { // depths below learn[i] fit (or are <= lo); learn[j] and deeper do not
+		k := int(uint(i+j) >> 1)
+		if r, ok := reachAt(learn[k]); ok && r <= edge {
+			depth, reach, i = learn[k], r, k+1
+		} else {
+			j = k
+		}
+	}
+	if j < end && learn[j] > depth+1 {
+		// The first depth that does not fit: part of the blocks between
+		// depth and it may, by its own stamp.
+		if r, ok := reachAt(learn[j]); ok {
+			written := r - st.claimUnits(learn[j])
+			if part := int32(max(edge-written, 0) / upb); part > depth {
+				depth, reach = part, written+st.claimUnits(part)
+			}
+		}
+	}
+	return depth, reach
 }
 
 // noteBelief records, at dispatch, what the answer from b will be checked
@@ -104,8 +153,7 @@ func (rt *Router) noteBelief(st *reqState, b *backend, c *Candidate) {
 		if c.Matched < m.Blocks { // cut at the edge (cutAtEdge)
 			// The trusted part reaches the edge; the rest is priced as a
 			// near claim at the whole claim's reach.
-			st.fb.trusted = c.Matched
-			st.fb.distTrust = reach - st.claimUnits(m.Blocks) + st.claimUnits(c.Matched)
+			st.fb.trusted, st.fb.distTrust = c.Matched, c.cutReach
 			if c.Near == m.Blocks {
 				st.fb.near, st.fb.distNear = m.Blocks, reach
 			}

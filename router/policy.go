@@ -106,6 +106,11 @@ type Candidate struct {
 	// only in proportion to the rest.
 	Unfilled float64
 	Load     LoadView
+
+	// cutReach is, when BeliefConfig.DepthEdge cut Matched below the
+	// deepest trusted claim (cutAtEdge), how far into the cache the cut
+	// depth reaches: the answer's check learns from it.
+	cutReach float64
 }
 
 // SavedUnits is the prefill the match is expected to save: MatchedUnits,

@@ -297,7 +297,7 @@ func (rt *Router) gather(st *reqState, model string, now time.Time) bool {
 				}
 			}
 			if trusted && st.depthEdge && !rt.exact(st, b) {
-				rt.cutAtEdge(st, b, &c, m)
+				rt.cutAtEdge(st, b, &c, m, now.UnixMilli())
 			}
 		}
 		st.cands = append(st.cands, c)
