@@ -52,8 +52,10 @@ func (n *Node) publishLost(src LoadSource) {
 	for all := buf; len(all) > 0; {
 		k := min(len(all), maxLostPerMessage)
 		m.Entries = all[:k]
-		n.sendLoad(m)
+		// Counted before it leaves, so a peer that has it never sees it
+		// uncounted here.
 		n.m.lostMarks.WithLabelValues("sent").Add(float64(k))
+		n.sendLoad(m)
 		all = all[k:]
 	}
 	m.Entries = buf[:0]
@@ -84,8 +86,9 @@ func (n *Node) deliverLost() {
 	if !ok {
 		return
 	}
+	// Counted before the router has them, so what it shows is counted.
+	n.m.lostMarks.WithLabelValues("received").Add(float64(len(in)))
 	for _, l := range in {
 		ls.PeerLost(l.key, l.id, l.age)
 	}
-	n.m.lostMarks.WithLabelValues("received").Add(float64(len(in)))
 }

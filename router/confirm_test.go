@@ -20,12 +20,14 @@ type ttlLearner struct {
 	backends []tree.BackendID
 }
 
+// Learn records the call once the claims are in the index, so a test that
+// saw the call can look them up.
 func (l *ttlLearner) Learn(ch *tree.Chain, b tree.BackendID, ttl time.Duration) {
+	l.inner.Learn(ch, b, ttl)
 	l.mu.Lock()
 	l.ttls = append(l.ttls, ttl)
 	l.backends = append(l.backends, b)
 	l.mu.Unlock()
-	l.inner.Learn(ch, b, ttl)
 }
 
 func (l *ttlLearner) backendsLearned() []tree.BackendID {
@@ -71,7 +73,10 @@ func TestClaimsConfirmedAtFirstByte(t *testing.T) {
 
 	done := g.postInBackground(body)
 	<-firstSent
-	waitFor(t, "claims confirmed at the first byte", func() bool { return len(rec.calls()) >= 2 })
+	// The counter moves after the learn: wait for both.
+	waitFor(t, "claims confirmed at the first byte", func() bool {
+		return len(rec.calls()) >= 2 && g.counter("kvmesh_router_claims_learned_total", "kind", "first_byte") >= 1
+	})
 	if got := rec.calls(); got[0] != cfg.ProvisionalTTL || got[1] != cfg.ConfirmedTTL {
 		t.Fatalf("learned before the answer ended with TTLs %v, want [%v %v]", got, cfg.ProvisionalTTL, cfg.ConfirmedTTL)
 	}

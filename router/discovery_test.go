@@ -218,7 +218,10 @@ func drainWithInFlight(t *testing.T, g *dynRig, victim *fakeBackend, victimName,
 	if status := <-heldDone; status != http.StatusOK {
 		t.Errorf("the request in flight at the removed backend got %d, want 200", status)
 	}
-	waitFor(t, "the victim's removal", func() bool { return g.removed(victimName) })
+	// The drain is observed last, after the claims and series are gone.
+	waitFor(t, "the victim's removal", func() bool {
+		return g.removed(victimName) && g.counter("kvmesh_router_discovery_drain_duration_seconds") >= 1
+	})
 	waitFor(t, "the victim's loops to stop", func() bool { return g.rt.disc.loops.Load() == int64(len(g.rt.backends())) })
 	l.end()
 	if n := l.failed.Load(); n != 0 {

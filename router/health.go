@@ -74,12 +74,24 @@ func (rt *Router) markSuccess(b *backend, probe bool) {
 	readmit := probe && now.Sub(h.ejectedAt) >= rt.cfg.EjectionTime
 	if readmit {
 		h.ejectedAt, h.fails, h.downSince, h.answered = time.Time{}, 0, time.Time{}, false
-		b.healthy.Store(true)
+		if !cold {
+			b.healthy.Store(true)
+		}
 	}
 	b.mu.Unlock()
 	if cold {
+		// Its claims go before it takes requests again: a request routed
+		// to it in between would trust prefixes its restart dropped.
 		rt.coldCache(b)
 		rt.log.Info().Str("backend", b.name).Msg("backend answers again after being down: claims invalidated (cold cache)")
+		if readmit {
+			b.mu.Lock()
+			readmit = h.ejectedAt.IsZero() // not ejected again meanwhile
+			if readmit {
+				b.healthy.Store(true)
+			}
+			b.mu.Unlock()
+		}
 	}
 	if readmit {
 		rt.log.Info().Str("backend", b.name).Msg("backend re-admitted")

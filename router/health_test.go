@@ -2,6 +2,7 @@ package router
 
 import (
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +25,12 @@ func (l *countingLearner) Invalidate(name string, removed bool) {
 	l.invalidated = append(l.invalidated, name)
 	l.mu.Unlock()
 	l.LocalLearner.Invalidate(name, removed)
+}
+
+func (l *countingLearner) names() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.invalidated)
 }
 
 func (l *countingLearner) count() int {
@@ -120,8 +127,8 @@ func TestColdReturnInvalidatesClaims(t *testing.T) {
 	}
 	a.health.Store(0)
 	waitFor(t, "re-admission", func() bool { return g.rt.backendByName("a").healthy.Load() })
-	if l.count() != 1 || l.invalidated[0] != "a" {
-		t.Fatalf("invalidations %v, want [a]", l.invalidated)
+	if got := l.names(); len(got) != 1 || got[0] != "a" {
+		t.Fatalf("invalidations %v, want [a]", got)
 	}
 	if h := g.holders(EndpointCompletions, body, ""); h["a"] != 0 {
 		t.Fatalf("a's old claims still match after its cold return: %v", h)

@@ -334,11 +334,13 @@ func (q *QUIC) dialAndWatch(p *peer) {
 		q.log.Debug().Str("peer", p.addr).Err(err).Msg("transport: dial failed")
 		return
 	}
-	close(p.ready)
+	// Counted before Send is released (close(p.ready)), so a caller whose
+	// message got through also sees the dial and the connection counted.
 	q.m.dials.WithLabelValues("ok").Inc()
 	gauge := q.m.conns.WithLabelValues("outbound")
 	gauge.Inc()
 	defer gauge.Dec()
+	close(p.ready)
 	if e := q.log.Debug(); e.Enabled() {
 		name, _ := peerName(conn)
 		e.Str("peer", p.addr).Str("peer_name", name).Msg("transport: connected")
