@@ -12,7 +12,7 @@ BENCH     ?= .
 # test fail loudly instead of eating CI's 90 minutes.
 TESTTIMEOUT ?= 8m
 
-.PHONY: all build test vet tidy bench fuzz demo clean bench-e2e bench-mesh
+.PHONY: all build test vet tidy bench fuzz demo clean bench-e2e bench-mesh bench-workloads
 
 all: build
 
@@ -60,11 +60,20 @@ bench-e2e:
 
 # The mesh-scaling benchmark (docs/bench/mesh-scaling-*): 1, 2, 4 and 8
 # kvmesh nodes behind a random spread, sharing claims and load through the
-# mesh, at 2x and 3x the trace's rate. About 50 minutes.
+# mesh, at 2x and 3x the trace's rate. About 30 minutes on 2 cores.
 MESH_ARMS = kvmesh,kvmesh:2:mesh,kvmesh:4:mesh,kvmesh:8:mesh,kvmesh:8:claims
 bench-mesh:
 	$(GO) run -buildvcs=true ./cmd/kvmesh-bench run -duration 20m -compression 2 -arms $(MESH_ARMS) -publish mesh-scaling-2x
 	$(GO) run -buildvcs=true ./cmd/kvmesh-bench run -duration 20m -compression 3 -arms $(MESH_ARMS) -publish mesh-scaling-3x
+
+# The workload benchmarks (docs/bench/customers, agent, mesh-agent): llm-d's
+# customers shape and the coding-agent shape with every single-node arm, and
+# the agent shape over 1, 2 and 8 mesh nodes. About 30 minutes.
+WORKLOAD_ARMS = round_robin,least_loaded,consistent_hash,sglang_cache_aware,kvmesh,oracle
+bench-workloads:
+	$(GO) run -buildvcs=true ./cmd/kvmesh-bench run -workload customers -arms $(WORKLOAD_ARMS) -publish customers
+	$(GO) run -buildvcs=true ./cmd/kvmesh-bench run -workload agent -arms $(WORKLOAD_ARMS) -publish agent
+	$(GO) run -buildvcs=true ./cmd/kvmesh-bench run -workload agent -arms kvmesh,kvmesh:2:mesh,kvmesh:8:mesh -repeats 6 -publish mesh-agent
 
 clean:
 	$(GO) clean -testcache
