@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -65,12 +66,17 @@ func benchRouterWith(b *testing.B, n int, body []byte, mod func(*Config)) *Route
 // capacity written there since its claims: the second lookup and a doubt
 // route).
 func BenchmarkRouteDecision16K(b *testing.B) {
-	for _, belief := range []string{"true", "false", "doubted"} {
+	for _, belief := range []string{"true", "false", "doubted", "depth_edge"} {
 		b.Run("belief="+belief, func(b *testing.B) {
 			d := benchRouteDecision(b, func(c *Config) {
 				c.Belief.Enabled = belief != "false"
+				c.Belief.DepthEdge = belief == "depth_edge"
 				c.Backends[1].KVCapacityTokens = 1 << 20 // a bound exists: the belief's full path
 			}, func(rt *Router) {
+				if belief == "depth_edge" {
+					cutHoldersClaim(b, rt)
+					return
+				}
 				if belief != "doubted" {
 					return
 				}
@@ -91,6 +97,34 @@ func BenchmarkRouteDecision16K(b *testing.B) {
 				b.Fatalf("decision %+v: want reason %s (the benchmark prompt matches its claims on gpu-1)", d, want)
 			}
 		})
+	}
+}
+
+// cutHoldersClaim writes to gpu-1 until its claim on the benchmark prompt
+// (half of it, stamped at once) passes the edge by its own units while
+// what was written after it does not: every decision cuts the claim
+// (cutAtEdge) and searches its shallower learn depths for a fresher claim,
+// finding none, the search's longest path.
+func cutHoldersClaim(b *testing.B, rt *Router) {
+	b1 := rt.backends()[1]
+	cfg := &rt.cfg.Belief
+	time.Sleep(2 * time.Millisecond)
+	b1.belief.refresh(rt.now().UnixMilli(), rt.meshWritten(b1), rt.unitsPerToken(), cfg.DoubtBeyond, cfg.DoubtNear)
+	kappa := math.Float64frombits(b1.belief.kappa.Load())
+	time.Sleep(2 * time.Millisecond)
+	b1.written.Add(int64(kappa) - 4000) // the claim holds ~8,000 units
+	st := rt.getState()
+	defer rt.putState(st)
+	now := rt.now()
+	if aerr := rt.prepare(st, EndpointChat, chatBody(16<<10), "tenant-1"); aerr != nil {
+		b.Fatal(aerr)
+	}
+	rt.lookup(st, now)
+	rt.gather(st, st.model, now)
+	for _, c := range st.cands {
+		if c.ID == b1.id && (c.Matched == 0 || c.Near <= c.Matched) {
+			b.Fatalf("set-up: gpu-1's claim is not cut: matched %d blocks, near %d", c.Matched, c.Near)
+		}
 	}
 }
 
