@@ -212,6 +212,25 @@ type BeliefConfig struct {
 	// p99 16.7 s against 22.1 s, routing precision 95.2% against 94.0%;
 	// Mooncake 3x and customers within their spread (docs/claims.md).
 	LostTTL time.Duration `yaml:"lost_ttl"`
+	// PinnedEdge: a claim's distance counts what the backend's running
+	// requests held out of its LRU when the claim was stamped. An engine
+	// evicts only blocks no running request uses; when a prefix is
+	// released, the blocks ahead of it in the eviction order are the
+	// cache less those pinned by running requests (vLLM's
+	// kv_cache_usage_perc, from ORCA reports or scrapes), so a prefix
+	// released while the cache was half pinned is gone after half a
+	// capacity of writes, one released while it was idle after a whole
+	// capacity. On, every sample of the history records the pinned share
+	// (times the configured capacity), and a claim's distance is what was
+	// written since plus what was pinned then; the capacity learned from
+	// answers becomes the cache's own, not the cache less a typical pinned
+	// load. Needs the capacity (configured or scraped) and a KV usage
+	// signal; without either it changes nothing.
+	PinnedEdge bool `yaml:"pinned_edge"`
+	// PinnedEdgeMaxReuse: PinnedEdge counts what was pinned only while the
+	// share of prompt tokens the backends answered cached (Request.Reuse)
+	// is at most this; 0: always.
+	PinnedEdgeMaxReuse float64 `yaml:"pinned_edge_max_reuse"`
 }
 
 // DefaultBeliefConfig returns the defaults documented on BeliefConfig.
@@ -240,6 +259,9 @@ func (c BeliefConfig) validate() []error {
 	if !(c.DoubtTrust >= 0 && c.DoubtTrust <= 1) {
 		errs = append(errs, fmt.Errorf("router: belief.doubt_trust must be in [0, 1], got %v", c.DoubtTrust))
 	}
+	if !(c.PinnedEdgeMaxReuse >= 0 && c.PinnedEdgeMaxReuse <= 1) {
+		errs = append(errs, fmt.Errorf("router: belief.pinned_edge_max_reuse must be in [0, 1], got %v", c.PinnedEdgeMaxReuse))
+	}
 	if !(c.DepthEdgeMaxReuse >= 0 && c.DepthEdgeMaxReuse <= 1) {
 		errs = append(errs, fmt.Errorf("router: belief.depth_edge_max_reuse must be in [0, 1], got %v", c.DepthEdgeMaxReuse))
 	}
@@ -264,6 +286,11 @@ const beliefRing = 512
 type writeSample struct {
 	ms int64   // router clock, Unix ms
 	w  float64 // units written to the backend, mesh-wide, up to then
+	// v is w less the units running requests held out of the LRU then
+	// (BeliefConfig.PinnedEdge; w without it): a claim stamped then has
+	// w_now - v units of writes between it and eviction. m is the largest
+	// v up to this sample, which orders the samples for the bounds.
+	v, m float64
 }
 
 // cacheBelief is one backend's cache model: the history of what the mesh
@@ -309,6 +336,39 @@ type cacheBelief struct {
 	// which replaces it with BeliefConfig.DoubtPool (set by the Router).
 	curve doubtCurve
 	pool  *doubtCurve
+
+	// pinned is the share of the cache the backend's running requests
+	// held at its last load report (float64 bits), pinnedAt that report's
+	// Unix ms (0: none).
+	pinned   atomic.Uint64
+	pinnedAt atomic.Int64
+}
+
+// notePinned records a load report's KV usage: the share of the cache
+// running requests held out of the LRU at ms.
+func (cb *cacheBelief) notePinned(share float64, ms int64) {
+	if !(share >= 0 && share <= 1) {
+		return
+	}
+	cb.pinned.Store(math.Float64bits(share))
+	cb.pinnedAt.Store(ms)
+}
+
+// pinnedMaxAgeMs: a KV usage report older than this no longer counts as
+// what is pinned now (a backend that stopped reporting). 10 s: a request's
+// lifetime on the engines kvmesh serves, many scrape intervals.
+const pinnedMaxAgeMs = 10_000
+
+// pinnedUnits is what running requests hold out of the LRU at nowMs, in
+// units, by the last load report (0 without a capacity or a recent
+// report).
+func (cb *cacheBelief) pinnedUnits(nowMs int64, upt float64) float64 {
+	c := cb.capTokens.Load()
+	at := cb.pinnedAt.Load()
+	if c <= 0 || at == 0 || nowMs-at > pinnedMaxAgeMs {
+		return 0
+	}
+	return math.Float64frombits(cb.pinned.Load()) * float64(c) * upt
 }
 
 // capacities is d units in capacities as of the last refresh (0 when the
@@ -332,17 +392,19 @@ func (cb *cacheBelief) capacity(upt float64) float64 {
 	return cb.learned
 }
 
-// refresh records the written count w at nowMs and recomputes the bounds
+// refresh records the written count w at nowMs, with pinned the units
+// running requests hold out of the LRU then (BeliefConfig.PinnedEdge; 0:
+// not counted), and recomputes the bounds
 // (claims with more than ignore capacities written after them are past
 // the edge, with more than near capacities far past it; 0: no such
 // bound). It is cheap to call on every request: within a
 // millisecond of the last refresh it does nothing, and another caller
 // refreshing skips it.
-func (cb *cacheBelief) refresh(nowMs int64, w, upt, ignore, near float64) {
+func (cb *cacheBelief) refresh(nowMs int64, w, pinned, upt, ignore, near float64) {
 	if cb.updated.Load() == nowMs {
 		return
 	}
-	cb.afterBooking(nowMs, w, upt, ignore, near)
+	cb.afterBooking(nowMs, w, pinned, upt, ignore, near)
 }
 
 // afterBooking is refresh within the millisecond of the last one too: called
@@ -351,7 +413,7 @@ func (cb *cacheBelief) refresh(nowMs int64, w, upt, ignore, near float64) {
 // between the dispatch and the claims' stamps and a claim's distance
 // does not count the units of its own request (BeliefConfig.DepthEdge
 // adds them itself). Another caller refreshing skips it.
-func (cb *cacheBelief) afterBooking(nowMs int64, w, upt, ignore, near float64) {
+func (cb *cacheBelief) afterBooking(nowMs int64, w, pinned, upt, ignore, near float64) {
 	if !cb.mu.TryLock() {
 		return
 	}
@@ -359,6 +421,7 @@ func (cb *cacheBelief) afterBooking(nowMs int64, w, upt, ignore, near float64) {
 	cb.updated.Store(nowMs)
 	kappa := cb.capacity(upt)
 	cb.kappa.Store(math.Float64bits(kappa))
+	v := w - pinned
 	if cb.n > 0 {
 		last := cb.at(cb.n - 1)
 		w = max(w, last.w) // the mesh's count never goes back (a peer's late snapshot)
@@ -367,10 +430,10 @@ func (cb *cacheBelief) afterBooking(nowMs int64, w, upt, ignore, near float64) {
 			spacing = kappa / 128
 		}
 		if w-last.w >= spacing || nowMs-last.ms >= 1000 {
-			cb.push(writeSample{ms: nowMs, w: w})
+			cb.push(writeSample{ms: nowMs, w: w, v: v, m: max(v, last.m)})
 		}
 	} else {
-		cb.push(writeSample{ms: nowMs, w: w})
+		cb.push(writeSample{ms: nowMs, w: w, v: v, m: v})
 	}
 	cb.nowW.Store(math.Float64bits(w))
 	// The newest sample with at least ignore x kappa written after it: a
@@ -381,8 +444,12 @@ func (cb *cacheBelief) afterBooking(nowMs int64, w, upt, ignore, near float64) {
 
 // boundLocked is the stamp before which claims have had more than k
 // capacities (kappa) written after them, as of the count w (0: none, k
-// or kappa 0, or the history does not reach back that far). Caller
-// holds mu.
+// or kappa 0, or the history does not reach back that far). With
+// PinnedEdge the samples' v is not monotone (the pinned share falls and
+// rises): the bound is the newest sample whose v and every older one's
+// are far enough (m), so every claim before it is past the edge, and a
+// claim after it whose own distance is past it too counts as such where
+// its distance is priced. Caller holds mu.
 func (cb *cacheBelief) boundLocked(w, kappa, k float64) tree.Timestamp {
 	if kappa > 0 && k > 0 {
 		if i := cb.lastBefore(w - k*kappa); i >= 0 {
@@ -403,14 +470,15 @@ func (cb *cacheBelief) at(i int) writeSample {
 	return cb.ring[(cb.head-cb.n+i+2*beliefRing)%beliefRing]
 }
 
-// lastBefore is the index of the newest sample whose count is at most w,
-// -1 when none is.
+// lastBefore is the index of the newest sample whose position count, and
+// every older one's, is at most w (writeSample.m), -1 when none is.
 func (cb *cacheBelief) lastBefore(w float64) int {
-	return sort.Search(cb.n, func(i int) bool { return cb.at(i).w > w }) - 1
+	return sort.Search(cb.n, func(i int) bool { return cb.at(i).m > w }) - 1
 }
 
 // distance is how many units the mesh has written to the backend since
-// time ms, by the history (as of the last refresh); for a time older than
+// time ms, by the history (as of the last refresh), plus with PinnedEdge
+// what running requests held out of its LRU then; for a time older than
 // the history, what the history spans, a lower bound. Caller holds mu.
 func (cb *cacheBelief) distanceLocked(ms int64) float64 {
 	if cb.n == 0 {
@@ -419,9 +487,9 @@ func (cb *cacheBelief) distanceLocked(ms int64) float64 {
 	now := math.Float64frombits(cb.nowW.Load())
 	lo := sort.Search(cb.n, func(i int) bool { return cb.at(i).ms > ms }) // the first sample after ms
 	if lo == 0 {
-		return now - cb.at(0).w
+		return now - cb.at(0).v
 	}
-	return now - cb.at(lo-1).w
+	return now - cb.at(lo-1).v
 }
 
 func (cb *cacheBelief) distance(ms int64) float64 {

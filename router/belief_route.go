@@ -49,11 +49,7 @@ func matchOf(res *tree.Result, id tree.BackendID) (tree.Match, bool) {
 // BeliefConfig.DepthEdge its own units (its blocks take room in the
 // cache too).
 func (rt *Router) claimReach(st *reqState, b *backend, m tree.Match) float64 {
-	d := b.belief.distance(m.Time.Millis())
-	if st.depthEdge {
-		d += st.claimUnits(m.Blocks)
-	}
-	return d
+	return b.belief.distance(m.Time.Millis()) + st.ownUnits(m.Blocks)
 }
 
 // claimUnits is a claim of blocks blocks in the request's prompt units.
@@ -61,13 +57,18 @@ func (st *reqState) claimUnits(blocks int32) float64 {
 	return float64(min(st.chain.UnitsAt(int(blocks)), st.chain.Units))
 }
 
-// cutAtEdge applies BeliefConfig.DepthEdge to c, whose trusted match is
-// m: when the claim's reach passes the edge (DoubtBeyond capacities), the
-// cache has evicted the prefix from its tail down to the depth that still
-// fits, what was written after the claim taken from the edge. The trusted
-// match becomes that depth; the blocks beyond it, up to m, are priced as a
-// near-edge doubted claim at the worth of the claim's reach (unless a
-// deeper near claim prices them already, at its own).
+// cutAtEdge checks c's trusted match m claim by claim: the lookup's bound
+// is one stamp per backend, and with BeliefConfig.PinnedEdge (a claim's
+// distance counts what was pinned when it was stamped, which rises and
+// falls) or DepthEdge (its own units) a claim after the bound can be past
+// the edge (DoubtBeyond capacities) by its own reach. When it is, the
+// cache has evicted the prefix from its tail: with DepthEdge down to the
+// depth that still fits (what was written after the claim taken from the
+// edge), with PinnedEdge alone the whole claim; a shallower claim stamped
+// since may still fit (freshHead). The trusted match becomes that depth;
+// the blocks beyond it, up to m, are priced as a near-edge doubted claim
+// at the worth of the claim's reach (unless a deeper near claim prices
+// them already, at its own).
 func (rt *Router) cutAtEdge(st *reqState, b *backend, c *Candidate, m tree.Match, nowMs int64) {
 	cfg := &rt.cfg.Belief
 	kappa := math.Float64frombits(b.belief.kappa.Load())
@@ -76,18 +77,31 @@ func (rt *Router) cutAtEdge(st *reqState, b *backend, c *Candidate, m tree.Match
 	}
 	edge := cfg.DoubtBeyond * kappa
 	written := b.belief.distance(m.Time.Millis())
-	reach := written + st.claimUnits(m.Blocks)
+	reach := written + st.ownUnits(m.Blocks)
 	if reach <= edge {
 		return
 	}
-	fit := int32(max(edge-written, 0) / float64(st.chain.UnitsPerBlock))
+	var fit int32
+	if st.depthEdge {
+		fit = int32(max(edge-written, 0) / float64(st.chain.UnitsPerBlock))
+	}
 	if fit >= m.Blocks {
 		return
 	}
-	c.Matched, c.cutReach = rt.freshHead(st, b, fit, written+st.claimUnits(fit), m.Blocks, edge, nowMs)
+	c.Matched, c.cutReach = rt.freshHead(st, b, fit, written+st.ownUnits(fit), m.Blocks, edge, nowMs)
 	if c.Near <= m.Blocks {
 		c.Near, c.NearTrust = m.Blocks, b.belief.worthAt(reach/kappa, cfg)
 	}
+}
+
+// ownUnits is what a claim of blocks blocks adds to its reach: its units
+// with BeliefConfig.DepthEdge (its blocks take room in the cache too),
+// else nothing.
+func (st *reqState) ownUnits(blocks int32) float64 {
+	if !st.depthEdge {
+		return 0
+	}
+	return st.claimUnits(blocks)
 }
 
 // freshHead finds how deep b still holds the prompt when its deepest
@@ -102,7 +116,10 @@ func (rt *Router) cutAtEdge(st *reqState, b *backend, c *Candidate, m tree.Match
 // learn depths between lo and hi finds the deepest that does, one probe per
 // step. The blocks past it, up to the first depth that does not fit, were
 // stamped with that one, and as many of them are held as fit by its stamp.
-// It returns lo and loReach when no shallower claim holds more.
+// It returns lo and loReach when no shallower claim holds more. With
+// BeliefConfig.PinnedEdge a distance also counts what was pinned at the
+// stamp, which rises and falls, so the search finds a depth that fits,
+// not always the deepest.
 func (rt *Router) freshHead(st *reqState, b *backend, lo int32, loReach float64, hi int32, edge float64, nowMs int64) (int32, float64) {
 	learn := st.chain.Learn
 	reachAt := func(d int32) (float64, bool) {
@@ -110,7 +127,7 @@ func (rt *Router) freshHead(st *reqState, b *backend, lo int32, loReach float64,
 		if !ok {
 			return 0, false
 		}
-		return b.belief.distance(ts.Millis()) + st.claimUnits(d), true
+		return b.belief.distance(ts.Millis()) + st.ownUnits(d), true
 	}
 	upb := float64(st.chain.UnitsPerBlock)
 	depth, reach := lo, loReach
@@ -125,13 +142,13 @@ func (rt *Router) freshHead(st *reqState, b *backend, lo int32, loReach float64,
 			j = k
 		}
 	}
-	if j < end && learn[j] > depth+1 {
+	if st.depthEdge && j < end && learn[j] > depth+1 {
 		// The first depth that does not fit: part of the blocks between
 		// depth and it may, by its own stamp.
 		if r, ok := reachAt(learn[j]); ok {
-			written := r - st.claimUnits(learn[j])
+			written := r - st.ownUnits(learn[j])
 			if part := int32(max(edge-written, 0) / upb); part > depth {
-				depth, reach = part, written+st.claimUnits(part)
+				depth, reach = part, written+st.ownUnits(part)
 			}
 		}
 	}

@@ -27,7 +27,7 @@ func TestCacheBeliefBound(t *testing.T) {
 	w := 0.0
 	for ms := int64(1); ms <= 100; ms++ { // 100 units written per ms
 		w += 100
-		cb.refresh(ms, w, upt, 1, 0)
+		cb.refresh(ms, w, 0, upt, 1, 0)
 	}
 	if got := kappaOf(&cb); got != 4000 {
 		t.Fatalf("capacity %v units, want 4000", got)
@@ -51,18 +51,18 @@ func TestCacheBeliefBound(t *testing.T) {
 	// Nothing known about the capacity: no bound, full trust.
 	var none cacheBelief
 	none.init()
-	none.refresh(1, 1e9, upt, 1, 0)
+	none.refresh(1, 1e9, 0, upt, 1, 0)
 	if none.since.Load() != 0 || none.trust(0, &cfg) != 1 {
 		t.Fatal("a backend of unknown capacity has a bound")
 	}
 	// The written count never goes back (a late peer snapshot).
-	cb.refresh(101, 5, upt, 1, 0)
+	cb.refresh(101, 5, 0, upt, 1, 0)
 	if got := math.Float64frombits(cb.nowW.Load()); got != 10000 {
 		t.Fatalf("written went back to %v", got)
 	}
 	// A second bound further back (belief.doubt_near): claims stamped
 	// before it have had more than 2 capacities written after them.
-	cb.refresh(102, w, upt, 1, 2)
+	cb.refresh(102, w, 0, upt, 1, 2)
 	near := tree.Timestamp(cb.nearSince.Load()).Millis()
 	if near < 15 || near > 22 || near >= tree.Timestamp(cb.since.Load()).Millis() {
 		t.Fatalf("near bound at ms %d, want about 20 (8,000 units before the end), before the edge's", near)
@@ -82,7 +82,7 @@ func TestCacheBeliefUnfilled(t *testing.T) {
 		w    float64
 		want float64
 	}{{1, 0, 1}, {2, 1000, 0.75}, {3, 3000, 0.25}, {4, 4000, 0}, {5, 9000, 0}} {
-		cb.refresh(c.ms, c.w, upt, 1, 0)
+		cb.refresh(c.ms, c.w, 0, upt, 1, 0)
 		if got := cb.unfilled(); math.Abs(got-c.want) > 1e-9 {
 			t.Fatalf("after %v units written: unfilled %v, want %v", c.w, got, c.want)
 		}
@@ -94,14 +94,14 @@ func TestCacheBeliefUnfilled(t *testing.T) {
 		w    float64
 		want float64
 	}{{6, 9000, 1}, {7, 10000, 0.75}, {8, 13000, 0}} {
-		cb.refresh(c.ms, c.w, upt, 1, 0)
+		cb.refresh(c.ms, c.w, 0, upt, 1, 0)
 		if got := cb.unfilled(); math.Abs(got-c.want) > 1e-9 {
 			t.Fatalf("%v units written after a restart at 9000: unfilled %v, want %v", c.w, got, c.want)
 		}
 	}
 	var none cacheBelief
 	none.init()
-	none.refresh(1, 0, upt, 1, 0)
+	none.refresh(1, 0, 0, upt, 1, 0)
 	if got := none.unfilled(); got != 0 {
 		t.Fatalf("a backend of unknown capacity is unfilled %v, want 0", got)
 	}

@@ -85,7 +85,7 @@ func BenchmarkRouteDecision16K(b *testing.B) {
 				// the edge.
 				b1 := rt.backends()[1]
 				time.Sleep(2 * time.Millisecond)
-				b1.belief.refresh(rt.now().UnixMilli(), rt.meshWritten(b1), rt.unitsPerToken(), rt.cfg.Belief.DoubtBeyond, rt.cfg.Belief.DoubtNear)
+				b1.belief.refresh(rt.now().UnixMilli(), rt.meshWritten(b1), 0, rt.unitsPerToken(), rt.cfg.Belief.DoubtBeyond, rt.cfg.Belief.DoubtNear)
 				time.Sleep(2 * time.Millisecond)
 				b1.written.Add(1 << 30)
 			})
@@ -109,7 +109,7 @@ func cutHoldersClaim(b *testing.B, rt *Router) {
 	b1 := rt.backends()[1]
 	cfg := &rt.cfg.Belief
 	time.Sleep(2 * time.Millisecond)
-	b1.belief.refresh(rt.now().UnixMilli(), rt.meshWritten(b1), rt.unitsPerToken(), cfg.DoubtBeyond, cfg.DoubtNear)
+	b1.belief.refresh(rt.now().UnixMilli(), rt.meshWritten(b1), 0, rt.unitsPerToken(), cfg.DoubtBeyond, cfg.DoubtNear)
 	kappa := math.Float64frombits(b1.belief.kappa.Load())
 	time.Sleep(2 * time.Millisecond)
 	b1.written.Add(int64(kappa) - 4000) // the claim holds ~8,000 units

@@ -160,7 +160,7 @@ func TestCounterResetInvalidates(t *testing.T) {
 	}
 	b := g.rt.backendByName("a")
 	unfilled := func() float64 {
-		b.belief.refresh(g.rt.now().UnixMilli(), g.rt.meshWritten(b), g.rt.unitsPerToken(), 1, 0)
+		b.belief.refresh(g.rt.now().UnixMilli(), g.rt.meshWritten(b), 0, g.rt.unitsPerToken(), 1, 0)
 		return g.rt.beliefJSON(b, g.rt.now()).Unfilled
 	}
 	a.metrics.Store(page(5000))

@@ -107,7 +107,7 @@ type Candidate struct {
 	Unfilled float64
 	Load     LoadView
 
-	// cutReach is, when BeliefConfig.DepthEdge cut Matched below the
+	// cutReach is, when BeliefConfig.DepthEdge or PinnedEdge cut Matched below the
 	// deepest trusted claim (cutAtEdge), how far into the cache the cut
 	// depth reaches: the answer's check learns from it.
 	cutReach float64

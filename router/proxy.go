@@ -215,7 +215,8 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, st *reqState, 
 		now := rt.now()
 		pending = b.addPending(st.uncached(&st.cands[d.Index]), st.chain.Units, now)
 		if cfg := &rt.cfg.Belief; st.depthEdge {
-			b.belief.afterBooking(now.UnixMilli(), rt.meshWritten(b), rt.unitsPerToken(), cfg.DoubtBeyond, cfg.DoubtNear)
+			upt := rt.unitsPerToken()
+			b.belief.afterBooking(now.UnixMilli(), rt.meshWritten(b), st.pinnedAt(b, now.UnixMilli(), upt), upt, cfg.DoubtBeyond, cfg.DoubtNear)
 		}
 	}
 	defer func() {

@@ -28,6 +28,10 @@ type reqState struct {
 	// depthEdge says this request's claims count their own depth
 	// (BeliefConfig.DepthEdge, as gated by DepthEdgeMaxReuse).
 	depthEdge bool
+	// pinnedEdge says the cache history records what running requests
+	// pinned as this request refreshes it (BeliefConfig.PinnedEdge, as
+	// gated by PinnedEdgeMaxReuse).
+	pinnedEdge bool
 	// filtered: res ignored claims past some backend's cache edge.
 	filtered bool
 	// precise: keyed by the engine's tokens; precise backends' claims are
@@ -216,19 +220,21 @@ func (rt *Router) tokenize(st *reqState) bool {
 // turned over since are ignored (belief.go).
 func (rt *Router) lookup(st *reqState, now time.Time) {
 	nowMs := now.UnixMilli()
-	st.filtered, st.depthEdge = false, false
+	st.filtered, st.depthEdge, st.pinnedEdge = false, false, false
 	if !rt.cfg.Belief.Enabled {
 		rt.ix.Lookup(&st.chain, nowMs, &st.res)
 		return
 	}
 	upt := rt.unitsPerToken()
 	cfg := &rt.cfg.Belief
-	st.depthEdge = cfg.DepthEdge && (cfg.DepthEdgeMaxReuse == 0 || rt.reuseShare() <= cfg.DepthEdgeMaxReuse)
+	reuse := rt.reuseShare()
+	st.depthEdge = cfg.DepthEdge && (cfg.DepthEdgeMaxReuse == 0 || reuse <= cfg.DepthEdgeMaxReuse)
+	st.pinnedEdge = cfg.PinnedEdge && (cfg.PinnedEdgeMaxReuse == 0 || reuse <= cfg.PinnedEdgeMaxReuse)
 	st.since, st.sinceNear = st.since[:0], st.sinceNear[:0]
 	nearFiltered := false
 	for _, b := range rt.set.Load().listed {
 		rt.adoptLesson(b)
-		b.belief.refresh(nowMs, rt.meshWritten(b), upt, cfg.DoubtBeyond, cfg.DoubtNear)
+		b.belief.refresh(nowMs, rt.meshWritten(b), st.pinnedAt(b, nowMs, upt), upt, cfg.DoubtBeyond, cfg.DoubtNear)
 		for int(b.id) >= len(st.since) {
 			st.since, st.sinceNear = append(st.since, 0), append(st.sinceNear, 0)
 		}
@@ -252,6 +258,15 @@ func (rt *Router) lookup(st *reqState, now time.Time) {
 			}
 		}
 	}
+}
+
+// pinnedAt is what b's running requests hold out of its LRU at nowMs, in
+// units, when this request counts it (pinnedEdge), else 0.
+func (st *reqState) pinnedAt(b *backend, nowMs int64, upt float64) float64 {
+	if !st.pinnedEdge {
+		return 0
+	}
+	return b.belief.pinnedUnits(nowMs, upt)
 }
 
 // gather fills st.cands with the backends serving model ("" = any) that are
@@ -296,7 +311,7 @@ func (rt *Router) gather(st *reqState, model string, now time.Time) bool {
 					c.Near, c.NearTrust = m.Blocks, b.belief.worthAt(b.belief.capacities(rt.claimReach(st, b, m)), cfg)
 				}
 			}
-			if trusted && st.depthEdge && !rt.exact(st, b) {
+			if trusted && (st.depthEdge || st.pinnedEdge) && !rt.exact(st, b) {
 				rt.cutAtEdge(st, b, &c, m, now.UnixMilli())
 			}
 		}

@@ -90,6 +90,16 @@ func freshest(now time.Time, a, b *signal, cfg *Config, lv *LoadView) {
 	lv.Has |= sb.Has
 }
 
+// noteLoad stores a load report from one of b's sources (src) and gives
+// its KV usage, the share of the cache running requests hold, to b's cache
+// belief (BeliefConfig.PinnedEdge).
+func (b *backend) noteLoad(src *signal, s sample, at time.Time) {
+	src.store(s, at)
+	if s.Has&HasKVCacheUsage != 0 {
+		b.belief.notePinned(s.KVUsage, at.UnixMilli())
+	}
+}
+
 // signalWeight is 1 up to fresh, then falls linearly to 0 at maxAge.
 func signalWeight(age, fresh, maxAge time.Duration) float64 {
 	switch {
@@ -144,6 +154,6 @@ func (rt *Router) observeORCA(b *backend, h http.Header, at time.Time) bool {
 		return false
 	}
 	s.Own = rt.meshPending(b)
-	b.orca.store(s, at)
+	b.noteLoad(&b.orca, s, at)
 	return true
 }

@@ -101,7 +101,7 @@ func (rt *Router) scrapeLoad(ctx context.Context, b *backend) {
 	at := rt.now()
 	if sl.Has&(HasWaiting|HasRunning|HasKVCacheUsage) != 0 {
 		own = max(own, rt.meshPending(b))
-		b.scrape.store(sample{Waiting: sl.Waiting, Running: sl.Running, KVUsage: sl.KVCacheUsage, Has: sl.Has, Own: own}, at)
+		b.noteLoad(&b.scrape, sample{Waiting: sl.Waiting, Running: sl.Running, KVUsage: sl.KVCacheUsage, Has: sl.Has, Own: own}, at)
 	}
 	if sl.Has&HasKVCapacity != 0 && !b.capConfigured {
 		b.belief.capTokens.Store(int64(sl.KVCapacityTokens))
