@@ -286,11 +286,9 @@ const beliefRing = 512
 type writeSample struct {
 	ms int64   // router clock, Unix ms
 	w  float64 // units written to the backend, mesh-wide, up to then
-	// v is w less the units running requests held out of the LRU then
-	// (BeliefConfig.PinnedEdge; w without it): a claim stamped then has
-	// w_now - v units of writes between it and eviction. m is the largest
-	// v up to this sample, which orders the samples for the bounds.
-	v, m float64
+	// p is what its running requests held out of the LRU then, in units
+	// (BeliefConfig.PinnedEdge; 0 without it).
+	p float64
 }
 
 // cacheBelief is one backend's cache model: the history of what the mesh
@@ -421,7 +419,6 @@ func (cb *cacheBelief) afterBooking(nowMs int64, w, pinned, upt, ignore, near fl
 	cb.updated.Store(nowMs)
 	kappa := cb.capacity(upt)
 	cb.kappa.Store(math.Float64bits(kappa))
-	v := w - pinned
 	if cb.n > 0 {
 		last := cb.at(cb.n - 1)
 		w = max(w, last.w) // the mesh's count never goes back (a peer's late snapshot)
@@ -430,10 +427,10 @@ func (cb *cacheBelief) afterBooking(nowMs int64, w, pinned, upt, ignore, near fl
 			spacing = kappa / 128
 		}
 		if w-last.w >= spacing || nowMs-last.ms >= 1000 {
-			cb.push(writeSample{ms: nowMs, w: w, v: v, m: max(v, last.m)})
+			cb.push(writeSample{ms: nowMs, w: w, p: pinned})
 		}
 	} else {
-		cb.push(writeSample{ms: nowMs, w: w, v: v, m: v})
+		cb.push(writeSample{ms: nowMs, w: w, p: pinned})
 	}
 	cb.nowW.Store(math.Float64bits(w))
 	// The newest sample with at least ignore x kappa written after it: a
@@ -444,12 +441,11 @@ func (cb *cacheBelief) afterBooking(nowMs int64, w, pinned, upt, ignore, near fl
 
 // boundLocked is the stamp before which claims have had more than k
 // capacities (kappa) written after them, as of the count w (0: none, k
-// or kappa 0, or the history does not reach back that far). With
-// PinnedEdge the samples' v is not monotone (the pinned share falls and
-// rises): the bound is the newest sample whose v and every older one's
-// are far enough (m), so every claim before it is past the edge, and a
-// claim after it whose own distance is past it too counts as such where
-// its distance is priced. Caller holds mu.
+// or kappa 0, or the history does not reach back that far). It counts
+// writes only: with PinnedEdge a claim's reach also counts what was
+// pinned when it was stamped, which rises and falls, so a claim after the
+// bound can be past the edge too; the router checks the trusted one claim
+// by claim (cutAtEdge). Caller holds mu.
 func (cb *cacheBelief) boundLocked(w, kappa, k float64) tree.Timestamp {
 	if kappa > 0 && k > 0 {
 		if i := cb.lastBefore(w - k*kappa); i >= 0 {
@@ -470,32 +466,47 @@ func (cb *cacheBelief) at(i int) writeSample {
 	return cb.ring[(cb.head-cb.n+i+2*beliefRing)%beliefRing]
 }
 
-// lastBefore is the index of the newest sample whose position count, and
-// every older one's, is at most w (writeSample.m), -1 when none is.
+// lastBefore is the index of the newest sample whose count is at most w,
+// -1 when none is.
 func (cb *cacheBelief) lastBefore(w float64) int {
-	return sort.Search(cb.n, func(i int) bool { return cb.at(i).m > w }) - 1
+	return sort.Search(cb.n, func(i int) bool { return cb.at(i).w > w }) - 1
 }
 
 // distance is how many units the mesh has written to the backend since
-// time ms, by the history (as of the last refresh), plus with PinnedEdge
-// what running requests held out of its LRU then; for a time older than
+// time ms, by the history (as of the last refresh); for a time older than
 // the history, what the history spans, a lower bound. Caller holds mu.
 func (cb *cacheBelief) distanceLocked(ms int64) float64 {
+	w, _ := cb.writtenSinceLocked(ms)
+	return w
+}
+
+// writtenSinceLocked is distanceLocked(ms) and what running requests held out of
+// the backend's LRU at ms (the pinned units of the sample at or before
+// it, 0 without PinnedEdge). Caller holds mu.
+func (cb *cacheBelief) writtenSinceLocked(ms int64) (written, pinned float64) {
 	if cb.n == 0 {
-		return 0
+		return 0, 0
 	}
 	now := math.Float64frombits(cb.nowW.Load())
 	lo := sort.Search(cb.n, func(i int) bool { return cb.at(i).ms > ms }) // the first sample after ms
 	if lo == 0 {
-		return now - cb.at(0).v
+		return now - cb.at(0).w, 0
 	}
-	return now - cb.at(lo-1).v
+	s := cb.at(lo - 1)
+	return now - s.w, s.p
 }
 
 func (cb *cacheBelief) distance(ms int64) float64 {
 	cb.mu.Lock()
 	defer cb.mu.Unlock()
 	return cb.distanceLocked(ms)
+}
+
+// writtenSince is writtenSinceLocked under the lock.
+func (cb *cacheBelief) writtenSince(ms int64) (written, pinned float64) {
+	cb.mu.Lock()
+	defer cb.mu.Unlock()
+	return cb.writtenSinceLocked(ms)
 }
 
 // beyond is distance(ms) in capacities, as of the last refresh (0 when

@@ -12,85 +12,50 @@ import (
 	"github.com/kvmesh/kvmesh/tree"
 )
 
-// With PinnedEdge, a claim stamped while running requests held half the
-// cache is past the edge after half a capacity of writes; one stamped
-// while nothing was pinned after a whole capacity. Without it, both after
-// a whole capacity: the KV usage is ignored.
-func TestPinnedEdgeCountsWhatWasPinned(t *testing.T) {
-	run := func(pinnedEdge bool) (distHalf, distIdle float64, since int64) {
-		var cb cacheBelief
-		cb.init()
-		cb.capTokens.Store(1000) // 4,000 units at 4 units per token
-		const upt = 4
-		w := 0.0
-		for ms := int64(1); ms <= 100; ms++ { // 100 units written per ms
-			// Half the cache pinned from ms 21 to 40, nothing otherwise.
-			share := 0.0
-			if ms > 20 && ms <= 40 {
-				share = 0.5
-			}
-			cb.notePinned(share, ms)
-			w += 100
-			pinned := 0.0
-			if pinnedEdge {
-				pinned = cb.pinnedUnits(ms, upt)
-			}
-			cb.refresh(ms, w, pinned, upt, 1, 0)
-		}
-		return cb.distance(30), cb.distance(70), tree.Timestamp(cb.since.Load()).Millis()
-	}
-	half, idle, since := run(true)
-	// 10,000 written by ms 100: 7,000 since ms 30, plus the 2,000 pinned then.
-	if half < 8900 || half > 9100 {
-		t.Fatalf("pinned edge: distance of a claim stamped half pinned %v, want about 9,000", half)
-	}
-	if idle < 2900 || idle > 3100 {
-		t.Fatalf("pinned edge: distance of a claim stamped idle %v, want about 3,000", idle)
-	}
-	// The edge (4,000 units) is about ms 60 by the writes; a claim stamped
-	// at ms 40 while half was pinned is 8,000 units away, and the bound
-	// covers every claim up to the last pinned sample (every older sample's
-	// distance is past the edge too).
-	if since < 55 || since > 61 {
-		t.Fatalf("pinned edge: bound at ms %d, want about 60", since)
-	}
-	half, idle, since = run(false)
-	if half < 6900 || half > 7100 || idle < 2900 || idle > 3100 {
-		t.Fatalf("off: distances %v and %v, want about 7,000 and 3,000", half, idle)
-	}
-	if since < 55 || since > 61 {
-		t.Fatalf("off: bound at ms %d, want about 60", since)
-	}
-}
-
-// With PinnedEdge, the bound stops at the newest sample every older one of
-// which is past the edge: while the pinned share has risen since (a
-// sample's own distance grows), claims stamped in between are still
-// priced by their own distance. The claim stamped at the peak is past the
-// edge by its distance though the bound is before it.
-func TestPinnedEdgeBoundIsMonotone(t *testing.T) {
+// The history records what was pinned with each sample: a claim stamped
+// while running requests held half the cache sees that half beside what
+// was written since; one stamped while nothing was pinned sees nothing.
+// The lookup's bound counts writes only (the router checks the pinned
+// part claim by claim).
+func TestPinnedHistory(t *testing.T) {
 	var cb cacheBelief
 	cb.init()
-	cb.capTokens.Store(1000)
+	cb.capTokens.Store(1000) // 4,000 units at 4 units per token
 	const upt = 4
 	w := 0.0
-	for ms := int64(1); ms <= 100; ms++ {
+	for ms := int64(1); ms <= 100; ms++ { // 100 units written per ms
+		// Half the cache pinned from ms 21 to 40, 90% at ms 80, nothing
+		// otherwise.
 		share := 0.0
-		if ms == 80 {
-			share = 0.9 // a brief peak: 3,600 units pinned
+		switch {
+		case ms > 20 && ms <= 40:
+			share = 0.5
+		case ms == 80:
+			share = 0.9
 		}
 		cb.notePinned(share, ms)
 		w += 100
 		cb.refresh(ms, w, cb.pinnedUnits(ms, upt), upt, 1, 0)
 	}
-	since := tree.Timestamp(cb.since.Load()).Millis()
-	if since < 55 || since > 61 {
+	for _, c := range []struct {
+		ms              int64
+		written, pinned float64
+	}{{30, 7000, 2000}, {70, 3000, 0}, {80, 2000, 3600}} {
+		written, pinned := cb.writtenSince(c.ms)
+		if math.Abs(written-c.written) > 100 || pinned != c.pinned {
+			t.Errorf("claim stamped at ms %d: written since %v, pinned then %v; want about %v and %v", c.ms, written, pinned, c.written, c.pinned)
+		}
+		if d := cb.distance(c.ms); d != written {
+			t.Errorf("distance(%d) = %v, want the writes alone (%v)", c.ms, d, written)
+		}
+	}
+	// 10,000 written by ms 100: the edge (4,000 ago) is about ms 60, by the
+	// writes alone.
+	if since := tree.Timestamp(cb.since.Load()).Millis(); since < 55 || since > 61 {
 		t.Fatalf("bound at ms %d, want about 60", since)
 	}
-	if d := cb.distance(80); d < 5400 || d > 5700 {
-		t.Fatalf("distance of the claim stamped at the peak %v, want about 5,600 (2,000 written since, 3,600 pinned then)", d)
-	}
-	// A stale report (older than pinnedMaxAgeMs) counts as nothing pinned.
+	// A stale report (older than pinnedMaxAgeMs) counts as nothing pinned;
+	// a value that is not a share is ignored.
 	cb.notePinned(0.9, 101)
 	if got := cb.pinnedUnits(101+pinnedMaxAgeMs+1, upt); got != 0 {
 		t.Fatalf("a stale KV usage report counts %v pinned units, want 0", got)
@@ -98,18 +63,29 @@ func TestPinnedEdgeBoundIsMonotone(t *testing.T) {
 	if got := cb.pinnedUnits(102, upt); got != 3600 {
 		t.Fatalf("pinned units %v, want 3,600", got)
 	}
-	cb.notePinned(1.5, 103) // not a share: ignored
+	cb.notePinned(1.5, 103)
 	if got := cb.pinnedUnits(104, upt); got != 3600 {
 		t.Fatalf("an out-of-range report changed the pinned units to %v", got)
+	}
+	// Without PinnedEdge the router passes nothing pinned: the history has
+	// none to report.
+	var off cacheBelief
+	off.init()
+	off.capTokens.Store(1000)
+	off.notePinned(0.5, 1)
+	off.refresh(1, 100, 0, upt, 1, 0)
+	off.refresh(2, 200, 0, upt, 1, 0)
+	if _, pinned := off.writtenSince(1); pinned != 0 {
+		t.Fatalf("off: %v units pinned", pinned)
 	}
 }
 
 // belief.pinned_edge through the router: the KV usage a backend reported
-// while a claim was stamped (half its cache pinned by running requests)
-// counts in the claim's distance, so half a capacity of writes after it
-// takes it past the edge; off, or gated off by pinned_edge_max_reuse below
-// the share the answers report cached (all of it here), the claim is
-// still trusted.
+// while a claim was stamped (80% of its cache pinned by running requests,
+// the claim's own blocks among them) counts in the claim's reach, less the
+// claim's own units, so half a capacity of writes after it takes it past
+// the edge; off, or gated off by pinned_edge_max_reuse below the share the
+// answers report cached (all of it here), the claim is still trusted.
 func TestPinnedEdgeThroughTheRouter(t *testing.T) {
 	for _, mode := range []struct {
 		on       bool
@@ -118,7 +94,7 @@ func TestPinnedEdgeThroughTheRouter(t *testing.T) {
 		t.Run(fmt.Sprintf("pinned_edge=%v,max_reuse=%v", mode.on, mode.maxReuse), func(t *testing.T) {
 			on := mode.on && mode.maxReuse == 0
 			var usage atomic.Value
-			usage.Store("0.6")
+			usage.Store("0.8")
 			a := newFakeBackend(t, "a")
 			// Every answer reports its whole prompt cached (nothing teaches
 			// the capacity) and the KV usage the test sets.
@@ -135,10 +111,10 @@ func TestPinnedEdgeThroughTheRouter(t *testing.T) {
 				d.Now = func() time.Time { return time.UnixMilli(clock.Add(5)) }
 			}, a)
 			b := g.rt.backendByName("a")
-			// A first answer reports 60% of the cache pinned; the claim's
+			// A first answer reports 80% of the cache pinned; the claim's
 			// request refreshes the history with it.
 			g.call("POST", "/v1/chat/completions", chat("m1", longText("warm-up", 2000), "q"))
-			if share := math.Float64frombits(b.belief.pinned.Load()); share != 0.6 {
+			if share := math.Float64frombits(b.belief.pinned.Load()); share != 0.8 {
 				t.Fatalf("the ORCA report's KV usage is not recorded: %v", share)
 			}
 			claim := chat("m1", longText("pinned claim", 2000), "question one")
@@ -160,8 +136,8 @@ func TestPinnedEdgeThroughTheRouter(t *testing.T) {
 			}
 			kappa := math.Float64frombits(b.belief.kappa.Load())
 			// Half a capacity of writes after the claim: inside the edge by
-			// the writes alone, past it with the 60% pinned when it was
-			// stamped.
+			// the writes alone, past it with the 80% pinned when it was
+			// stamped (less the claim's own tenth).
 			start := g.rt.meshWritten(b)
 			for i := 0; g.rt.meshWritten(b)-start < 0.5*kappa; i++ {
 				if i == 200 {

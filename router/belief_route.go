@@ -45,11 +45,24 @@ func matchOf(res *tree.Result, id tree.BackendID) (tree.Match, bool) {
 }
 
 // claimReach is how far into b's cache a claim m of the request's chain
-// reaches: the units written to b after it was stamped, plus with
-// BeliefConfig.DepthEdge its own units (its blocks take room in the
-// cache too).
+// reaches: reachAt at its stamp and depth.
 func (rt *Router) claimReach(st *reqState, b *backend, m tree.Match) float64 {
-	return b.belief.distance(m.Time.Millis()) + st.ownUnits(m.Blocks)
+	return st.reachAt(b, m.Time.Millis(), m.Blocks)
+}
+
+// reachAt is how far into b's cache a claim of blocks blocks stamped at ms
+// reaches: the units written to b after it was stamped, plus with
+// BeliefConfig.PinnedEdge what b's running requests held out of its LRU
+// then, less the claim's own units (a prefix's own blocks, pinned by the
+// request that stamped it or by others reading it, are not ahead of it in
+// the eviction order), plus with BeliefConfig.DepthEdge its own units (it
+// is evicted from its tail: its blocks take room in the cache too).
+func (st *reqState) reachAt(b *backend, ms int64, blocks int32) float64 {
+	if !st.pinnedEdge {
+		return b.belief.distance(ms) + st.ownUnits(blocks)
+	}
+	written, pinned := b.belief.writtenSince(ms)
+	return written + max(pinned-st.claimUnits(blocks), 0) + st.ownUnits(blocks)
 }
 
 // claimUnits is a claim of blocks blocks in the request's prompt units.
@@ -76,11 +89,11 @@ func (rt *Router) cutAtEdge(st *reqState, b *backend, c *Candidate, m tree.Match
 		return
 	}
 	edge := cfg.DoubtBeyond * kappa
-	written := b.belief.distance(m.Time.Millis())
-	reach := written + st.ownUnits(m.Blocks)
+	reach := rt.claimReach(st, b, m)
 	if reach <= edge {
 		return
 	}
+	written := reach - st.ownUnits(m.Blocks) // what lies ahead of it in the eviction order
 	var fit int32
 	if st.depthEdge {
 		fit = int32(max(edge-written, 0) / float64(st.chain.UnitsPerBlock))
@@ -127,7 +140,7 @@ func (rt *Router) freshHead(st *reqState, b *backend, lo int32, loReach float64,
 		if !ok {
 			return 0, false
 		}
-		return b.belief.distance(ts.Millis()) + st.ownUnits(d), true
+		return st.reachAt(b, ts.Millis(), d), true
 	}
 	upb := float64(st.chain.UnitsPerBlock)
 	depth, reach := lo, loReach
