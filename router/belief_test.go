@@ -455,6 +455,9 @@ func TestBeliefConfigValidate(t *testing.T) {
 		{"edge_start", func(c *BeliefConfig) { c.EdgeStart = 0 }},
 		{"edge_trust", func(c *BeliefConfig) { c.EdgeTrust = 1.5 }},
 		{"doubt_trust", func(c *BeliefConfig) { c.DoubtTrust = -0.1 }},
+		{"depth_edge_max_reuse", func(c *BeliefConfig) { c.DepthEdgeMaxReuse = 1.5 }},
+		{"pinned_edge_max_reuse", func(c *BeliefConfig) { c.PinnedEdgeMaxReuse = -0.1 }},
+		{"pinned_edge_max_reuse", func(c *BeliefConfig) { c.PinnedEdgeMaxReuse = math.NaN() }},
 	} {
 		cfg := DefaultBeliefConfig()
 		c.set(&cfg)
