@@ -41,15 +41,7 @@ func TestDepthEdgeCutsADeepClaim(t *testing.T) {
 			deep := chat("m1", longText("deep claim", 9000), "question one")
 			g.call("POST", "/v1/chat/completions", deep)
 			follow := chat("m1", longText("deep claim", 9000), "question one", "answer", "question two")
-			explain := func() (RouteExplanation, CandidateExplanation) {
-				t.Helper()
-				_, body := adminCall(t, g, "POST", "/debug/route", follow)
-				var x RouteExplanation
-				if err := json.Unmarshal(body, &x); err != nil {
-					t.Fatal(err)
-				}
-				return x, x.Candidates[0]
-			}
+			explain := func() (RouteExplanation, CandidateExplanation) { return explainRoute(t, g, follow) }
 			_, c0 := explain()
 			kappa := math.Float64frombits(b.belief.kappa.Load())
 			depth := float64(c0.MatchedUnits)

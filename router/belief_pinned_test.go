@@ -1,7 +1,6 @@
 package router
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
@@ -121,15 +120,7 @@ func TestPinnedEdgeThroughTheRouter(t *testing.T) {
 			g.call("POST", "/v1/chat/completions", claim)
 			usage.Store("0")
 			follow := chat("m1", longText("pinned claim", 2000), "question one", "answer", "question two")
-			explain := func() (RouteExplanation, CandidateExplanation) {
-				t.Helper()
-				_, body := adminCall(t, g, "POST", "/debug/route", follow)
-				var x RouteExplanation
-				if err := json.Unmarshal(body, &x); err != nil {
-					t.Fatal(err)
-				}
-				return x, x.Candidates[0]
-			}
+			explain := func() (RouteExplanation, CandidateExplanation) { return explainRoute(t, g, follow) }
 			_, c0 := explain()
 			if c0.MatchedUnits == 0 {
 				t.Fatal("set-up: the claim is not trusted right after it was learned")

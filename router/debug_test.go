@@ -21,6 +21,21 @@ func adminCall(t *testing.T, g *testRig, method, path, body string, hdr ...strin
 	return w.Code, b
 }
 
+// explainRoute asks POST /debug/route how body would be routed and
+// returns the explanation with its first candidate.
+func explainRoute(t *testing.T, g *testRig, body string) (RouteExplanation, CandidateExplanation) {
+	t.Helper()
+	_, out := adminCall(t, g, "POST", "/debug/route", body)
+	var x RouteExplanation
+	if err := json.Unmarshal(out, &x); err != nil {
+		t.Fatal(err)
+	}
+	if len(x.Candidates) == 0 {
+		t.Fatalf("no candidate in %s", out)
+	}
+	return x, x.Candidates[0]
+}
+
 // POST /debug/route shows the decision the router would make, with every
 // candidate's matched depth, load and score, without forwarding and
 // without changing state.
