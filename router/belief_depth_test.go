@@ -1,7 +1,6 @@
 package router
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
@@ -9,6 +8,39 @@ import (
 	"testing"
 	"time"
 )
+
+// newEdgeRig is a router over backend a alone, 5,000 tokens of KV
+// capacity, with the belief on (claims doubted past one capacity, at a
+// learned worth starting from 0.5), set's belief options, and a clock
+// that moves 5 ms at each reading; it returns a's state and the clock (Unix
+// ms) too.
+func newEdgeRig(t *testing.T, a *fakeBackend, set func(*BeliefConfig)) (*testRig, *backend, *atomic.Int64) {
+	t.Helper()
+	clock := new(atomic.Int64)
+	clock.Store(time.Now().UnixMilli())
+	g := newRig(t, func(c *Config, d *Deps) {
+		c.Belief.Enabled, c.Belief.DoubtBeyond, c.Belief.DoubtTrust, c.Belief.DoubtLearn = true, 1, 0.5, true
+		set(&c.Belief)
+		c.Backends[0].KVCapacityTokens = 5000
+		d.Now = func() time.Time { return time.UnixMilli(clock.Add(5)) }
+	}, a)
+	return g, g.rt.backendByName("a"), clock
+}
+
+// writeFillers sends b prompts of fillerBytes that nothing else shares
+// until the mesh counts at least units written to b, and returns what it
+// counts.
+func writeFillers(t *testing.T, g *testRig, b *backend, units float64, fillerBytes int) float64 {
+	t.Helper()
+	start := g.rt.meshWritten(b)
+	for i := 0; g.rt.meshWritten(b)-start < units; i++ {
+		if i == 200 {
+			t.Fatal("nothing is counted as written")
+		}
+		g.call("POST", "/v1/chat/completions", chat("m1", fmt.Sprintf("%d %s", i, longText(fmt.Sprint("filler ", i), fillerBytes)), "q"))
+	}
+	return g.rt.meshWritten(b) - start
+}
 
 // belief.depth_edge: a deep claim whose own units plus what was written
 // after it pass the capacity is trusted only down to the depth that still
@@ -29,15 +61,7 @@ func TestDepthEdgeCutsADeepClaim(t *testing.T) {
 			// Every answer reports its whole prompt cached: nothing the test
 			// sends teaches the capacity or the written count.
 			a.setHook(func(w http.ResponseWriter, r *http.Request, body []byte) { answerCached(w, body, int64(len(body)/4)) })
-			var clock atomic.Int64
-			clock.Store(time.Now().UnixMilli())
-			g := newRig(t, func(c *Config, d *Deps) {
-				c.Belief.Enabled, c.Belief.DoubtBeyond, c.Belief.DoubtTrust, c.Belief.DoubtLearn = true, 1, 0.5, true
-				c.Belief.DepthEdge, c.Belief.DepthEdgeMaxReuse = mode.on, mode.maxReuse
-				c.Backends[0].KVCapacityTokens = 5000
-				d.Now = func() time.Time { return time.UnixMilli(clock.Add(5)) }
-			}, a)
-			b := g.rt.backendByName("a")
+			g, b, _ := newEdgeRig(t, a, func(c *BeliefConfig) { c.DepthEdge, c.DepthEdgeMaxReuse = mode.on, mode.maxReuse })
 			deep := chat("m1", longText("deep claim", 9000), "question one")
 			g.call("POST", "/v1/chat/completions", deep)
 			follow := chat("m1", longText("deep claim", 9000), "question one", "answer", "question two")
@@ -50,14 +74,7 @@ func TestDepthEdgeCutsADeepClaim(t *testing.T) {
 			}
 			// Write past the claim until its units and what followed it pass
 			// the capacity by a fifth, while what followed alone stays inside.
-			start := g.rt.meshWritten(b)
-			for i := 0; g.rt.meshWritten(b)-start < kappa-depth+0.2*kappa; i++ {
-				if i == 200 {
-					t.Fatal("nothing is counted as written")
-				}
-				g.call("POST", "/v1/chat/completions", chat("m1", fmt.Sprintf("%d %s", i, longText(fmt.Sprint("filler ", i), 1500)), "q"))
-			}
-			written := g.rt.meshWritten(b) - start
+			written := writeFillers(t, g, b, kappa-depth+0.2*kappa, 1500)
 			if written >= 0.95*kappa {
 				t.Fatalf("set-up: wrote %v units after the claim, capacity %v: the claim is past the edge either way", written, kappa)
 			}
@@ -89,35 +106,15 @@ func TestDepthEdgeCutsADeepClaim(t *testing.T) {
 func TestDepthEdgeKeepsAFreshSharedHead(t *testing.T) {
 	a := newFakeBackend(t, "a")
 	a.setHook(func(w http.ResponseWriter, r *http.Request, body []byte) { answerCached(w, body, int64(len(body)/4)) })
-	var clock atomic.Int64
-	clock.Store(time.Now().UnixMilli())
-	g := newRig(t, func(c *Config, d *Deps) {
-		c.Belief.Enabled, c.Belief.DoubtBeyond, c.Belief.DoubtTrust, c.Belief.DoubtLearn = true, 1, 0.5, true
-		c.Belief.DepthEdge = true
-		c.Backends[0].KVCapacityTokens = 5000
-		d.Now = func() time.Time { return time.UnixMilli(clock.Add(5)) }
-	}, a)
-	b := g.rt.backendByName("a")
+	g, b, clock := newEdgeRig(t, a, func(c *BeliefConfig) { c.DepthEdge = true })
 	shared := longText("tenant context", 8000)
 	tail := longText("user tail", 6000)
 	g.call("POST", "/v1/chat/completions", chat("m1", shared, tail))
 	follow := chat("m1", shared, tail, "answer", "question two")
-	explain := func() CandidateExplanation {
-		t.Helper()
-		_, body := adminCall(t, g, "POST", "/debug/route", follow)
-		var x RouteExplanation
-		if err := json.Unmarshal(body, &x); err != nil {
-			t.Fatal(err)
-		}
-		return x.Candidates[0]
-	}
+	explain := func() CandidateExplanation { _, c := explainRoute(t, g, follow); return c }
 	// The shared head alone: how deep its claim is.
-	_, body := adminCall(t, g, "POST", "/debug/route", chat("m1", shared, "other user"))
-	var hx RouteExplanation
-	if err := json.Unmarshal(body, &hx); err != nil {
-		t.Fatal(err)
-	}
-	head := hx.Candidates[0].MatchedUnits
+	_, hc := explainRoute(t, g, chat("m1", shared, "other user"))
+	head := hc.MatchedUnits
 	c0 := explain()
 	kappa := math.Float64frombits(b.belief.kappa.Load())
 	if !(kappa > 0) || head <= 0 || float64(c0.MatchedUnits) < 0.6*kappa || float64(c0.MatchedUnits) > 0.9*kappa || c0.MatchedUnits < head+1000 {

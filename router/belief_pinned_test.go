@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/kvmesh/kvmesh/tree"
 )
@@ -101,15 +100,7 @@ func TestPinnedEdgeThroughTheRouter(t *testing.T) {
 				w.Header().Set("Endpoint-Load-Metrics", "TEXT named_metrics.kv_cache_usage_perc="+usage.Load().(string))
 				answerCached(w, body, int64(len(body)/4))
 			})
-			var clock atomic.Int64
-			clock.Store(time.Now().UnixMilli())
-			g := newRig(t, func(c *Config, d *Deps) {
-				c.Belief.Enabled, c.Belief.DoubtBeyond, c.Belief.DoubtTrust, c.Belief.DoubtLearn = true, 1, 0.5, true
-				c.Belief.PinnedEdge, c.Belief.PinnedEdgeMaxReuse = mode.on, mode.maxReuse
-				c.Backends[0].KVCapacityTokens = 5000
-				d.Now = func() time.Time { return time.UnixMilli(clock.Add(5)) }
-			}, a)
-			b := g.rt.backendByName("a")
+			g, b, _ := newEdgeRig(t, a, func(c *BeliefConfig) { c.PinnedEdge, c.PinnedEdgeMaxReuse = mode.on, mode.maxReuse })
 			// A first answer reports 80% of the cache pinned; the claim's
 			// request refreshes the history with it.
 			g.call("POST", "/v1/chat/completions", chat("m1", longText("warm-up", 2000), "q"))
@@ -129,14 +120,7 @@ func TestPinnedEdgeThroughTheRouter(t *testing.T) {
 			// Half a capacity of writes after the claim: inside the edge by
 			// the writes alone, past it with the 80% pinned when it was
 			// stamped (less the claim's own tenth).
-			start := g.rt.meshWritten(b)
-			for i := 0; g.rt.meshWritten(b)-start < 0.5*kappa; i++ {
-				if i == 200 {
-					t.Fatal("nothing is counted as written")
-				}
-				g.call("POST", "/v1/chat/completions", chat("m1", fmt.Sprintf("%d %s", i, longText(fmt.Sprint("filler ", i), 800)), "q"))
-			}
-			if written := g.rt.meshWritten(b) - start; written >= 0.8*kappa {
+			if written := writeFillers(t, g, b, 0.5*kappa, 800); written >= 0.8*kappa {
 				t.Fatalf("set-up: wrote %v units after the claim, capacity %v: past the edge either way", written, kappa)
 			}
 			x, c := explain()
