@@ -33,6 +33,7 @@ func TestValidateReportsEachProblem(t *testing.T) {
 	cfg.ORCAFormat = "XML"
 	cfg.KVMesh.LoadOverrideFactor = 0.5
 	cfg.KVMesh.OverdueFactor, cfg.KVMesh.OverdueSlack = 0.5, -1
+	cfg.KVMesh.WaitGuardFactor, cfg.KVMesh.WaitGuardFloor = 0.5, -1
 	cfg.ConsistentHash.VirtualNodes = 0
 	cfg.SGLang.CacheThreshold = 2
 	err := cfg.Validate()
@@ -52,6 +53,8 @@ func TestValidateReportsEachProblem(t *testing.T) {
 		`kvmesh.load_override_factor must be at least 1`,
 		`kvmesh.overdue_factor must be 0 (off) or at least 1, got 0.5`,
 		`kvmesh.overdue_slack must be a non-negative number, got -1`,
+		`kvmesh.wait_guard_factor must be 0 (off) or at least 1, got 0.5`,
+		`kvmesh.wait_guard_floor must be a non-negative number, got -1`,
 		`consistent_hash.virtual_nodes must be in [1, 4096]`,
 		`sglang_cache_aware.cache_threshold must be in [0, 1]`,
 	} {

@@ -10,7 +10,9 @@
 // belief_route.go, the learning; lesson.go, what the mesh's nodes share of
 // it), and each backend's queue of this node's requests waiting for a
 // first byte (backend.go's pending prefill; overdue.go, the order they
-// were sent in and the rate they are computed at).
+// were sent in and the rate they are computed at). The kvmesh policy's
+// cost model is policy_kvmesh.go; waitguard.go is its optional guard for a
+// request's own first token.
 //
 // router reads claims from a tree.Index and writes what it learns through a
 // small Learner interface that the mesh (or a local, unreplicated learner)

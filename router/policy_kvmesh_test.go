@@ -443,3 +443,35 @@ func TestKVMeshAveragePromptFollowsTheMesh(t *testing.T) {
 		t.Fatalf("one %v-unit prompt from %v: the lone node moved %v, the mesh node %v; want %v and 8 times that", total, start, stepLone, stepNode, (total-start)*promptEWMA)
 	}
 }
+
+// The wait guard: a holder with far more queued than an idle backend would
+// take to compute the whole prompt keeps the request by cost (the cache it
+// would write elsewhere weighs more), and the guard sends it to the quick
+// one; under the floor, or off, it stays.
+func TestKVMeshWaitGuard(t *testing.T) {
+	cfg := DefaultKVMeshConfig()
+	pc := newPolicyCase(40, 3, "a", "b").match(40, 0).pending(20000, 0)
+	if name, d := pc.choose(newKVMeshPolicy(cfg)); name != "a" || d.Reason != ReasonPrefix {
+		t.Fatalf("guard off: chose %s %+v (costs %v), want the holder a", name, d, pc.scores)
+	}
+	cfg.WaitGuardFactor, cfg.WaitGuardFloor = 2, 2 // floor: 8,192 units at the initial average prompt
+	p := newKVMeshPolicy(cfg)
+	name, d := pc.choose(p)
+	if name != "b" || d.Reason != ReasonLoadOverride || !d.Learn || d.LearnAbove != 40 {
+		t.Fatalf("guard on: chose %s %+v (costs %v), want b, load-override, learning above the holder's 40 blocks", name, d, pc.scores)
+	}
+	if !(pc.scores[0] < pc.scores[1]) {
+		t.Fatalf("costs %v: the holder should still be the cheapest by cost", pc.scores)
+	}
+	// 6,000 queued: longer than b's whole prompt more than twice over, but
+	// by less than the floor.
+	pc.pending(6000, 0)
+	if name, d := pc.choose(p); name != "a" {
+		t.Fatalf("under the floor: chose %s %+v", name, d)
+	}
+	// Above the floor but within the factor: b busy too.
+	pc.pending(20000, 12000)
+	if name, d := pc.choose(p); name != "a" {
+		t.Fatalf("within the factor: chose %s %+v", name, d)
+	}
+}
