@@ -36,6 +36,17 @@ func explainRoute(t *testing.T, g *testRig, body string) (RouteExplanation, Cand
 	return x, x.Candidates[0]
 }
 
+// wantWholeClaim fails unless the explanation trusts the candidate's whole
+// claim, as c0 (the same candidate explained right after the claim was
+// learned) did, and routes for its prefix: an edge option that is off, or
+// gated off, leaves the claim alone.
+func wantWholeClaim(t *testing.T, x RouteExplanation, c, c0 CandidateExplanation) {
+	t.Helper()
+	if c.MatchedUnits != c0.MatchedUnits || x.Reason != "prefix" {
+		t.Fatalf("off: trusted %d units (reason %s), want the whole claim's %d", c.MatchedUnits, x.Reason, c0.MatchedUnits)
+	}
+}
+
 // POST /debug/route shows the decision the router would make, with every
 // candidate's matched depth, load and score, without forwarding and
 // without changing state.
