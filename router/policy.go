@@ -115,19 +115,33 @@ type Candidate struct {
 
 // SavedUnits is the prefill the match is expected to save: MatchedUnits,
 // less the doubted part, plus the doubted claims' blocks at their worth
-// (the near claim's at NearTrust, the rest at DoubtTrust).
+// (the near claim's at NearTrust, the rest at DoubtTrust). It is
+// TrustedUnits plus DoubtedWorth.
 func (c *Candidate) SavedUnits(ch *tree.Chain) float64 {
+	return c.TrustedUnits(ch) + c.DoubtedWorth(ch)
+}
+
+// TrustedUnits is the trusted match's part of SavedUnits: MatchedUnits
+// less the doubted share (Discount).
+func (c *Candidate) TrustedUnits(ch *tree.Chain) float64 {
+	return float64(c.MatchedUnits(ch)) * (1 - c.Discount)
+}
+
+// DoubtedWorth is the doubted claims' part of SavedUnits: the blocks only
+// a claim past the edge of the backend's cache covers, each at the worth
+// of its claim (the near claim's at NearTrust, the rest at DoubtTrust).
+func (c *Candidate) DoubtedWorth(ch *tree.Chain) float64 {
 	matched := c.MatchedUnits(ch)
-	saved := float64(matched) * (1 - c.Discount)
+	worth := 0.0
 	near := matched
 	if c.Near > c.Matched {
 		near = min(ch.UnitsAt(int(c.Near)), ch.Units)
-		saved += float64(near-matched) * c.NearTrust
+		worth += float64(near-matched) * c.NearTrust
 	}
 	if c.Doubted > max(c.Matched, c.Near) {
-		saved += float64(c.ClaimedUnits(ch)-near) * c.DoubtTrust
+		worth += float64(c.ClaimedUnits(ch)-near) * c.DoubtTrust
 	}
-	return saved
+	return worth
 }
 
 // ClaimedUnits is what the deepest unexpired claim says the backend holds,

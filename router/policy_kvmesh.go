@@ -95,6 +95,16 @@ type KVMeshConfig struct {
 	// sat idle (agent workload, 2-node mesh: one backend computed 0.1M of
 	// ~50M prompt tokens in 4 of 5 bad runs).
 	CacheWeight float64 `yaml:"cache_weight"`
+	// DoubtCacheShare is the share of CacheWeight that the blocks only a
+	// doubted claim covers (Candidate.DoubtedWorth: past the edge of what
+	// the backend's cache keeps, by the belief's count) earn. The cache
+	// weight prices the copy a request makes elsewhere of a prefix the
+	// holder keeps; a doubted claim's blocks, if still held, sit at the
+	// tail of the holder's LRU, which evicts them before anything else, so
+	// a second copy made elsewhere displaces about as much there as it
+	// frees at the holder. 1 prices them like trusted blocks (at their
+	// worth); 0 counts only the prefill they are expected to save.
+	DoubtCacheShare float64 `yaml:"doubt_cache_share"`
 	// PendingWeight prices one unit of prefill this router has queued at
 	// the backend. 1: queued prefill delays the first token as much as the
 	// request's own (the engine computes both at the same rate).
@@ -266,6 +276,7 @@ func DefaultKVMeshConfig() KVMeshConfig {
 	return KVMeshConfig{
 		PrefillWeight:      1,
 		CacheWeight:        16,
+		DoubtCacheShare:    1,
 		PendingWeight:      1,
 		LoadWeight:         0.01,
 		SpreadWeight:       12,
@@ -295,6 +306,9 @@ func (c KVMeshConfig) validate() []error {
 	}
 	nonNeg("prefill_weight", c.PrefillWeight)
 	nonNeg("cache_weight", c.CacheWeight)
+	if !(c.DoubtCacheShare >= 0 && c.DoubtCacheShare <= 1) {
+		bad("doubt_cache_share must be in [0, 1], got %v", c.DoubtCacheShare)
+	}
 	nonNeg("pending_weight", c.PendingWeight)
 	nonNeg("load_weight", c.LoadWeight)
 	nonNeg("spread_weight", c.SpreadWeight)
@@ -457,8 +471,10 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 		c := &cands[i]
 		l := &c.Load
 		loads[i] = cfg.load(c, avg)
-		fresh := total - c.SavedUnits(req.Chain) // what it would compute and write
-		cost := (cfg.PrefillWeight+cfg.CacheWeight*(1-c.Unfilled))*fresh + loads[i]
+		doubted := c.DoubtedWorth(req.Chain)
+		fresh := total - c.TrustedUnits(req.Chain) - doubted // what it would compute and write
+		write := cfg.CacheWeight * (1 - c.Unfilled)
+		cost := (cfg.PrefillWeight+write)*fresh + (1-cfg.DoubtCacheShare)*write*doubted + loads[i]
 		if spread > 0 {
 			cost += spread * fresh * max(l.active()/c.Weight-meanActive, 0)
 		}

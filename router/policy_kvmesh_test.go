@@ -475,3 +475,33 @@ func TestKVMeshWaitGuard(t *testing.T) {
 		t.Fatalf("within the factor: chose %s %+v", name, d)
 	}
 }
+
+// DoubtCacheShare: the blocks only a doubted claim covers earn that share
+// of the cache weight. At 1 a doubted holder with a queue is worth waiting
+// for (its blocks priced like trusted ones, at their worth); at 0 only the
+// prefill they may save counts, which still beats an idle backend with no
+// claim but not a queue longer than that prefill.
+func TestKVMeshDoubtCacheShare(t *testing.T) {
+	pc := newPolicyCase(16, 35, "a", "b").match(0, 0).pending(4000, 0)
+	pc.cands[0].Doubted, pc.cands[0].DoubtTrust = 16, 0.5 // worth 0.5 * 16 * 64 = 512 units
+	if w := pc.cands[0].DoubtedWorth(&pc.chain); w != 512 {
+		t.Fatalf("DoubtedWorth: %v, want 512", w)
+	}
+	cfg := DefaultKVMeshConfig()
+	if name, d := pc.choose(newKVMeshPolicy(cfg)); name != "a" || d.Reason != ReasonDoubt {
+		t.Fatalf("share 1, 4,000 units queued at the doubted holder: chose %s (%s), want a (doubt)", name, d.Reason)
+	}
+	whole := pc.scores[0]
+	cfg.DoubtCacheShare = 0
+	p := newKVMeshPolicy(cfg)
+	if name, d := pc.choose(p); name != "b" || d.Reason != ReasonMiss {
+		t.Fatalf("share 0, 4,000 units queued at the doubted holder: chose %s (%s), want b (miss)", name, d.Reason)
+	}
+	if got, want := pc.scores[0]-whole, cfg.CacheWeight*512; math.Abs(got-want) > 1e-6 {
+		t.Fatalf("share 0 adds %v to the doubted holder's cost, want the cache weight times its worth, %v", got, want)
+	}
+	pc.pending(0, 0)
+	if name, d := pc.choose(p); name != "a" || d.Reason != ReasonDoubt {
+		t.Fatalf("share 0, both idle: chose %s (%s), want a (doubt): the prefill it may save still counts", name, d.Reason)
+	}
+}
