@@ -145,6 +145,20 @@ type BeliefConfig struct {
 	// Mooncake curves fall to 0.001-0.01 beyond 1.5 capacities (0.02-0.09
 	// per backend, where a range has seen a handful of answers).
 	DoubtPool bool `yaml:"doubt_pool"`
+	// DoubtHeldCap: what the blocks only doubted claims cover are worth at
+	// a backend (Candidate.DoubtedWorth) is at most what such blocks were
+	// found to hold on average: the units beyond the trusted match that
+	// the answers to requests with a doubted claim showed cached (a
+	// moving average over this node's last ~32 such answers, all
+	// backends; doubtheld.go). The worth learned per answer is a share of
+	// the doubted span, and the share held falls with the span's length:
+	// on Mooncake 2x (2 runs, 768 requests with a doubted claim at the
+	// backend chosen), spans under 2,000 tokens held 26% of their blocks,
+	// 2,000-8,000 4%, 8,000-20,000 1.3% and longer ones 0.5%, about 200
+	// tokens whatever the length; priced at the share, a doubted span of
+	// 50,000 tokens drew requests to a backend with seconds more prefill
+	// booked, and none of those that did (57 and 62 a run) found it held.
+	DoubtHeldCap bool `yaml:"doubt_held_cap"`
 	// DepthEdge: a claim's edge depends on its depth. An engine frees a
 	// finished request's blocks tail first, so the deepest blocks of a
 	// prefix are the first of it evicted, and the prefix's own blocks take

@@ -68,6 +68,11 @@ func TestDoubtLearnsShareFromAnswer(t *testing.T) {
 	if got := b.belief.doubtTrust(&g.rt.cfg.Belief); math.Abs(got-want) > 0.01 {
 		t.Fatalf("after an answer with a quarter of the doubted tokens: worth %v, want %v", got, want)
 	}
+	// The units it held beyond the trusted match (belief.doubt_held_cap),
+	// within a block of rounding.
+	if got, want := g.rt.held.limit(), 0.25*(hi-lo)*upt; math.Abs(got-want) > float64(x.UnitsPerBlock) {
+		t.Fatalf("after an answer with a quarter of the doubted tokens: held %v units, want %v", got, want)
+	}
 	// The answer is a lesson for the mesh: stamped at the router's clock,
 	// listed with the worth it taught.
 	var listed int

@@ -279,6 +279,9 @@ func (rt *Router) learnFromAnswer(b *backend, st *reqState, d Decision, prompt, 
 	// the prompt's next learn depth (doubtFloor).
 	if fb.all > fb.trusted && cfg.DoubtLearn {
 		lo := tokens(doubtFloor(&st.chain, fb.trusted, rt.ix.Keyer().CheckpointBlocks()))
+		if hi := tokens(fb.all); hi > lo {
+			rt.held.learn((min(float64(cached), hi) - min(float64(cached), lo)) * upt) // belief.doubt_held_cap
+		}
 		if hi := tokens(fb.near); fb.near > fb.trusted && hi > lo {
 			b.belief.learnDoubt(doubtShare(float64(cached), lo, hi), b.belief.capacities(fb.distNear), cfg, stampMs)
 			lo, learned = hi, true

@@ -95,6 +95,10 @@ type Candidate struct {
 	// those between Near and Doubted DoubtTrust.
 	Near      int32
 	NearTrust float64
+	// HeldCap, when positive, caps what the doubted claims' blocks are
+	// worth (DoubtedWorth), in prompt units: the most such blocks were
+	// found to hold on average (BeliefConfig.DoubtHeldCap). 0: no cap.
+	HeldCap float64
 	// Lost says the match is a prompt whose answer from this backend
 	// showed it lost (a conversation's previous request, within
 	// BeliefConfig.LostTTL): Discount counts it at DoubtTrust.
@@ -129,7 +133,8 @@ func (c *Candidate) TrustedUnits(ch *tree.Chain) float64 {
 
 // DoubtedWorth is the doubted claims' part of SavedUnits: the blocks only
 // a claim past the edge of the backend's cache covers, each at the worth
-// of its claim (the near claim's at NearTrust, the rest at DoubtTrust).
+// of its claim (the near claim's at NearTrust, the rest at DoubtTrust), at
+// most HeldCap when that is set.
 func (c *Candidate) DoubtedWorth(ch *tree.Chain) float64 {
 	matched := c.MatchedUnits(ch)
 	worth := 0.0
@@ -140,6 +145,9 @@ func (c *Candidate) DoubtedWorth(ch *tree.Chain) float64 {
 	}
 	if c.Doubted > max(c.Matched, c.Near) {
 		worth += float64(c.ClaimedUnits(ch)-near) * c.DoubtTrust
+	}
+	if c.HeldCap > 0 {
+		worth = min(worth, c.HeldCap)
 	}
 	return worth
 }

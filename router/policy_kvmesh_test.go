@@ -505,3 +505,39 @@ func TestKVMeshDoubtCacheShare(t *testing.T) {
 		t.Fatalf("share 0, both idle: chose %s (%s), want a (doubt): the prefill it may save still counts", name, d.Reason)
 	}
 }
+
+// BeliefConfig.DoubtHeldCap: a doubted span's worth is capped at what such
+// spans were found to hold (Candidate.HeldCap), so a long one no longer
+// outweighs a queue that a short one would not; the learned average starts
+// uncapped and follows the answers.
+func TestKVMeshDoubtHeldCap(t *testing.T) {
+	pc := newPolicyCase(64, 36, "a", "b").match(0, 0).pending(4000, 0)
+	pc.cands[0].Doubted, pc.cands[0].DoubtTrust = 64, 0.25 // worth 0.25 * 64 * 64 = 1,024 units
+	p := newKVMeshPolicy(DefaultKVMeshConfig())
+	if name, d := pc.choose(p); name != "a" || d.Reason != ReasonDoubt {
+		t.Fatalf("uncapped, 4,000 units queued at the doubted holder: chose %s (%s), want a (doubt)", name, d.Reason)
+	}
+	var h doubtHeld
+	if h.limit() != 0 {
+		t.Fatalf("before any answer: cap %v, want 0 (none)", h.limit())
+	}
+	for _, u := range []float64{300, 100} {
+		h.learn(u)
+	}
+	h.learn(math.NaN()) // ignored
+	if got := h.limit(); got != 200 {
+		t.Fatalf("after answers holding 300 and 100 units: cap %v, want their mean 200", got)
+	}
+	pc.cands[0].HeldCap = h.limit()
+	if w := pc.cands[0].DoubtedWorth(&pc.chain); w != 200 {
+		t.Fatalf("DoubtedWorth capped at 200: %v", w)
+	}
+	if name, d := pc.choose(p); name != "b" {
+		t.Fatalf("capped at 200 units, 4,000 queued at the doubted holder: chose %s (%s), want b", name, d.Reason)
+	}
+	var none doubtHeld
+	none.learn(0)
+	if none.limit() <= 0 || none.limit() > 1e-300 {
+		t.Fatalf("after an answer holding nothing: cap %v, want a positive cap of about 0", none.limit())
+	}
+}

@@ -310,6 +310,9 @@ func (rt *Router) gather(st *reqState, model string, now time.Time) bool {
 				if m, ok := matchOf(&st.resNear, b.id); ok && m.Blocks > c.Matched && m.Blocks < c.Doubted {
 					c.Near, c.NearTrust = m.Blocks, b.belief.worthAt(b.belief.capacities(rt.claimReach(st, b, m)), cfg)
 				}
+				if cfg.DoubtHeldCap {
+					c.HeldCap = rt.held.limit()
+				}
 			}
 			if trusted && (st.depthEdge || st.pinnedEdge) && !rt.exact(st, b) {
 				rt.cutAtEdge(st, b, &c, m, now.UnixMilli())
