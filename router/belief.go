@@ -145,20 +145,22 @@ type BeliefConfig struct {
 	// Mooncake curves fall to 0.001-0.01 beyond 1.5 capacities (0.02-0.09
 	// per backend, where a range has seen a handful of answers).
 	DoubtPool bool `yaml:"doubt_pool"`
-	// DoubtHeldCap: what the blocks only doubted claims cover are worth at
-	// a backend (Candidate.DoubtedWorth) is at most what such blocks were
-	// found to hold on average: the units beyond the trusted match that
-	// the answers to requests with a doubted claim showed cached (a
-	// moving average over this node's last ~32 such answers, all
-	// backends; doubtheld.go). The worth learned per answer is a share of
-	// the doubted span, and the share held falls with the span's length:
-	// on Mooncake 2x (2 runs, 768 requests with a doubted claim at the
-	// backend chosen), spans under 2,000 tokens held 26% of their blocks,
-	// 2,000-8,000 4%, 8,000-20,000 1.3% and longer ones 0.5%, about 200
-	// tokens whatever the length; priced at the share, a doubted span of
-	// 50,000 tokens drew requests to a backend with seconds more prefill
-	// booked, and none of those that did (57 and 62 a run) found it held.
-	DoubtHeldCap bool `yaml:"doubt_held_cap"`
+	// DoubtSpanCurve: a doubted claim's blocks (those only it covers, near
+	// and far) are worth what doubted spans of that length proved worth:
+	// the share of their blocks the answers showed cached, learned from
+	// every backend's answers for spans of up to 2,048, 8,192 and 32,768
+	// tokens and longer (doubtspan.go), in place of the worth by distance
+	// (DoubtCurve) once the span's range has an answer. The worth by
+	// distance is learned per answer as a share of the span, and the share
+	// held depends on the span's length: on Mooncake 2x (2 runs, 768
+	// requests with a doubted claim at the backend chosen) spans under
+	// 2,000 tokens held 26% of their blocks, 2,000-8,000 4%, 8,000-20,000
+	// 1.3% and longer ones 0.5%, about the same at every distance, so a
+	// doubted span of 50,000 tokens priced at the distance's worth drew
+	// requests to backends with seconds more prefill booked (57 and 62 a
+	// run), and none found it held. At 3x (1 run) the same lengths held
+	// 44%, 9%, 11% and 15%: how a span's length counts is the workload's.
+	DoubtSpanCurve bool `yaml:"doubt_span_curve"`
 	// DepthEdge: a claim's edge depends on its depth. An engine frees a
 	// finished request's blocks tail first, so the deepest blocks of a
 	// prefix are the first of it evicted, and the prefix's own blocks take

@@ -68,10 +68,10 @@ func TestDoubtLearnsShareFromAnswer(t *testing.T) {
 	if got := b.belief.doubtTrust(&g.rt.cfg.Belief); math.Abs(got-want) > 0.01 {
 		t.Fatalf("after an answer with a quarter of the doubted tokens: worth %v, want %v", got, want)
 	}
-	// The units it held beyond the trusted match (belief.doubt_held_cap),
-	// within a block of rounding.
-	if got, want := g.rt.held.limit(), 0.25*(hi-lo)*upt; math.Abs(got-want) > float64(x.UnitsPerBlock) {
-		t.Fatalf("after an answer with a quarter of the doubted tokens: held %v units, want %v", got, want)
+	// The span's length range learns the same share, from this one answer
+	// (belief.doubt_span_curve).
+	if got, ok := g.rt.spans.worth(hi - lo); !ok || math.Abs(got-0.25) > 0.01 {
+		t.Fatalf("after an answer with a quarter of a %v-token doubted span: span worth %v (taught %v), want 0.25", hi-lo, got, ok)
 	}
 	// The answer is a lesson for the mesh: stamped at the router's clock,
 	// listed with the worth it taught.

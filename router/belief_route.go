@@ -280,7 +280,7 @@ func (rt *Router) learnFromAnswer(b *backend, st *reqState, d Decision, prompt, 
 	if fb.all > fb.trusted && cfg.DoubtLearn {
 		lo := tokens(doubtFloor(&st.chain, fb.trusted, rt.ix.Keyer().CheckpointBlocks()))
 		if hi := tokens(fb.all); hi > lo {
-			rt.held.learn((min(float64(cached), hi) - min(float64(cached), lo)) * upt) // belief.doubt_held_cap
+			rt.spans.learn(hi-lo, doubtShare(float64(cached), lo, hi)) // belief.doubt_span_curve
 		}
 		if hi := tokens(fb.near); fb.near > fb.trusted && hi > lo {
 			b.belief.learnDoubt(doubtShare(float64(cached), lo, hi), b.belief.capacities(fb.distNear), cfg, stampMs)

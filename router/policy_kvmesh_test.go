@@ -506,38 +506,47 @@ func TestKVMeshDoubtCacheShare(t *testing.T) {
 	}
 }
 
-// BeliefConfig.DoubtHeldCap: a doubted span's worth is capped at what such
-// spans were found to hold (Candidate.HeldCap), so a long one no longer
-// outweighs a queue that a short one would not; the learned average starts
-// uncapped and follows the answers.
-func TestKVMeshDoubtHeldCap(t *testing.T) {
-	pc := newPolicyCase(64, 36, "a", "b").match(0, 0).pending(4000, 0)
-	pc.cands[0].Doubted, pc.cands[0].DoubtTrust = 64, 0.25 // worth 0.25 * 64 * 64 = 1,024 units
+// BeliefConfig.DoubtSpanCurve: doubted spans learn a worth by length, and
+// a candidate's doubted blocks, near and far, are priced at their span's
+// worth (Candidate.SpanTrust), so a long span that has proved worth little
+// no longer outweighs a queue; an untaught range keeps the distance's
+// worth.
+func TestKVMeshDoubtSpanCurve(t *testing.T) {
+	var sc spanCurve
+	if _, ok := sc.worth(50000); ok {
+		t.Fatal("an untaught range reports a worth")
+	}
+	sc.learn(50000, 0.1)
+	sc.learn(40000, 0)
+	sc.learn(1000, 0.5)
+	sc.learn(40000, math.NaN()) // ignored
+	if w, ok := sc.worth(60000); !ok || w != 0.05 {
+		t.Fatalf("spans over 32,768 tokens after answers finding 0.1 and 0: worth %v (%v), want their mean 0.05", w, ok)
+	}
+	if w, ok := sc.worth(2000); !ok || w != 0.5 {
+		t.Fatalf("spans up to 2,048 tokens: worth %v (%v), want 0.5", w, ok)
+	}
+	if _, ok := sc.worth(5000); ok {
+		t.Fatal("the 2,048-8,192 range was not taught")
+	}
+	sc.learn(20000, 0)
+	if w, _ := sc.worth(20000); w != minDoubtTrust {
+		t.Fatalf("a range taught 0: worth %v, want the floor %v", w, minDoubtTrust)
+	}
+
+	pc := newPolicyCase(64, 36, "a", "b").match(4, 0).pending(6000, 0)
+	pc.req.Deepest = 4
+	c := &pc.cands[0]
+	c.Doubted, c.DoubtTrust, c.Near, c.NearTrust = 64, 0.25, 32, 0.5 // 28 blocks at 0.5, 32 at 0.25: 1,408 units
 	p := newKVMeshPolicy(DefaultKVMeshConfig())
-	if name, d := pc.choose(p); name != "a" || d.Reason != ReasonDoubt {
-		t.Fatalf("uncapped, 4,000 units queued at the doubted holder: chose %s (%s), want a (doubt)", name, d.Reason)
+	if name, d := pc.choose(p); name != "a" {
+		t.Fatalf("by distance, 6,000 units queued at the doubted holder: chose %s (%s), want a", name, d.Reason)
 	}
-	var h doubtHeld
-	if h.limit() != 0 {
-		t.Fatalf("before any answer: cap %v, want 0 (none)", h.limit())
-	}
-	for _, u := range []float64{300, 100} {
-		h.learn(u)
-	}
-	h.learn(math.NaN()) // ignored
-	if got := h.limit(); got != 200 {
-		t.Fatalf("after answers holding 300 and 100 units: cap %v, want their mean 200", got)
-	}
-	pc.cands[0].HeldCap = h.limit()
-	if w := pc.cands[0].DoubtedWorth(&pc.chain); w != 200 {
-		t.Fatalf("DoubtedWorth capped at 200: %v", w)
+	c.SpanTrust = 0.01
+	if w, want := c.DoubtedWorth(&pc.chain), 0.01*60*64; math.Abs(w-want) > 1e-9 {
+		t.Fatalf("DoubtedWorth at a span worth of 0.01: %v, want %v", w, want)
 	}
 	if name, d := pc.choose(p); name != "b" {
-		t.Fatalf("capped at 200 units, 4,000 queued at the doubted holder: chose %s (%s), want b", name, d.Reason)
-	}
-	var none doubtHeld
-	none.learn(0)
-	if none.limit() <= 0 || none.limit() > 1e-300 {
-		t.Fatalf("after an answer holding nothing: cap %v, want a positive cap of about 0", none.limit())
+		t.Fatalf("at a span worth of 0.01, 6,000 units queued at the doubted holder: chose %s (%s), want b", name, d.Reason)
 	}
 }

@@ -83,7 +83,7 @@ type Router struct {
 	doubtPool doubtCurve
 	routed    atomic.Uint64
 	upt       atomic.Uint64  // float64 bits: estimated prompt units per token (belief)
-	held      doubtHeld      // what doubted claims' blocks were found to hold (belief.doubt_held_cap)
+	spans     spanCurve      // what doubted spans proved worth by length (belief.doubt_span_curve)
 	lost      lostSet        // prompts whose answers showed a believed match lost (lostprefix.go)
 	lostOut   lostOutbox     // this node's marks for the mesh (lostshare.go)
 	reuse     reuseAverage   // share of prompt tokens answered cached (Request.Reuse)
