@@ -33,6 +33,7 @@ func TestDoubtLearnsShareFromAnswer(t *testing.T) {
 	})
 	g := newRig(t, func(c *Config, d *Deps) {
 		c.Belief.Enabled, c.Belief.DoubtBeyond, c.Belief.DoubtTrust, c.Belief.DoubtLearn = true, 1, 0.5, true
+		c.Belief.DoubtSpanCurve = true
 		c.Backends[0].KVCapacityTokens = 5000
 		d.Now = func() time.Time { return time.UnixMilli(clock.Add(5)) }
 		d.Peers = peers
@@ -72,6 +73,9 @@ func TestDoubtLearnsShareFromAnswer(t *testing.T) {
 	// (belief.doubt_span_curve).
 	if got, ok := g.rt.spans.worth(hi - lo); !ok || math.Abs(got-0.25) > 0.01 {
 		t.Fatalf("after an answer with a quarter of a %v-token doubted span: span worth %v (taught %v), want 0.25", hi-lo, got, ok)
+	}
+	if got := g.counter("kvmesh_router_belief_doubt_span_worth_ratio", "span_le", spanRangeLabel(spanRange(hi-lo))); math.Abs(got-0.25) > 0.01 {
+		t.Fatalf("kvmesh_router_belief_doubt_span_worth_ratio for a %v-token span: %v, want 0.25", hi-lo, got)
 	}
 	// The answer is a lesson for the mesh: stamped at the router's clock,
 	// listed with the worth it taught.

@@ -2,6 +2,7 @@ package router
 
 import (
 	"math"
+	"strconv"
 	"sync/atomic"
 )
 
@@ -53,10 +54,21 @@ func (c *spanCurve) learn(tokens, share float64) {
 // worth is what a doubted span of tokens tokens is worth, and whether its
 // range has been taught (ok false: no answer yet, price it as without the
 // curve). A taught worth is at least minDoubtTrust.
-func (c *spanCurve) worth(tokens float64) (float64, bool) {
-	i := spanRange(tokens)
+func (c *spanCurve) worth(tokens float64) (float64, bool) { return c.worthOf(spanRange(tokens)) }
+
+// worthOf is range i's worth, and whether an answer has taught it.
+func (c *spanCurve) worthOf(i int) (float64, bool) {
 	if c.n[i].Load() == 0 {
 		return 0, false
 	}
 	return max(math.Float64frombits(c.w[i].Load()), minDoubtTrust), true
+}
+
+// spanRangeLabel is range i's upper end in tokens, as a metric label
+// ("+Inf" for the last).
+func spanRangeLabel(i int) string {
+	if i >= len(spanBounds) {
+		return "+Inf"
+	}
+	return strconv.FormatFloat(spanBounds[i], 'g', -1, 64)
 }

@@ -209,10 +209,12 @@ var (
 		"What a claim past the edge of the backend's cache is worth (0..1): belief.doubt_trust, or the share of such claims' blocks its answers found cached lately (belief.doubt_learn).", []string{"backend"}, nil)
 	descBeliefDoubtCurve = prometheus.NewDesc("kvmesh_router_backend_belief_doubt_curve_ratio",
 		"With belief.doubt_curve: what a claim past the edge of the backend's cache is worth (0..1) by how far past it is: the claims with at most beyond_le capacities written after them (and more than the range below), as this node's answers taught (with belief.doubt_pool, the answers from every backend: one curve, the same at every backend in each range an answer has taught).", []string{"backend", "beyond_le"}, nil)
+	descBeliefDoubtSpan = prometheus.NewDesc("kvmesh_router_belief_doubt_span_worth_ratio",
+		"With belief.doubt_span_curve: what the blocks only a doubted claim covers are worth (0..1) by the span's length: spans of at most span_le tokens (and more than the range below), as this node's answers from every backend taught; a range no answer has taught is not reported.", []string{"span_le"}, nil)
 )
 
 func (c *backendCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInFlight, descPending, descPeerPending, descWaiting, descRunning, descKVUsage, descSignalAge, descHealthy, descGeneration, descBeliefCapacity, descBeliefDoubt, descBeliefDoubtCurve} {
+	for _, d := range []*prometheus.Desc{descInFlight, descPending, descPeerPending, descWaiting, descRunning, descKVUsage, descSignalAge, descHealthy, descGeneration, descBeliefCapacity, descBeliefDoubt, descBeliefDoubtCurve, descBeliefDoubtSpan} {
 		ch <- d
 	}
 }
@@ -245,6 +247,13 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descBeliefDoubt, prometheus.GaugeValue, b.belief.doubtTrust(cfg), b.name)
 			for i, worth := range b.belief.curveOf(cfg) {
 				ch <- prometheus.MustNewConstMetric(descBeliefDoubtCurve, prometheus.GaugeValue, worth, b.name, doubtRangeLabel(i, cfg))
+			}
+		}
+	}
+	if cfg := &c.rt.cfg.Belief; cfg.Enabled && cfg.DoubtSpanCurve {
+		for i := range spanRanges {
+			if worth, ok := c.rt.spans.worthOf(i); ok {
+				ch <- prometheus.MustNewConstMetric(descBeliefDoubtSpan, prometheus.GaugeValue, worth, spanRangeLabel(i))
 			}
 		}
 	}
