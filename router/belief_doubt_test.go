@@ -69,13 +69,27 @@ func TestDoubtLearnsShareFromAnswer(t *testing.T) {
 	if got := b.belief.doubtTrust(&g.rt.cfg.Belief); math.Abs(got-want) > 0.01 {
 		t.Fatalf("after an answer with a quarter of the doubted tokens: worth %v, want %v", got, want)
 	}
-	// The span's length range learns the same share, from this one answer
+	// The cell of its distance and the span's length learns the same
+	// share, from this one answer, and no other cell does
 	// (belief.doubt_span_curve).
-	if got, ok := g.rt.spans.worth(hi - lo); !ok || math.Abs(got-0.25) > 0.01 {
-		t.Fatalf("after an answer with a quarter of a %v-token doubted span: span worth %v (taught %v), want 0.25", hi-lo, got, ok)
+	taught := 0
+	for d := range doubtRanges {
+		for i := range spanRanges {
+			got, ok := g.rt.spans.worthOf(d, i)
+			if !ok {
+				continue
+			}
+			taught++
+			if i != spanRange(hi-lo) || math.Abs(got-0.25) > 0.01 {
+				t.Errorf("cell (%d, %d) taught %v; want only the %v-token span's range, 0.25", d, i, got, hi-lo)
+			}
+			if m := g.counter("kvmesh_router_belief_doubt_span_worth_ratio", "beyond_le", doubtRangeLabel(d, &g.rt.cfg.Belief), "span_le", spanRangeLabel(i)); m != got {
+				t.Errorf("kvmesh_router_belief_doubt_span_worth_ratio for cell (%d, %d): %v, want %v", d, i, m, got)
+			}
+		}
 	}
-	if got := g.counter("kvmesh_router_belief_doubt_span_worth_ratio", "span_le", spanRangeLabel(spanRange(hi-lo))); math.Abs(got-0.25) > 0.01 {
-		t.Fatalf("kvmesh_router_belief_doubt_span_worth_ratio for a %v-token span: %v, want 0.25", hi-lo, got)
+	if taught != 1 {
+		t.Fatalf("%d cells of the span curve taught by one answer, want 1", taught)
 	}
 	// The answer is a lesson for the mesh: stamped at the router's clock,
 	// listed with the worth it taught.
@@ -89,6 +103,16 @@ func TestDoubtLearnsShareFromAnswer(t *testing.T) {
 	})
 	if listed != 1 {
 		t.Fatalf("%d lessons listed, want 1", listed)
+	}
+	// The next route prices the doubted blocks at the span curve's 0.25,
+	// not at the distance range's (2x0.5 + 0.25)/3.
+	_, body = adminCall(t, g, "POST", "/debug/route", follow)
+	var again RouteExplanation
+	if err := json.Unmarshal(body, &again); err != nil {
+		t.Fatal(err)
+	}
+	if c := again.Candidates[0]; c.DoubtedBlocks <= c.MatchedBlocks || math.Abs(c.DoubtWorth-0.25) > 0.01 {
+		t.Fatalf("after the answer: doubted %d blocks over %d priced at %v, want 0.25 (the span curve's)", c.DoubtedBlocks, c.MatchedBlocks, c.DoubtWorth)
 	}
 	// A peer's newer lesson (worth 0.1 from 40 answers) that arrives while
 	// a request is in flight, after it was routed, is what its answer

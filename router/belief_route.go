@@ -279,15 +279,16 @@ func (rt *Router) learnFromAnswer(b *backend, st *reqState, d Decision, prompt, 
 	// the prompt's next learn depth (doubtFloor).
 	if fb.all > fb.trusted && cfg.DoubtLearn {
 		lo := tokens(doubtFloor(&st.chain, fb.trusted, rt.ix.Keyer().CheckpointBlocks()))
-		if hi := tokens(fb.all); hi > lo {
-			rt.spans.learn(hi-lo, doubtShare(float64(cached), lo, hi)) // belief.doubt_span_curve
-		}
 		if hi := tokens(fb.near); fb.near > fb.trusted && hi > lo {
-			b.belief.learnDoubt(doubtShare(float64(cached), lo, hi), b.belief.capacities(fb.distNear), cfg, stampMs)
+			x := b.belief.capacities(fb.distNear)
+			b.belief.learnDoubt(doubtShare(float64(cached), lo, hi), x, cfg, stampMs)
+			rt.spans.learn(doubtRange(x, cfg), hi-lo, doubtShare(float64(cached), lo, hi)) // belief.doubt_span_curve
 			lo, learned = hi, true
 		}
 		if hi := tokens(fb.all); fb.all > max(fb.trusted, fb.near) && hi > lo {
-			b.belief.learnDoubt(doubtShare(float64(cached), lo, hi), b.belief.capacities(fb.distAll), cfg, stampMs)
+			x := b.belief.capacities(fb.distAll)
+			b.belief.learnDoubt(doubtShare(float64(cached), lo, hi), x, cfg, stampMs)
+			rt.spans.learn(doubtRange(x, cfg), hi-lo, doubtShare(float64(cached), lo, hi))
 			learned = true
 		}
 	}
@@ -350,4 +351,31 @@ func doubtShare(cached, lo, hi float64) float64 {
 		return 0
 	}
 	return min((cached-lo)/(hi-lo), 1)
+}
+
+// spanWorths prices c's doubted parts on the worth by distance and length
+// (BeliefConfig.DoubtSpanCurve): the near claim's blocks beyond the
+// trusted match, and the far claim's beyond those, each at its cell's
+// worth once an answer has taught it (else the worth by distance stays).
+func (rt *Router) spanWorths(st *reqState, b *backend, c *Candidate) {
+	upt := rt.unitsPerToken()
+	if !(upt > 0) {
+		return
+	}
+	cfg := &rt.cfg.Belief
+	from := c.MatchedUnits(&st.chain)
+	if c.Near > c.Matched {
+		near := min(st.chain.UnitsAt(int(c.Near)), st.chain.Units)
+		if m, ok := matchOf(&st.resNear, b.id); ok {
+			if w, ok := rt.spans.worth(doubtRange(b.belief.capacities(rt.claimReach(st, b, m)), cfg), float64(near-from)/upt); ok {
+				c.NearTrust = w
+			}
+		}
+		from = near
+	}
+	if m, ok := matchOf(&st.resAll, b.id); ok {
+		if w, ok := rt.spans.worth(doubtRange(b.belief.capacities(rt.claimReach(st, b, m)), cfg), float64(c.ClaimedUnits(&st.chain)-from)/upt); ok {
+			c.DoubtTrust = w
+		}
+	}
 }

@@ -89,6 +89,12 @@ type CandidateExplanation struct {
 	// NearBlocks is the depth of the deepest doubted claim near the edge
 	// (belief.doubt_near), 0 if none is shallower than DoubtedBlocks.
 	NearBlocks int `json:"near_blocks,omitempty"`
+	// DoubtWorth and NearWorth are what each block only the doubted claim
+	// (beyond the near one) and the near claim cover was priced at: the
+	// worth by distance (belief.doubt_curve), or by distance and length
+	// (belief.doubt_span_curve).
+	DoubtWorth float64 `json:"doubt_worth,omitempty"`
+	NearWorth  float64 `json:"near_worth,omitempty"`
 	// Beyond and DoubtedBeyond are how many of the backend's capacities
 	// the mesh has written to it since the trusted match's claim and the
 	// doubted claim were last used (0: no such claim, or the capacity is
@@ -204,6 +210,12 @@ func (rt *Router) explain(st *reqState, ep Endpoint, path string, body []byte, t
 		c := &st.cands[i]
 		ce := CandidateExplanation{Backend: c.Name, MatchedBlocks: int(c.Matched),
 			MatchedUnits: c.MatchedUnits(&st.chain), Score: st.scores[i], Discount: c.Discount, Lost: c.Lost, DoubtedBlocks: int(c.Doubted), NearBlocks: int(c.Near), Chosen: i == d.Index, Load: loadJSON(c.Load)}
+		if c.Doubted > 0 {
+			ce.DoubtWorth = c.DoubtTrust
+		}
+		if c.Near > 0 {
+			ce.NearWorth = c.NearTrust
+		}
 		if b := st.backs[i]; rt.cfg.Belief.Enabled {
 			if m, ok := matchOf(&st.res, b.id); ok && c.Matched > 0 {
 				ce.Beyond = b.belief.beyond(m.Time.Millis())

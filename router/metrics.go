@@ -210,7 +210,7 @@ var (
 	descBeliefDoubtCurve = prometheus.NewDesc("kvmesh_router_backend_belief_doubt_curve_ratio",
 		"With belief.doubt_curve: what a claim past the edge of the backend's cache is worth (0..1) by how far past it is: the claims with at most beyond_le capacities written after them (and more than the range below), as this node's answers taught (with belief.doubt_pool, the answers from every backend: one curve, the same at every backend in each range an answer has taught).", []string{"backend", "beyond_le"}, nil)
 	descBeliefDoubtSpan = prometheus.NewDesc("kvmesh_router_belief_doubt_span_worth_ratio",
-		"With belief.doubt_span_curve: what the blocks only a doubted claim covers are worth (0..1) by the span's length: spans of at most span_le tokens (and more than the range below), as this node's answers from every backend taught; a range no answer has taught is not reported.", []string{"span_le"}, nil)
+		"With belief.doubt_span_curve: what the blocks a doubted claim covers beyond the trusted match are worth (0..1) by its distance past the edge (beyond_le capacities, as the doubt curve's ranges) and the span's length (at most span_le tokens, more than the range below), as this node's answers from every backend taught; a cell no answer has taught is not reported.", []string{"beyond_le", "span_le"}, nil)
 )
 
 func (c *backendCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -251,9 +251,11 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	if cfg := &c.rt.cfg.Belief; cfg.Enabled && cfg.DoubtSpanCurve {
-		for i := range spanRanges {
-			if worth, ok := c.rt.spans.worthOf(i); ok {
-				ch <- prometheus.MustNewConstMetric(descBeliefDoubtSpan, prometheus.GaugeValue, worth, spanRangeLabel(i))
+		for d := range doubtRanges {
+			for i := range spanRanges {
+				if worth, ok := c.rt.spans.worthOf(d, i); ok {
+					ch <- prometheus.MustNewConstMetric(descBeliefDoubtSpan, prometheus.GaugeValue, worth, doubtRangeLabel(d, cfg), spanRangeLabel(i))
+				}
 			}
 		}
 	}

@@ -95,10 +95,6 @@ type Candidate struct {
 	// those between Near and Doubted DoubtTrust.
 	Near      int32
 	NearTrust float64
-	// SpanTrust, when positive, is what each of the blocks only doubted
-	// claims cover is worth, near and far alike, by the length of their
-	// span (BeliefConfig.DoubtSpanCurve); 0: NearTrust and DoubtTrust.
-	SpanTrust float64
 	// Lost says the match is a prompt whose answer from this backend
 	// showed it lost (a conversation's previous request, within
 	// BeliefConfig.LostTTL): Discount counts it at DoubtTrust.
@@ -133,8 +129,7 @@ func (c *Candidate) TrustedUnits(ch *tree.Chain) float64 {
 
 // DoubtedWorth is the doubted claims' part of SavedUnits: the blocks only
 // a claim past the edge of the backend's cache covers, each at the worth
-// of its claim (the near claim's at NearTrust, the rest at DoubtTrust), or
-// each at SpanTrust when that is set.
+// of its claim (the near claim's at NearTrust, the rest at DoubtTrust).
 func (c *Candidate) DoubtedWorth(ch *tree.Chain) float64 {
 	matched := c.MatchedUnits(ch)
 	worth := 0.0
@@ -145,11 +140,6 @@ func (c *Candidate) DoubtedWorth(ch *tree.Chain) float64 {
 	}
 	if c.Doubted > max(c.Matched, c.Near) {
 		worth += float64(c.ClaimedUnits(ch)-near) * c.DoubtTrust
-	}
-	if c.SpanTrust > 0 {
-		if c.Doubted > c.Matched || c.Near > c.Matched {
-			worth = float64(c.ClaimedUnits(ch)-matched) * c.SpanTrust
-		}
 	}
 	return worth
 }

@@ -506,47 +506,33 @@ func TestKVMeshDoubtCacheShare(t *testing.T) {
 	}
 }
 
-// BeliefConfig.DoubtSpanCurve: doubted spans learn a worth by length, and
-// a candidate's doubted blocks, near and far, are priced at their span's
-// worth (Candidate.SpanTrust), so a long span that has proved worth little
-// no longer outweighs a queue; an untaught range keeps the distance's
-// worth.
-func TestKVMeshDoubtSpanCurve(t *testing.T) {
+// BeliefConfig.DoubtSpanCurve: doubted spans learn a worth by distance
+// range and length, a cell untaught reports none (the worth by distance
+// stays), and a taught 0 keeps the floor.
+func TestSpanCurveLearns(t *testing.T) {
 	var sc spanCurve
-	if _, ok := sc.worth(50000); ok {
-		t.Fatal("an untaught range reports a worth")
+	if _, ok := sc.worth(0, 50000); ok {
+		t.Fatal("an untaught cell reports a worth")
 	}
-	sc.learn(50000, 0.1)
-	sc.learn(40000, 0)
-	sc.learn(1000, 0.5)
-	sc.learn(40000, math.NaN()) // ignored
-	if w, ok := sc.worth(60000); !ok || w != 0.05 {
-		t.Fatalf("spans over 32,768 tokens after answers finding 0.1 and 0: worth %v (%v), want their mean 0.05", w, ok)
+	sc.learn(0, 50000, 0.1)
+	sc.learn(0, 40000, 0)
+	sc.learn(0, 1000, 0.5)
+	sc.learn(0, 40000, math.NaN()) // ignored
+	sc.learn(doubtRanges, 40000, 1) // no such range: ignored
+	if w, ok := sc.worth(0, 60000); !ok || w != 0.05 {
+		t.Fatalf("spans over 32,768 tokens just past the edge after answers finding 0.1 and 0: worth %v (%v), want their mean 0.05", w, ok)
 	}
-	if w, ok := sc.worth(2000); !ok || w != 0.5 {
+	if w, ok := sc.worth(0, 2000); !ok || w != 0.5 {
 		t.Fatalf("spans up to 2,048 tokens: worth %v (%v), want 0.5", w, ok)
 	}
-	if _, ok := sc.worth(5000); ok {
-		t.Fatal("the 2,048-8,192 range was not taught")
+	if _, ok := sc.worth(1, 60000); ok {
+		t.Fatal("the next distance range was not taught")
 	}
-	sc.learn(20000, 0)
-	if w, _ := sc.worth(20000); w != minDoubtTrust {
-		t.Fatalf("a range taught 0: worth %v, want the floor %v", w, minDoubtTrust)
+	if _, ok := sc.worth(0, 5000); ok {
+		t.Fatal("the 2,048-8,192 span range was not taught")
 	}
-
-	pc := newPolicyCase(64, 36, "a", "b").match(4, 0).pending(6000, 0)
-	pc.req.Deepest = 4
-	c := &pc.cands[0]
-	c.Doubted, c.DoubtTrust, c.Near, c.NearTrust = 64, 0.25, 32, 0.5 // 28 blocks at 0.5, 32 at 0.25: 1,408 units
-	p := newKVMeshPolicy(DefaultKVMeshConfig())
-	if name, d := pc.choose(p); name != "a" {
-		t.Fatalf("by distance, 6,000 units queued at the doubted holder: chose %s (%s), want a", name, d.Reason)
-	}
-	c.SpanTrust = 0.01
-	if w, want := c.DoubtedWorth(&pc.chain), 0.01*60*64; math.Abs(w-want) > 1e-9 {
-		t.Fatalf("DoubtedWorth at a span worth of 0.01: %v, want %v", w, want)
-	}
-	if name, d := pc.choose(p); name != "b" {
-		t.Fatalf("at a span worth of 0.01, 6,000 units queued at the doubted holder: chose %s (%s), want b", name, d.Reason)
+	sc.learn(2, 20000, 0)
+	if w, _ := sc.worth(2, 20000); w != minDoubtTrust {
+		t.Fatalf("a cell taught 0: worth %v, want the floor %v", w, minDoubtTrust)
 	}
 }

@@ -310,10 +310,8 @@ func (rt *Router) gather(st *reqState, model string, now time.Time) bool {
 				if m, ok := matchOf(&st.resNear, b.id); ok && m.Blocks > c.Matched && m.Blocks < c.Doubted {
 					c.Near, c.NearTrust = m.Blocks, b.belief.worthAt(b.belief.capacities(rt.claimReach(st, b, m)), cfg)
 				}
-				if upt := rt.unitsPerToken(); cfg.DoubtSpanCurve && c.Doubted > c.Matched && upt > 0 {
-					if w, ok := rt.spans.worth(float64(c.ClaimedUnits(&st.chain)-c.MatchedUnits(&st.chain)) / upt); ok {
-						c.SpanTrust = w
-					}
+				if cfg.DoubtSpanCurve && c.Doubted > c.Matched {
+					rt.spanWorths(st, b, &c)
 				}
 			}
 			if trusted && (st.depthEdge || st.pinnedEdge) && !rt.exact(st, b) {
