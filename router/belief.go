@@ -145,21 +145,23 @@ type BeliefConfig struct {
 	// Mooncake curves fall to 0.001-0.01 beyond 1.5 capacities (0.02-0.09
 	// per backend, where a range has seen a handful of answers).
 	DoubtPool bool `yaml:"doubt_pool"`
-	// DoubtSpanCurve: a doubted claim's blocks (those only it covers, near
-	// and far) are worth what doubted spans of that length proved worth:
-	// the share of their blocks the answers showed cached, learned from
-	// every backend's answers for spans of up to 2,048, 8,192 and 32,768
-	// tokens and longer (doubtspan.go), in place of the worth by distance
-	// (DoubtCurve) once the span's range has an answer. The worth by
-	// distance is learned per answer as a share of the span, and the share
-	// held depends on the span's length: on Mooncake 2x (2 runs, 768
-	// requests with a doubted claim at the backend chosen) spans under
-	// 2,000 tokens held 26% of their blocks, 2,000-8,000 4%, 8,000-20,000
-	// 1.3% and longer ones 0.5%, about the same at every distance, so a
-	// doubted span of 50,000 tokens priced at the distance's worth drew
-	// requests to backends with seconds more prefill booked (57 and 62 a
-	// run), and none found it held. At 3x (1 run) the same lengths held
-	// 44%, 9%, 11% and 15%: how a span's length counts is the workload's.
+	// DoubtSpanCurve: a doubted claim's blocks beyond the trusted match
+	// (a near claim's, then the far claim's beyond it) are each worth what
+	// doubted spans at that distance and of that length proved worth: the
+	// share of their blocks the answers showed cached, learned from every
+	// backend's answers per cell of DoubtCurve's distance ranges and spans
+	// of up to 2,048, 8,192 and 32,768 tokens and longer (doubtspan.go), in
+	// place of the worth by distance alone once the cell has an answer.
+	// The worth by distance is learned per answer as a share of the span,
+	// and the share held depends on the span's length: on Mooncake 2x (2
+	// runs, 768 requests with a doubted claim at the backend chosen) spans
+	// under 2,000 tokens held 26% of their blocks, 2,000-8,000 4%,
+	// 8,000-20,000 1.3% and longer ones 0.5%, alike at every distance, so a
+	// 50,000-token span priced at the distance's worth drew requests to
+	// backends with seconds more prefill booked (57 and 62 a run), and none
+	// found it held. At 3x (1 run) the same lengths held 44%, 9%, 11% and
+	// 15%, the long ones just past the edge: a worth by length alone lost
+	// Mooncake 3x 1.3 points of hit rate (docs/claims.md).
 	DoubtSpanCurve bool `yaml:"doubt_span_curve"`
 	// DepthEdge: a claim's edge depends on its depth. An engine frees a
 	// finished request's blocks tail first, so the deepest blocks of a

@@ -110,7 +110,7 @@ type KVMeshConfig struct {
 	// 1.959 s (faster in 6 of 6), p50 and p99 level, hit rate 14.66%
 	// against 14.88% (ahead in 2 of 6); customers, 4 pairs: p90 0.829
 	// against 0.881 s and p99 1.23 against 1.38 s (4 of 4), hit rate level
-	// (3 of 4); but Mooncake 3x, 4 pairs: hit rate 13.5% against 14.5% and
+	// (3 of 4); but Mooncake 3x, 4 pairs: hit rate 13.5% against 14.6% and
 	// TTFT p50 0.970 against 0.926 s (behind in 4 of 4): there doubted
 	// claims just past the edge are often still held (the learned worth
 	// reaches 0.33), and a request that could have read them computes them.

@@ -517,7 +517,7 @@ func TestSpanCurveLearns(t *testing.T) {
 	sc.learn(0, 50000, 0.1)
 	sc.learn(0, 40000, 0)
 	sc.learn(0, 1000, 0.5)
-	sc.learn(0, 40000, math.NaN()) // ignored
+	sc.learn(0, 40000, math.NaN())  // ignored
 	sc.learn(doubtRanges, 40000, 1) // no such range: ignored
 	if w, ok := sc.worth(0, 60000); !ok || w != 0.05 {
 		t.Fatalf("spans over 32,768 tokens just past the edge after answers finding 0.1 and 0: worth %v (%v), want their mean 0.05", w, ok)
