@@ -162,6 +162,13 @@ type BeliefConfig struct {
 	// found it held. At 3x (1 run) the same lengths held 44%, 9%, 11% and
 	// 15%, the long ones just past the edge: a worth by length alone lost
 	// Mooncake 3x 1.3 points of hit rate (docs/claims.md).
+	//
+	// Off: on against off (kvmesh arm, 8 backends, runs alternating;
+	// medians, pairs won): Mooncake 2x, 4 pairs: TTFT p50 0.443 against
+	// 0.4495 s and p90 1.847 against 1.929 s (faster in 4 of 4), p99 5.71
+	// against 5.75 s (3 of 4), hit rate level (2 of 4); Mooncake 3x, 4
+	// pairs: hit rate 14.27% against 14.72% (behind in 4 of 4), p50 0.938
+	// against 0.905 s (slower in 3), p99 6.42 against 6.59 s (faster in 4).
 	DoubtSpanCurve bool `yaml:"doubt_span_curve"`
 	// DepthEdge: a claim's edge depends on its depth. An engine frees a
 	// finished request's blocks tail first, so the deepest blocks of a
