@@ -252,3 +252,38 @@ func TestDoubtPoolTeachesEveryBackend(t *testing.T) {
 		}
 	}
 }
+
+// belief.doubt_span_min_idle: the span curve prices doubted claims while
+// enough recent decisions had a candidate with nothing queued; a fleet
+// queued everywhere falls back to the worth by distance, and comes back
+// once idle candidates return.
+func TestSpanCurveIdleGate(t *testing.T) {
+	g := newRig(t, func(c *Config, d *Deps) {
+		c.Belief.DoubtSpanCurve, c.Belief.DoubtSpanMinIdle = true, 0.5
+	}, newFakeBackend(t, "a"))
+	busy := []Candidate{{Load: LoadView{PendingPrefill: 100}}, {Load: LoadView{Waiting: 2, OwnAtSignal: 1}}}
+	idle := []Candidate{{Load: LoadView{PendingPrefill: 100}}, {Load: LoadView{Waiting: 1, OwnAtSignal: 1}}}
+	on := 0
+	for range 64 {
+		if g.rt.spansNow(idle) {
+			on++
+		}
+	}
+	if !g.rt.spansNow(idle) || on == 0 {
+		t.Fatal("after 64 decisions with an idle candidate the span curve is not used")
+	}
+	for i := 0; g.rt.spansNow(busy); i++ {
+		if i == 200 {
+			t.Fatal("200 decisions with every candidate queued: the span curve is still used")
+		}
+	}
+	for i := 0; !g.rt.spansNow(idle); i++ {
+		if i == 200 {
+			t.Fatal("200 decisions with an idle candidate again: the span curve is not used")
+		}
+	}
+	g.rt.cfg.Belief.DoubtSpanMinIdle = 0
+	if !g.rt.spansNow(busy) {
+		t.Fatal("doubt_span_min_idle 0: the span curve is not always used")
+	}
+}

@@ -379,3 +379,27 @@ func (rt *Router) spanWorths(st *reqState, b *backend, c *Candidate) {
 		}
 	}
 }
+
+// idleEWMA is one decision's weight in the share of decisions that had an
+// idle candidate (BeliefConfig.DoubtSpanMinIdle): the last ~64.
+const idleEWMA = 1.0 / 64
+
+// spansNow takes in whether one of cands has nothing queued (no prefill
+// booked by the mesh, no request of others waiting) and reports whether
+// the span curve prices doubted claims now: always, or while the share of
+// recent decisions with such a candidate is at least
+// BeliefConfig.DoubtSpanMinIdle.
+func (rt *Router) spansNow(cands []Candidate) bool {
+	idle := 0.0
+	for i := range cands {
+		l := &cands[i].Load
+		if l.PendingPrefill+l.PeerPendingPrefill <= 0 && l.Waiting-l.OwnAtSignal <= 0 {
+			idle = 1
+			break
+		}
+	}
+	cur := math.Float64frombits(rt.idle.Load())
+	share := cur + idleEWMA*(idle-cur)
+	rt.idle.Store(math.Float64bits(share)) // a lost update is one decision fewer in the average
+	return share >= rt.cfg.Belief.DoubtSpanMinIdle
+}

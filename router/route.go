@@ -310,9 +310,6 @@ func (rt *Router) gather(st *reqState, model string, now time.Time) bool {
 				if m, ok := matchOf(&st.resNear, b.id); ok && m.Blocks > c.Matched && m.Blocks < c.Doubted {
 					c.Near, c.NearTrust = m.Blocks, b.belief.worthAt(b.belief.capacities(rt.claimReach(st, b, m)), cfg)
 				}
-				if cfg.DoubtSpanCurve && c.Doubted > c.Matched {
-					rt.spanWorths(st, b, &c)
-				}
 			}
 			if trusted && (st.depthEdge || st.pinnedEdge) && !rt.exact(st, b) {
 				rt.cutAtEdge(st, b, &c, m, now.UnixMilli())
@@ -320,6 +317,13 @@ func (rt *Router) gather(st *reqState, model string, now time.Time) bool {
 		}
 		st.cands = append(st.cands, c)
 		st.backs = append(st.backs, b)
+	}
+	if st.routed && st.filtered && rt.cfg.Belief.DoubtSpanCurve && rt.spansNow(st.cands) {
+		for i := range st.cands {
+			if c := &st.cands[i]; c.Doubted > c.Matched {
+				rt.spanWorths(st, st.backs[i], c)
+			}
+		}
 	}
 	return true
 }

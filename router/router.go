@@ -84,6 +84,7 @@ type Router struct {
 	routed    atomic.Uint64
 	upt       atomic.Uint64  // float64 bits: estimated prompt units per token (belief)
 	spans     spanCurve      // what doubted spans proved worth by length (belief.doubt_span_curve)
+	idle      atomic.Uint64  // float64 bits: share of recent decisions with an idle candidate (belief.doubt_span_min_idle)
 	lost      lostSet        // prompts whose answers showed a believed match lost (lostprefix.go)
 	lostOut   lostOutbox     // this node's marks for the mesh (lostshare.go)
 	reuse     reuseAverage   // share of prompt tokens answered cached (Request.Reuse)
