@@ -178,6 +178,15 @@ type BeliefConfig struct {
 	// queued everywhere in the prefill every recompute adds to every
 	// queue. 0: always. On Mooncake 2x 96% of decisions had an idle
 	// candidate, at 3x 65%.
+	//
+	// 0: at 0.85 (with DoubtSpanCurve, against both off; kvmesh arm, 8
+	// backends, runs alternating; medians, pairs won) the gate keeps half
+	// the 3x loss and little of the 2x gain: Mooncake 3x, 4 pairs: hit
+	// rate 14.37% against 14.58% (ahead in 1 of 4), p50 level; Mooncake
+	// 2x, 4 pairs: p90 1.878 against 1.938 s (faster in 4 of 4), p50 and
+	// hit rate level, p99 5.82 against 5.74 s (faster in 1); customers, 3
+	// pairs: level. A 64-decision average follows the trace's lulls, in
+	// which a busy fleet has idle candidates too.
 	DoubtSpanMinIdle float64 `yaml:"doubt_span_min_idle"`
 	// DepthEdge: a claim's edge depends on its depth. An engine frees a
 	// finished request's blocks tail first, so the deepest blocks of a
