@@ -64,21 +64,27 @@ func benchRouterWith(b *testing.B, n int, body []byte, mod func(*Config)) *Route
 // backend's cache model: refresh, two lookups when it bounds claims) and
 // without; and with the belief doubting the prompt's holder (more than its
 // capacity written there since its claims: the second lookup and a doubt
-// route).
+// route), also priced on a taught span curve (belief.doubt_span_curve).
 func BenchmarkRouteDecision16K(b *testing.B) {
-	for _, belief := range []string{"true", "false", "doubted", "depth_edge"} {
+	for _, belief := range []string{"true", "false", "doubted", "span_curve", "depth_edge"} {
 		b.Run("belief="+belief, func(b *testing.B) {
 			d := benchRouteDecision(b, func(c *Config) {
 				c.Belief.Enabled = belief != "false"
 				c.Belief.DepthEdge = belief == "depth_edge"
+				c.Belief.DoubtSpanCurve = belief == "span_curve"
 				c.Backends[1].KVCapacityTokens = 1 << 20 // a bound exists: the belief's full path
 			}, func(rt *Router) {
 				if belief == "depth_edge" {
 					cutHoldersClaim(b, rt)
 					return
 				}
-				if belief != "doubted" {
+				if belief != "doubted" && belief != "span_curve" {
 					return
+				}
+				for d := range doubtRanges { // every cell taught: the curve prices
+					for _, tokens := range []float64{1000, 5000, 20000, 50000} {
+						rt.spans.learn(d, tokens, 0.5)
+					}
 				}
 				// A sample after the claims, then more than the capacity
 				// written: the next refresh puts every claim on gpu-1 past
@@ -90,7 +96,7 @@ func BenchmarkRouteDecision16K(b *testing.B) {
 				b1.written.Add(1 << 30)
 			})
 			want := ReasonPrefix
-			if belief == "doubted" {
+			if belief == "doubted" || belief == "span_curve" {
 				want = ReasonDoubt
 			}
 			if d.Reason != want {
