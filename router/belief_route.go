@@ -103,7 +103,8 @@ func (rt *Router) cutAtEdge(st *reqState, b *backend, c *Candidate, m tree.Match
 	}
 	c.Matched, c.cutReach = rt.freshHead(st, b, fit, written+st.ownUnits(fit), m.Blocks, edge, nowMs)
 	if c.Near <= m.Blocks {
-		c.Near, c.NearTrust = m.Blocks, b.belief.worthAt(reach/kappa, cfg)
+		c.nearX = reach / kappa
+		c.Near, c.NearTrust = m.Blocks, b.belief.worthAt(c.nearX, cfg)
 	}
 }
 
@@ -357,26 +358,22 @@ func doubtShare(cached, lo, hi float64) float64 {
 // (BeliefConfig.DoubtSpanCurve): the near claim's blocks beyond the
 // trusted match, and the far claim's beyond those, each at its cell's
 // worth once an answer has taught it (else the worth by distance stays).
-func (rt *Router) spanWorths(st *reqState, b *backend, c *Candidate) {
+func (rt *Router) spanWorths(ch *tree.Chain, c *Candidate) {
 	upt := rt.unitsPerToken()
 	if !(upt > 0) {
 		return
 	}
 	cfg := &rt.cfg.Belief
-	from := c.MatchedUnits(&st.chain)
+	from := c.MatchedUnits(ch)
 	if c.Near > c.Matched {
-		near := min(st.chain.UnitsAt(int(c.Near)), st.chain.Units)
-		if m, ok := matchOf(&st.resNear, b.id); ok {
-			if w, ok := rt.spans.worth(doubtRange(b.belief.capacities(rt.claimReach(st, b, m)), cfg), float64(near-from)/upt); ok {
-				c.NearTrust = w
-			}
+		near := min(ch.UnitsAt(int(c.Near)), ch.Units)
+		if w, ok := rt.spans.worth(doubtRange(c.nearX, cfg), float64(near-from)/upt); ok {
+			c.NearTrust = w
 		}
 		from = near
 	}
-	if m, ok := matchOf(&st.resAll, b.id); ok {
-		if w, ok := rt.spans.worth(doubtRange(b.belief.capacities(rt.claimReach(st, b, m)), cfg), float64(c.ClaimedUnits(&st.chain)-from)/upt); ok {
-			c.DoubtTrust = w
-		}
+	if w, ok := rt.spans.worth(doubtRange(c.doubtX, cfg), float64(c.ClaimedUnits(ch)-from)/upt); ok {
+		c.DoubtTrust = w
 	}
 }
 

@@ -111,6 +111,10 @@ type Candidate struct {
 	// deepest trusted claim (cutAtEdge), how far into the cache the cut
 	// depth reaches: the answer's check learns from it.
 	cutReach float64
+	// doubtX and nearX are how many capacities were written to the
+	// backend after the doubted and the near claim (0: no such claim): the
+	// distance ranges the span curve prices them in (spanWorths).
+	doubtX, nearX float64
 }
 
 // SavedUnits is the prefill the match is expected to save: MatchedUnits,

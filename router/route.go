@@ -303,12 +303,14 @@ func (rt *Router) gather(st *reqState, model string, now time.Time) bool {
 			if st.filtered && rt.cfg.Belief.DoubtTrust > 0 {
 				cfg := &rt.cfg.Belief
 				if m, ok := matchOf(&st.resAll, b.id); ok && m.Blocks > c.Matched {
-					c.Doubted, c.DoubtTrust = m.Blocks, b.belief.worthAt(b.belief.capacities(rt.claimReach(st, b, m)), cfg)
+					c.doubtX = b.belief.capacities(rt.claimReach(st, b, m))
+					c.Doubted, c.DoubtTrust = m.Blocks, b.belief.worthAt(c.doubtX, cfg)
 				}
 				// A near claim as deep as the doubted one is the same claim: its
 				// blocks are priced already.
 				if m, ok := matchOf(&st.resNear, b.id); ok && m.Blocks > c.Matched && m.Blocks < c.Doubted {
-					c.Near, c.NearTrust = m.Blocks, b.belief.worthAt(b.belief.capacities(rt.claimReach(st, b, m)), cfg)
+					c.nearX = b.belief.capacities(rt.claimReach(st, b, m))
+					c.Near, c.NearTrust = m.Blocks, b.belief.worthAt(c.nearX, cfg)
 				}
 			}
 			if trusted && (st.depthEdge || st.pinnedEdge) && !rt.exact(st, b) {
@@ -321,7 +323,7 @@ func (rt *Router) gather(st *reqState, model string, now time.Time) bool {
 	if st.routed && st.filtered && rt.cfg.Belief.DoubtSpanCurve && rt.spansNow(st.cands) {
 		for i := range st.cands {
 			if c := &st.cands[i]; c.Doubted > c.Matched {
-				rt.spanWorths(st, st.backs[i], c)
+				rt.spanWorths(&st.chain, c)
 			}
 		}
 	}
