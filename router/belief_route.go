@@ -280,17 +280,20 @@ func (rt *Router) learnFromAnswer(b *backend, st *reqState, d Decision, prompt, 
 	// the prompt's next learn depth (doubtFloor).
 	if fb.all > fb.trusted && cfg.DoubtLearn {
 		lo := tokens(doubtFloor(&st.chain, fb.trusted, rt.ix.Keyer().CheckpointBlocks()))
-		if hi := tokens(fb.near); fb.near > fb.trusted && hi > lo {
-			x := b.belief.capacities(fb.distNear)
-			b.belief.learnDoubt(doubtShare(float64(cached), lo, hi), x, cfg, stampMs)
-			rt.spans.learn(doubtRange(x, cfg), hi-lo, doubtShare(float64(cached), lo, hi)) // belief.doubt_span_curve
+		// teach learns from the doubted tokens lo..hi of a claim dist
+		// written ago: the backend's worth by distance, and the span curve
+		// (belief.doubt_span_curve).
+		teach := func(hi, dist float64) {
+			share, x := doubtShare(float64(cached), lo, hi), b.belief.capacities(dist)
+			b.belief.learnDoubt(share, x, cfg, stampMs)
+			rt.spans.learn(doubtRange(x, cfg), hi-lo, share)
 			lo, learned = hi, true
 		}
+		if hi := tokens(fb.near); fb.near > fb.trusted && hi > lo {
+			teach(hi, fb.distNear)
+		}
 		if hi := tokens(fb.all); fb.all > max(fb.trusted, fb.near) && hi > lo {
-			x := b.belief.capacities(fb.distAll)
-			b.belief.learnDoubt(doubtShare(float64(cached), lo, hi), x, cfg, stampMs)
-			rt.spans.learn(doubtRange(x, cfg), hi-lo, doubtShare(float64(cached), lo, hi))
-			learned = true
+			teach(hi, fb.distAll)
 		}
 	}
 	// The capacity learns only from a match held whole: a prompt whose
