@@ -39,6 +39,9 @@ type backend struct {
 	// queue follows the same requests in the order they were sent, to
 	// notice one whose prefill outlasts its booking (overdue.go).
 	queue prefillQueue
+	// bound counts the requests this router sent here for a prefix the
+	// backend held (blocking.go).
+	bound arrivalRate
 	// written counts every uncached prompt unit this router has sent the
 	// backend (the pending units it ever booked): what it wrote into the
 	// backend's cache.
@@ -139,6 +142,9 @@ func (b *backend) loadView(now time.Time, cfg *Config, peers PeerLoad) LoadView 
 	lv := LoadView{InFlight: int(b.inFlight.Load()), PendingPrefill: float64(b.pendingUnits.Load()),
 		PendingRequests: int(b.pendingRequests.Load())}
 	lv.HeadBooked, lv.HeadPrompt, lv.HeadProgress = b.queue.head(now)
+	if w := cfg.KVMesh.BlockWindow; cfg.KVMesh.BlockWeight > 0 {
+		lv.BoundRate, lv.PrefillRate = b.bound.perSecond(now.UnixNano(), w), b.queue.rate()
+	}
 	if peers != nil {
 		lv.PeerPendingPrefill, lv.PeerPendingRequests, lv.PeerInFlight = peers.PeerLoad(b.id)
 	}

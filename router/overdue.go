@@ -116,6 +116,13 @@ func (q *prefillQueue) head(now time.Time) (booked, prompt, progress float64) {
 	return e.booked, e.prompt, progress
 }
 
+// rate is the learned rate in units per second (0: no answer yet).
+func (q *prefillQueue) rate() float64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.rateLocked()
+}
+
 // rateLocked is the learned rate in units per second (0: no answer yet).
 // Caller holds mu.
 func (q *prefillQueue) rateLocked() float64 {

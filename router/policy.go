@@ -203,6 +203,14 @@ type LoadView struct {
 	// signal and falls linearly to 0 as it ages (see Config.SignalFresh).
 	SignalAge    time.Duration
 	SignalWeight float64
+	// BoundRate is the rate (per second, over about
+	// KVMeshConfig.BlockWindow) at which this router sent the backend
+	// requests bound to it: requests it held at least half of, by their
+	// booking. PrefillRate is the rate, in prompt units per second, at
+	// which the backend computed this router's prefill (learned from first
+	// answer bytes; 0 before the first). Both price the blocking term
+	// (blocking.go).
+	BoundRate, PrefillRate float64
 }
 
 // Queue is the load estimate most policies compare: this router's in-flight

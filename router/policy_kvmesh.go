@@ -276,6 +276,16 @@ type KVMeshConfig struct {
 	// HotSlots is the size of the hot-prefix counter. 4096 slots (64 KiB)
 	// track far more concurrently hot prefixes than any fleet has.
 	HotSlots int `yaml:"hot_slots"`
+	// BlockWeight prices the delay a request's own prefill imposes on the
+	// requests bound to the candidate (those it holds a prefix for) that
+	// will arrive while it waits and computes there, per unit of delay
+	// per request (blocking.go): 1 prices another request's wait like the
+	// request's own. 0: off.
+	BlockWeight float64 `yaml:"block_weight"`
+	// BlockWindow is how far back the rate of bound arrivals looks (a
+	// decayed count). 60 s: a conversation's next turn comes within a
+	// minute or so, and a backend's set of conversations changes slower.
+	BlockWindow time.Duration `yaml:"block_window"`
 	// InitialPromptUnits is the average prompt size assumed before any
 	// request was seen. 4096 units (about 1,000 tokens in byte mode).
 	InitialPromptUnits float64 `yaml:"initial_prompt_units"`
@@ -302,6 +312,7 @@ func DefaultKVMeshConfig() KVMeshConfig {
 		HotThreshold:       20,
 		HotMaxHolders:      2,
 		HotSlots:           4096,
+		BlockWindow:        time.Minute,
 		InitialPromptUnits: 4096,
 	}
 }
@@ -330,6 +341,10 @@ func (c KVMeshConfig) validate() []error {
 	nonNeg("hot_threshold", c.HotThreshold)
 	nonNeg("overdue_slack", c.OverdueSlack)
 	nonNeg("wait_guard_floor", c.WaitGuardFloor)
+	nonNeg("block_weight", c.BlockWeight)
+	if c.BlockWeight > 0 && c.BlockWindow <= 0 {
+		bad("block_window must be positive when block_weight is set, got %v", c.BlockWindow)
+	}
 	if !(c.WaitGuardFactor == 0 || c.WaitGuardFactor >= 1) || math.IsInf(c.WaitGuardFactor, 0) {
 		bad("wait_guard_factor must be 0 (off) or at least 1, got %v", c.WaitGuardFactor)
 	}
@@ -485,6 +500,7 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 		fresh := total - c.TrustedUnits(req.Chain) - doubted // what it would compute and write
 		write := cfg.CacheWeight * (1 - c.Unfilled)
 		cost := (cfg.PrefillWeight+write)*fresh + (1-cfg.DoubtCacheShare)*write*doubted + loads[i]
+		cost += cfg.blocking(l, fresh, loads[i]*c.Weight, req.MeshShare)
 		if spread > 0 {
 			cost += spread * fresh * max(l.active()/c.Weight-meanActive, 0)
 		}

@@ -111,6 +111,7 @@ func scaleRouterTimes(rc *router.Config, scale float64) {
 		rc.SignalFresh = rc.SignalMaxAge / 2
 	}
 	sc(&rc.KVMesh.HotWindow, time.Millisecond)
+	sc(&rc.KVMesh.BlockWindow, time.Millisecond)
 	if rc.Belief.LostTTL > 0 {
 		sc(&rc.Belief.LostTTL, time.Millisecond)
 	}

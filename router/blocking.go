@@ -1,0 +1,95 @@
+package router
+
+import (
+	"math"
+	"sync"
+	"time"
+)
+
+// The blocking term of the kvmesh cost (KVMeshConfig.BlockWeight): what a
+// request's own prefill costs the requests that will arrive behind it.
+//
+// The rest of the cost is the request's own: the prefill queued ahead of
+// it and what it computes. It is myopic about the requests that come
+// next. An engine prefills in arrival order, so every request that reaches
+// the backend while this one waits or computes waits for it too. Most of
+// those can go elsewhere (the load term steers them away), but a request
+// whose context the backend holds is bound to it: the cache term keeps it
+// there, however long the queue. On the Mooncake trace at 2x most of the
+// hits in kvmesh's slowest 1% waited 6-7 s behind a ~120,000-token miss
+// that had been placed on their holder a moment before, while other
+// backends stood idle: among idle candidates the miss's own cost was the
+// same everywhere, and a tie placed it.
+//
+// So a candidate pays for the delay its choice imposes on the requests
+// bound to it: with lambda_i the rate at which requests arrive there for
+// a prefix it holds (arrivals whose booked prefill was at most half their
+// prompt), mu_i the rate at which it computes prefill (learned from this
+// router's answers), X_i what the request would compute there and P_i the
+// prefill queued ahead of it, the bound requests expected to arrive during
+// the wait and the prefill are lambda_i/mu_i * (P_i + X_i), and each is
+// delayed by X_i (by what is left of it, for those arriving during the
+// prefill):
+//
+//	block_i = BlockWeight * lambda_i / mu_i * X_i * (P_i + X_i/2)
+//
+// in prompt units of delay, the currency of the rest of the cost. It is
+// quadratic in X_i: nothing for a hit or an average prompt, decisive for a
+// long miss, which goes where fewer requests will queue behind it.
+
+// boundShare is the most of its prompt a request may have booked as
+// uncached and still count as bound to its backend: it was sent there for
+// a prefix that covers at least half of it.
+const boundShare = 0.5
+
+// arrivalRate is a decayed count of arrivals: each arrival adds one, and
+// the count decays by e every window, so count/window estimates arrivals
+// per second over roughly the last window. Times are Unix nanoseconds.
+type arrivalRate struct {
+	mu sync.Mutex
+	n  float64
+	at int64
+}
+
+// observe counts one arrival at now.
+func (a *arrivalRate) observe(now int64, window time.Duration) {
+	a.mu.Lock()
+	a.n = a.decayed(now, window) + 1
+	if now > a.at {
+		a.at = now
+	}
+	a.mu.Unlock()
+}
+
+// perSecond is the estimated arrival rate at now.
+func (a *arrivalRate) perSecond(now int64, window time.Duration) float64 {
+	if window <= 0 {
+		return 0
+	}
+	a.mu.Lock()
+	n := a.decayed(now, window)
+	a.mu.Unlock()
+	return n / window.Seconds()
+}
+
+// decayed is the count decayed to now. Caller holds mu.
+func (a *arrivalRate) decayed(now int64, window time.Duration) float64 {
+	if dt := now - a.at; dt > 0 && window > 0 {
+		return a.n * math.Exp(-float64(dt)/float64(window))
+	}
+	return a.n
+}
+
+// blocking is block_i above for candidate c: fresh is X_i, pending P_i,
+// share this node's share of the mesh's requests (each node sees that
+// share of the arrivals). 0 when the term is off or a rate is unknown.
+func (cfg *KVMeshConfig) blocking(l *LoadView, fresh, pending, share float64) float64 {
+	if cfg.BlockWeight <= 0 || l.PrefillRate <= 0 || l.BoundRate <= 0 || fresh <= 0 {
+		return 0
+	}
+	lambda := l.BoundRate
+	if share > 0 && share < 1 {
+		lambda /= share
+	}
+	return cfg.BlockWeight * lambda / l.PrefillRate * fresh * (max(pending, 0) + fresh/2)
+}

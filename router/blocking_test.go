@@ -1,0 +1,138 @@
+package router
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// arrivalRate: each arrival counts one, the count decays by e per window.
+func TestArrivalRate(t *testing.T) {
+	var a arrivalRate
+	w := 10 * time.Second
+	t0 := time.Unix(1_700_000_000, 0).UnixNano()
+	if r := a.perSecond(t0, w); r != 0 {
+		t.Fatalf("no arrival: rate %v, want 0", r)
+	}
+	for i := 0; i < 5; i++ {
+		a.observe(t0, w)
+	}
+	if r := a.perSecond(t0, w); math.Abs(r-0.5) > 1e-12 {
+		t.Fatalf("5 arrivals now over a 10 s window: rate %v, want 0.5/s", r)
+	}
+	if r, want := a.perSecond(t0+int64(w), w), 0.5/math.E; math.Abs(r-want) > 1e-12 {
+		t.Fatalf("one window later: rate %v, want %v (decayed by e)", r, want)
+	}
+	a.observe(t0+int64(w), w)
+	if r, want := a.perSecond(t0+int64(w), w), (5/math.E+1)/10; math.Abs(r-want) > 1e-12 {
+		t.Fatalf("after one more arrival: rate %v, want %v", r, want)
+	}
+	// A reading for an earlier time (a concurrent request's clock) does not grow the count.
+	if r, want := a.perSecond(t0, w), (5/math.E+1)/10; math.Abs(r-want) > 1e-12 {
+		t.Fatalf("read at an earlier time: %v, want %v", r, want)
+	}
+	if r := a.perSecond(t0, 0); r != 0 {
+		t.Fatalf("no window: rate %v, want 0", r)
+	}
+}
+
+// KVMeshConfig.BlockWeight: among idle candidates that hold none of a long
+// prompt, it goes to the one fewer requests are bound to; the term is
+// exactly the formula; a hit (nothing to compute) pays none, and with the
+// weight 0 the choice is the tie's.
+func TestKVMeshBlockingTerm(t *testing.T) {
+	pc := newPolicyCase(1500, 71, "a", "b") // 96,010 units, held by neither
+	for i := range pc.cands {
+		pc.cands[i].Load.PrefillRate = 20000 // units per second
+	}
+	pc.cands[0].Load.BoundRate, pc.cands[1].Load.BoundRate = 0.1, 0.4
+
+	cfg := DefaultKVMeshConfig()
+	off, _ := pc.choose(newKVMeshPolicy(cfg))
+	pc.cands[0].Load.BoundRate, pc.cands[1].Load.BoundRate = 0.4, 0.1
+	if again, _ := pc.choose(newKVMeshPolicy(cfg)); again != off {
+		t.Fatalf("off: the bound rates moved the choice (%s, then %s)", off, again)
+	}
+
+	cfg.BlockWeight = 1
+	p := newKVMeshPolicy(cfg)
+	for _, tc := range []struct {
+		rates [2]float64
+		want  string
+	}{{[2]float64{0.4, 0.1}, "b"}, {[2]float64{0.1, 0.4}, "a"}} {
+		pc.cands[0].Load.BoundRate, pc.cands[1].Load.BoundRate = tc.rates[0], tc.rates[1]
+		if name, _ := pc.choose(p); name != tc.want {
+			t.Fatalf("bound rates %v: chose %s, want %s", tc.rates, name, tc.want)
+		}
+	}
+	// The term itself: lambda/mu * X * (P + X/2).
+	l := LoadView{BoundRate: 0.4, PrefillRate: 20000}
+	if got, want := cfg.blocking(&l, 10000, 30000, 1), 0.4/20000*10000*(30000+5000); math.Abs(got-want) > 1e-9 {
+		t.Fatalf("blocking: %v, want %v", got, want)
+	}
+	if got, want := cfg.blocking(&l, 10000, 30000, 0.25), 4*0.4/20000*10000*(30000+5000); math.Abs(got-want) > 1e-9 {
+		t.Fatalf("blocking at a quarter of the mesh's requests: %v, want %v (the mesh's rate)", got, want)
+	}
+	for _, lv := range []LoadView{{BoundRate: 0.4}, {PrefillRate: 20000}} {
+		if got := cfg.blocking(&lv, 10000, 0, 1); got != 0 {
+			t.Fatalf("a rate unknown (%+v): blocking %v, want 0", lv, got)
+		}
+	}
+	if got := cfg.blocking(&l, 0, 30000, 1); got != 0 {
+		t.Fatalf("nothing to compute: blocking %v, want 0", got)
+	}
+
+	// A full holder computes nothing and keeps the request, bound rate or not.
+	pc.match(1500, 0).pending(0, 0)
+	pc.cands[0].Load.BoundRate, pc.cands[1].Load.BoundRate = 5, 0
+	if name, d := pc.choose(p); name != "a" || d.Reason != ReasonPrefix {
+		t.Fatalf("a full holder with many bound requests: chose %s (%s), want a (prefix)", name, d.Reason)
+	}
+}
+
+func TestKVMeshBlockWindowValidated(t *testing.T) {
+	cfg := DefaultKVMeshConfig()
+	cfg.BlockWeight, cfg.BlockWindow = 1, 0
+	if errs := cfg.validate(); len(errs) != 1 {
+		t.Fatalf("block_window 0 with block_weight 1: %v, want one error", errs)
+	}
+	cfg.BlockWeight = -1
+	cfg.BlockWindow = time.Minute
+	if errs := cfg.validate(); len(errs) != 1 {
+		t.Fatalf("block_weight -1: %v, want one error", errs)
+	}
+}
+
+// The router counts a request bound to its backend when it booked at most
+// half its prompt there, and reports the rate and the learned prefill rate
+// in the backend's load view only while the term is on.
+func TestRouterCountsBoundArrivals(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		a := newFakeBackend(t, "a")
+		now := time.Unix(1_700_000_000, 0)
+		g := newRig(t, func(c *Config, d *Deps) {
+			if on {
+				c.KVMesh.BlockWeight = 1
+			}
+			d.Now = func() time.Time { return now }
+		}, a)
+		b := g.rt.backendByName("a")
+		view := func() LoadView { return b.loadView(now, &g.rt.cfg, nil) }
+		sys := longText("bound arrivals system prompt", 3000)
+		g.call("POST", "/v1/chat/completions", chat("m1", sys, "question one"))
+		if r := view().BoundRate; r != 0 {
+			t.Fatalf("on=%v: after a miss, bound rate %v, want 0", on, r)
+		}
+		g.call("POST", "/v1/chat/completions", chat("m1", sys, "question one", "answer", "question two"))
+		lv := view()
+		if !on {
+			if lv.BoundRate != 0 || lv.PrefillRate != 0 {
+				t.Fatalf("off: bound rate %v, prefill rate %v, want 0 (not computed)", lv.BoundRate, lv.PrefillRate)
+			}
+			continue
+		}
+		if want := 1 / g.rt.cfg.KVMesh.BlockWindow.Seconds(); math.Abs(lv.BoundRate-want) > 1e-12 {
+			t.Fatalf("after a follow-up that found its context: bound rate %v, want %v (one arrival)", lv.BoundRate, want)
+		}
+	}
+}
