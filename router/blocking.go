@@ -36,6 +36,11 @@ import (
 // in prompt units of delay, the currency of the rest of the cost. It is
 // quadratic in X_i: nothing for a hit or an average prompt, decisive for a
 // long miss, which goes where fewer requests will queue behind it.
+//
+// It is capped at BlockMaxShare * X_i: the request waits at most that
+// share of its own prefill longer to spare the others. Uncapped, a busy
+// fleet sent its long prompts to longer queues, and they are its slowest
+// 1%.
 
 // boundShare is the most of its prompt a request may have booked as
 // uncached and still count as bound to its backend: it was sent there for
@@ -91,5 +96,9 @@ func (cfg *KVMeshConfig) blocking(l *LoadView, fresh, pending, share float64) fl
 	if share > 0 && share < 1 {
 		lambda /= share
 	}
-	return cfg.BlockWeight * lambda / l.PrefillRate * fresh * (max(pending, 0) + fresh/2)
+	block := cfg.BlockWeight * lambda / l.PrefillRate * fresh * (max(pending, 0) + fresh/2)
+	if cfg.BlockMaxShare > 0 {
+		block = min(block, cfg.BlockMaxShare*fresh)
+	}
+	return block
 }

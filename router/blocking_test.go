@@ -78,6 +78,14 @@ func TestKVMeshBlockingTerm(t *testing.T) {
 			t.Fatalf("a rate unknown (%+v): blocking %v, want 0", lv, got)
 		}
 	}
+	capped := cfg
+	capped.BlockMaxShare = 0.1
+	if got := capped.blocking(&l, 10000, 30000, 1); got != 1000 {
+		t.Fatalf("capped at a tenth of the 10,000 units computed: blocking %v, want 1000", got)
+	}
+	if got, want := capped.blocking(&l, 100, 0, 1), 0.4/20000*100*50; math.Abs(got-want) > 1e-12 {
+		t.Fatalf("under the cap: blocking %v, want %v (the formula)", got, want)
+	}
 	if got := cfg.blocking(&l, 0, 30000, 1); got != 0 {
 		t.Fatalf("nothing to compute: blocking %v, want 0", got)
 	}
@@ -100,6 +108,10 @@ func TestKVMeshBlockWindowValidated(t *testing.T) {
 	cfg.BlockWindow = time.Minute
 	if errs := cfg.validate(); len(errs) != 1 {
 		t.Fatalf("block_weight -1: %v, want one error", errs)
+	}
+	cfg.BlockWeight, cfg.BlockMaxShare = 1, math.NaN()
+	if errs := cfg.validate(); len(errs) != 1 {
+		t.Fatalf("block_max_share NaN: %v, want one error", errs)
 	}
 }
 

@@ -132,13 +132,18 @@ type LoadJSON struct {
 	KVUsage                 *float64 `json:"kv_usage"`
 	SignalAgeMs             *int64   `json:"signal_age_ms"` // null when no signal was ever received
 	SignalWeight            float64  `json:"signal_weight"`
+	// BoundPerSecond and PrefillUnitsPerSecond price kvmesh.block_weight
+	// (LoadView.BoundRate, PrefillRate); omitted while it is off.
+	BoundPerSecond        float64 `json:"bound_per_second,omitempty"`
+	PrefillUnitsPerSecond float64 `json:"prefill_units_per_second,omitempty"`
 }
 
 func loadJSON(l LoadView) LoadJSON {
 	j := LoadJSON{InFlight: l.InFlight, PendingPrefillUnits: l.PendingPrefill, PendingRequests: l.PendingRequests,
 		PeerPendingPrefillUnits: l.PeerPendingPrefill, PeerPendingRequests: l.PeerPendingRequests,
 		PeerInFlight: l.PeerInFlight, MeshPendingAtSignal: l.OwnAtSignal, SignalWeight: l.SignalWeight,
-		HeadBookedUnits: l.HeadBooked, HeadPromptUnits: l.HeadPrompt, HeadProgressUnits: l.HeadProgress}
+		HeadBookedUnits: l.HeadBooked, HeadPromptUnits: l.HeadPrompt, HeadProgressUnits: l.HeadProgress,
+		BoundPerSecond: l.BoundRate, PrefillUnitsPerSecond: l.PrefillRate}
 	opt := func(has LoadFields, v float64) *float64 {
 		if l.Has&has == 0 {
 			return nil

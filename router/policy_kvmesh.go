@@ -286,6 +286,10 @@ type KVMeshConfig struct {
 	// decayed count). 60 s: a conversation's next turn comes within a
 	// minute or so, and a backend's set of conversations changes slower.
 	BlockWindow time.Duration `yaml:"block_window"`
+	// BlockMaxShare caps the term at this share of the prefill the
+	// request would compute at the candidate: the longest extra wait the
+	// request accepts for others, in units of its own prefill. 0: no cap.
+	BlockMaxShare float64 `yaml:"block_max_share"`
 	// InitialPromptUnits is the average prompt size assumed before any
 	// request was seen. 4096 units (about 1,000 tokens in byte mode).
 	InitialPromptUnits float64 `yaml:"initial_prompt_units"`
@@ -342,6 +346,7 @@ func (c KVMeshConfig) validate() []error {
 	nonNeg("overdue_slack", c.OverdueSlack)
 	nonNeg("wait_guard_floor", c.WaitGuardFloor)
 	nonNeg("block_weight", c.BlockWeight)
+	nonNeg("block_max_share", c.BlockMaxShare)
 	if c.BlockWeight > 0 && c.BlockWindow <= 0 {
 		bad("block_window must be positive when block_weight is set, got %v", c.BlockWindow)
 	}
