@@ -90,6 +90,26 @@ func TestKVMeshBlockingTerm(t *testing.T) {
 		t.Fatalf("nothing to compute: blocking %v, want 0", got)
 	}
 
+	// Gated on an idle candidate: with both queued far beyond an average
+	// prompt the term is off and the rates do not move the choice; with
+	// one of them idle it is on.
+	gated := cfg
+	gated.BlockIdleLoad = 1
+	pc.pending(1e6, 1e6)
+	pc.cands[0].Load.BoundRate, pc.cands[1].Load.BoundRate = 0.1, 0.4
+	first, _ := pc.choose(newKVMeshPolicy(gated))
+	pc.cands[0].Load.BoundRate, pc.cands[1].Load.BoundRate = 0.4, 0.1
+	if again, _ := pc.choose(newKVMeshPolicy(gated)); again != first {
+		t.Fatalf("gated, every candidate queued: the bound rates moved the choice (%s, then %s)", first, again)
+	}
+	pc.pending(1e6, 0)
+	pc.cands[0].Load.BoundRate, pc.cands[1].Load.BoundRate = 0, 0.4
+	ungatedScore := func(cf KVMeshConfig) float64 { pc.choose(newKVMeshPolicy(cf)); return pc.scores[1] }
+	if on, off := ungatedScore(gated), ungatedScore(DefaultKVMeshConfig()); on <= off {
+		t.Fatalf("gated, b idle: b's cost %v with the term, %v without: want it priced", on, off)
+	}
+	pc.pending(0, 0)
+
 	// A full holder computes nothing and keeps the request, bound rate or not.
 	pc.match(1500, 0).pending(0, 0)
 	pc.cands[0].Load.BoundRate, pc.cands[1].Load.BoundRate = 5, 0
@@ -112,6 +132,10 @@ func TestKVMeshBlockWindowValidated(t *testing.T) {
 	cfg.BlockWeight, cfg.BlockMaxShare = 1, math.NaN()
 	if errs := cfg.validate(); len(errs) != 1 {
 		t.Fatalf("block_max_share NaN: %v, want one error", errs)
+	}
+	cfg.BlockMaxShare, cfg.BlockIdleLoad = 0, -1
+	if errs := cfg.validate(); len(errs) != 1 {
+		t.Fatalf("block_idle_load -1: %v, want one error", errs)
 	}
 }
 

@@ -290,6 +290,12 @@ type KVMeshConfig struct {
 	// request would compute at the candidate: the longest extra wait the
 	// request accepts for others, in units of its own prefill. 0: no cap.
 	BlockMaxShare float64 `yaml:"block_max_share"`
+	// BlockIdleLoad turns the term on only while some candidate has at
+	// most this many average prompts of load queued (a backend that could
+	// start the request almost at once): in a fleet where every backend is
+	// queued, sparing the bound requests sends a long prompt to a longer
+	// queue, and those prompts are its slowest. 0: always on.
+	BlockIdleLoad float64 `yaml:"block_idle_load"`
 	// InitialPromptUnits is the average prompt size assumed before any
 	// request was seen. 4096 units (about 1,000 tokens in byte mode).
 	InitialPromptUnits float64 `yaml:"initial_prompt_units"`
@@ -347,6 +353,7 @@ func (c KVMeshConfig) validate() []error {
 	nonNeg("wait_guard_floor", c.WaitGuardFloor)
 	nonNeg("block_weight", c.BlockWeight)
 	nonNeg("block_max_share", c.BlockMaxShare)
+	nonNeg("block_idle_load", c.BlockIdleLoad)
 	if c.BlockWeight > 0 && c.BlockWindow <= 0 {
 		bad("block_window must be positive when block_weight is set, got %v", c.BlockWindow)
 	}
@@ -480,6 +487,14 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 		p.avgPrompt.Store(math.Float64bits(avg + (total-avg)*promptWeight(req.MeshShare)))
 	}
 	loads := req.scratch[:n]
+	minLoad := math.Inf(1)
+	for i := range cands {
+		loads[i] = cfg.load(&cands[i], avg)
+		minLoad = min(minLoad, loads[i])
+	}
+	// The blocking term, while some candidate could start the request
+	// almost at once (KVMeshConfig.BlockIdleLoad).
+	block := cfg.BlockWeight > 0 && (cfg.BlockIdleLoad <= 0 || minLoad <= cfg.BlockIdleLoad*avg)
 	best := 0
 	// spread_i's factor, the same for every candidate: how often a unit
 	// written is read again (the reuse ratio r/(1-r), r the share of prompt
@@ -500,12 +515,13 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 	for i := range cands {
 		c := &cands[i]
 		l := &c.Load
-		loads[i] = cfg.load(c, avg)
 		doubted := c.DoubtedWorth(req.Chain)
 		fresh := total - c.TrustedUnits(req.Chain) - doubted // what it would compute and write
 		write := cfg.CacheWeight * (1 - c.Unfilled)
 		cost := (cfg.PrefillWeight+write)*fresh + (1-cfg.DoubtCacheShare)*write*doubted + loads[i]
-		cost += cfg.blocking(l, fresh, loads[i]*c.Weight, req.MeshShare)
+		if block {
+			cost += cfg.blocking(l, fresh, loads[i]*c.Weight, req.MeshShare)
+		}
 		if spread > 0 {
 			cost += spread * fresh * max(l.active()/c.Weight-meanActive, 0)
 		}
