@@ -85,7 +85,8 @@ func (a *arrivalRate) decayed(now int64, window time.Duration) float64 {
 	return a.n
 }
 
-// blocking is block_i above for candidate c: fresh is X_i, pending P_i,
+// blocking is block_i above for a candidate whose load view is l: fresh
+// is X_i, pending P_i,
 // share this node's share of the mesh's requests (each node sees that
 // share of the arrivals). 0 when the term is off or a rate is unknown.
 func (cfg *KVMeshConfig) blocking(l *LoadView, fresh, pending, share float64) float64 {

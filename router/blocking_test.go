@@ -104,11 +104,10 @@ func TestKVMeshBlockingTerm(t *testing.T) {
 	}
 	pc.pending(1e6, 0)
 	pc.cands[0].Load.BoundRate, pc.cands[1].Load.BoundRate = 0, 0.4
-	ungatedScore := func(cf KVMeshConfig) float64 { pc.choose(newKVMeshPolicy(cf)); return pc.scores[1] }
-	if on, off := ungatedScore(gated), ungatedScore(DefaultKVMeshConfig()); on <= off {
+	costOfB := func(cf KVMeshConfig) float64 { pc.choose(newKVMeshPolicy(cf)); return pc.scores[1] }
+	if on, off := costOfB(gated), costOfB(DefaultKVMeshConfig()); on <= off {
 		t.Fatalf("gated, b idle: b's cost %v with the term, %v without: want it priced", on, off)
 	}
-	pc.pending(0, 0)
 
 	// A full holder computes nothing and keeps the request, bound rate or not.
 	pc.match(1500, 0).pending(0, 0)
