@@ -142,9 +142,7 @@ func (b *backend) loadView(now time.Time, cfg *Config, peers PeerLoad) LoadView 
 	lv := LoadView{InFlight: int(b.inFlight.Load()), PendingPrefill: float64(b.pendingUnits.Load()),
 		PendingRequests: int(b.pendingRequests.Load())}
 	lv.HeadBooked, lv.HeadPrompt, lv.HeadProgress = b.queue.head(now)
-	if w := cfg.KVMesh.BlockWindow; cfg.KVMesh.BlockWeight > 0 {
-		lv.BoundRate, lv.PrefillRate = b.bound.perSecond(now.UnixNano(), w), b.queue.rate()
-	}
+	lv.BoundRate, lv.PrefillRate = b.boundView(now, &cfg.KVMesh)
 	if peers != nil {
 		lv.PeerPendingPrefill, lv.PeerPendingRequests, lv.PeerInFlight = peers.PeerLoad(b.id)
 	}

@@ -47,6 +47,24 @@ import (
 // a prefix that covers at least half of it.
 const boundShare = 0.5
 
+// countArrival counts a request booked at uncached units of a prompt of
+// prompt units as an arrival at b, bound to it if it booked at most
+// boundShare of the prompt; nothing while the term is off.
+func (b *backend) countArrival(uncached, prompt int, now time.Time, cfg *KVMeshConfig) {
+	if cfg.BlockWeight > 0 && prompt > 0 && float64(uncached) <= boundShare*float64(prompt) {
+		b.bound.observe(now.UnixNano(), cfg.BlockWindow)
+	}
+}
+
+// boundView is what the blocking term reads of b at now: the rate of
+// bound arrivals and the learned prefill rate (both 0 while it is off).
+func (b *backend) boundView(now time.Time, cfg *KVMeshConfig) (bound, prefill float64) {
+	if cfg.BlockWeight <= 0 {
+		return 0, 0
+	}
+	return b.bound.perSecond(now.UnixNano(), cfg.BlockWindow), b.queue.rate()
+}
+
 // arrivalRate is a decayed count of arrivals: each arrival adds one, and
 // the count decays by e every window, so count/window estimates arrivals
 // per second over roughly the last window. Times are Unix nanoseconds.

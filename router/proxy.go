@@ -215,9 +215,7 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, st *reqState, 
 		now := rt.now()
 		uncached := st.uncached(&st.cands[d.Index])
 		pending = b.addPending(uncached, st.chain.Units, now)
-		if kc := &rt.cfg.KVMesh; kc.BlockWeight > 0 && st.chain.Units > 0 && float64(uncached) <= boundShare*float64(st.chain.Units) {
-			b.bound.observe(now.UnixNano(), kc.BlockWindow)
-		}
+		b.countArrival(uncached, st.chain.Units, now, &rt.cfg.KVMesh)
 		if cfg := &rt.cfg.Belief; st.depthEdge {
 			upt := rt.unitsPerToken()
 			b.belief.afterBooking(now.UnixMilli(), rt.meshWritten(b), st.pinnedAt(b, now.UnixMilli(), upt), upt, cfg.DoubtBeyond, cfg.DoubtNear)
