@@ -42,6 +42,13 @@ import (
 // fleet sent its long prompts to longer queues, and they are its slowest
 // 1%.
 
+// Two guards keep the term where it pays. In a saturated fleet (Mooncake
+// at 3x) every candidate is queued and the term sends the long prompts,
+// the fleet's slowest requests, to longer queues: BlockFleetLoad turns it
+// off while the fleet's decayed mean load is above a few average prompts,
+// and BlockFence never lets it move a request to a queue much longer than
+// the one it would take without it.
+
 // boundShare is the most of its prompt a request may have booked as
 // uncached and still count as bound to its backend: it was sent there for
 // a prefix that covers at least half of it.
@@ -120,4 +127,86 @@ func (cfg *KVMeshConfig) blocking(l *LoadView, fresh, pending, share float64) fl
 		block = min(block, cfg.BlockMaxShare*fresh)
 	}
 	return block
+}
+
+// blockOn says whether the blocking term prices this decision: it is on
+// (KVMeshConfig.BlockWeight), some candidate could start the request
+// almost at once (BlockIdleLoad) and the fleet is not saturated
+// (BlockFleetLoad). A decision observes the fleet's load; an explanation
+// or a retry only reads it.
+func (p *kvmeshPolicy) blockOn(req *Request, loads []float64, minLoad, avg float64) bool {
+	cfg := &p.cfg
+	if cfg.BlockWeight <= 0 {
+		return false
+	}
+	on := cfg.BlockIdleLoad <= 0 || minLoad <= cfg.BlockIdleLoad*avg
+	if cfg.BlockFleetLoad > 0 {
+		fleet := p.fleet.value()
+		if !req.Explain && req.Attempt == 0 && len(loads) > 0 && avg > 0 {
+			sum := 0.0
+			for _, l := range loads {
+				sum += l
+			}
+			fleet = p.fleet.observe(req.Now.UnixNano(), sum/float64(len(loads))/avg, cfg.BlockWindow)
+		}
+		on = on && fleet <= cfg.BlockFleetLoad
+	}
+	return on
+}
+
+// fleetGated is a policy whose blocking term is gated on the fleet's
+// load (KVMeshConfig.BlockFleetLoad), for /debug/route.
+type fleetGated interface {
+	// fleetLoad is the fleet's decayed mean load in average prompts, and
+	// whether the gate is set.
+	fleetLoad() (float64, bool)
+}
+
+func (p *kvmeshPolicy) fleetLoad() (float64, bool) {
+	return p.fleet.value(), p.cfg.BlockWeight > 0 && p.cfg.BlockFleetLoad > 0
+}
+
+// fenceLoad is the most load a candidate may have queued for the
+// blocking term to move the request there: BlockFence average prompts
+// above the load of unblocked, the candidate it would take without the
+// term. +Inf while the term or the fence is off.
+func (cfg *KVMeshConfig) fenceLoad(block bool, loads []float64, unblocked int, avg float64) float64 {
+	if !block || cfg.BlockFence <= 0 {
+		return math.Inf(1)
+	}
+	return loads[unblocked] + cfg.BlockFence*avg
+}
+
+// fleetLoad is the fleet's load over time: a time-decayed mean of the
+// mean candidate load (in average prompts) seen at each decision, each
+// sample weighted by the time since the one before it, so that the mean
+// covers roughly the last window whatever the request rate.
+type fleetLoad struct {
+	mu   sync.Mutex
+	mean float64
+	at   int64 // Unix nanoseconds of the last sample
+	seen bool
+}
+
+// observe folds the sample x taken at now into the mean and returns it.
+// A sample at or before the last one's time leaves the mean as it is.
+func (f *fleetLoad) observe(now int64, x float64, window time.Duration) float64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case !f.seen:
+		f.mean, f.at, f.seen = x, now, true
+	case now > f.at && window > 0:
+		w := 1 - math.Exp(-float64(now-f.at)/float64(window))
+		f.mean += (x - f.mean) * w
+		f.at = now
+	}
+	return f.mean
+}
+
+// value is the mean as last observed, 0 before any sample.
+func (f *fleetLoad) value() float64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.mean
 }

@@ -36,6 +36,30 @@ func TestArrivalRate(t *testing.T) {
 	}
 }
 
+// fleetLoad: the first sample is the mean; a sample one window after the
+// last moves it 1-1/e of the way; a sample no later than the last one
+// leaves it.
+func TestFleetLoad(t *testing.T) {
+	var f fleetLoad
+	w := 10 * time.Second
+	t0 := time.Unix(1_700_000_000, 0).UnixNano()
+	if v := f.value(); v != 0 {
+		t.Fatalf("no sample: %v, want 0", v)
+	}
+	if v := f.observe(t0, 4, w); v != 4 {
+		t.Fatalf("first sample 4: mean %v, want 4", v)
+	}
+	if v := f.observe(t0, 100, w); v != 4 {
+		t.Fatalf("a sample at the same time: mean %v, want 4 (no time stood for it)", v)
+	}
+	if v, want := f.observe(t0+int64(w), 1, w), 1+3/math.E; math.Abs(v-want) > 1e-12 {
+		t.Fatalf("sample 1 one window later: mean %v, want %v", v, want)
+	}
+	if v, want := f.observe(t0, 50, w), 1+3/math.E; math.Abs(v-want) > 1e-12 || f.value() != v {
+		t.Fatalf("a sample from an earlier clock: mean %v (value %v), want %v", v, f.value(), want)
+	}
+}
+
 // KVMeshConfig.BlockWeight: among idle candidates that hold none of a long
 // prompt, it goes to the one fewer requests are bound to; the term is
 // exactly the formula; a hit (nothing to compute) pays none, and with the
@@ -109,6 +133,55 @@ func TestKVMeshBlockingTerm(t *testing.T) {
 		t.Fatalf("gated, b idle: b's cost %v with the term, %v without: want it priced", on, off)
 	}
 
+	// Gated on the fleet's load over time: the term is on for an idle
+	// fleet; a policy that has seen the fleet queued far beyond an average
+	// prompt keeps it off, even for a decision whose candidates are idle at
+	// that moment; after ten windows of an idle fleet it is on again. ref
+	// sees the same decisions without the term.
+	fleetGated := cfg
+	fleetGated.BlockFleetLoad = 1
+	fp, ref := newKVMeshPolicy(fleetGated), newKVMeshPolicy(DefaultKVMeshConfig())
+	costsOfB := func() (gated, without float64) {
+		pc.choose(fp)
+		gated = pc.scores[1]
+		pc.choose(ref)
+		return gated, pc.scores[1]
+	}
+	pc.pending(0, 0)
+	pc.cands[0].Load.BoundRate, pc.cands[1].Load.BoundRate = 0, 0.4
+	if g, w := costsOfB(); g <= w {
+		t.Fatalf("fleet-gated, an idle fleet: b's cost %v with the gate, %v without the term: want it priced", g, w)
+	}
+	pc.req.Now = pc.req.Now.Add(fleetGated.BlockWindow)
+	pc.pending(1e6, 1e6)
+	costsOfB()
+	pc.pending(0, 0)
+	if g, w := costsOfB(); g != w {
+		t.Fatalf("fleet-gated, just after the fleet was saturated: b's cost %v, want %v (the term off)", g, w)
+	}
+	pc.req.Now = pc.req.Now.Add(10 * fleetGated.BlockWindow)
+	if g, w := costsOfB(); g <= w {
+		t.Fatalf("fleet-gated, ten windows of an idle fleet later: b's cost %v, %v without the term: want it priced", g, w)
+	}
+
+	// Fenced: the term moves the long prompt from idle a to b, which has
+	// half an average prompt queued (but for that fence)...
+	fenced := cfg
+	fenced.BlockFence = 1
+	pc.pending(0, 0.5*fenced.InitialPromptUnits)
+	pc.cands[0].Load.BoundRate, pc.cands[1].Load.BoundRate = 0.4, 0.01
+	if name, _ := pc.choose(newKVMeshPolicy(fenced)); name != "b" {
+		t.Fatalf("fenced at one average prompt, b half a prompt longer: chose %s, want b", name)
+	}
+	// ...but not to a queue two prompts longer, though the term alone would.
+	pc.pending(0, 2*fenced.InitialPromptUnits)
+	if name, _ := pc.choose(newKVMeshPolicy(cfg)); name != "b" {
+		t.Fatalf("unfenced, b two prompts longer: chose %s, want b (the test's premise)", name)
+	}
+	if name, _ := pc.choose(newKVMeshPolicy(fenced)); name != "a" {
+		t.Fatalf("fenced at one average prompt, b two prompts longer: chose %s, want a", name)
+	}
+
 	// A full holder computes nothing and keeps the request, bound rate or not.
 	pc.match(1500, 0).pending(0, 0)
 	pc.cands[0].Load.BoundRate, pc.cands[1].Load.BoundRate = 5, 0
@@ -136,18 +209,27 @@ func TestKVMeshBlockWindowValidated(t *testing.T) {
 	if errs := cfg.validate(); len(errs) != 1 {
 		t.Fatalf("block_idle_load -1: %v, want one error", errs)
 	}
+	cfg.BlockIdleLoad, cfg.BlockFleetLoad = 0, math.Inf(1)
+	if errs := cfg.validate(); len(errs) != 1 {
+		t.Fatalf("block_fleet_load +Inf: %v, want one error", errs)
+	}
+	cfg.BlockFleetLoad, cfg.BlockFence = 0, -0.5
+	if errs := cfg.validate(); len(errs) != 1 {
+		t.Fatalf("block_fence -0.5: %v, want one error", errs)
+	}
 }
 
 // The router counts a request bound to its backend when it booked at most
 // half its prompt there, and reports the rate and the learned prefill rate
-// in the backend's load view only while the term is on.
+// in the backend's load view, and the fleet's load in /debug/route, only
+// while the term is on.
 func TestRouterCountsBoundArrivals(t *testing.T) {
 	for _, on := range []bool{false, true} {
 		a := newFakeBackend(t, "a")
 		now := time.Unix(1_700_000_000, 0)
 		g := newRig(t, func(c *Config, d *Deps) {
 			if on {
-				c.KVMesh.BlockWeight = 1
+				c.KVMesh.BlockWeight, c.KVMesh.BlockFleetLoad = 1, 2
 			}
 			d.Now = func() time.Time { return now }
 		}, a)
@@ -160,11 +242,20 @@ func TestRouterCountsBoundArrivals(t *testing.T) {
 		}
 		g.call("POST", "/v1/chat/completions", chat("m1", sys, "question one", "answer", "question two"))
 		lv := view()
+		x, _ := explainRoute(t, g, chat("m1", sys, "question one", "answer", "question two"))
 		if !on {
 			if lv.BoundRate != 0 || lv.PrefillRate != 0 {
 				t.Fatalf("off: bound rate %v, prefill rate %v, want 0 (not computed)", lv.BoundRate, lv.PrefillRate)
 			}
+			if x.FleetLoad != nil {
+				t.Fatalf("off: /debug/route shows a fleet load %v, want none", *x.FleetLoad)
+			}
 			continue
+		}
+		// Two decisions at an idle fleet: the mean is the load their
+		// candidates had, far below an average prompt; an explanation reads it.
+		if fl, _ := g.rt.policy.(fleetGated).fleetLoad(); x.FleetLoad == nil || *x.FleetLoad != fl || fl > 1 {
+			t.Fatalf("on: /debug/route fleet load %v, the policy's %v: want the policy's, under one prompt", x.FleetLoad, fl)
 		}
 		if want := 1 / g.rt.cfg.KVMesh.BlockWindow.Seconds(); math.Abs(lv.BoundRate-want) > 1e-12 {
 			t.Fatalf("after a follow-up that found its context: bound rate %v, want %v (one arrival)", lv.BoundRate, want)

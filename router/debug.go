@@ -65,6 +65,10 @@ type RouteExplanation struct {
 	Reason      string `json:"reason"`
 	Learn       bool   `json:"learn"` // whether dispatching would learn claims on Chosen
 	RouteHeader string `json:"route_header"`
+	// FleetLoad is the fleet's decayed mean load, in average prompts,
+	// that gates kvmesh.block_weight while kvmesh.block_fleet_load is
+	// set (the term is on while it is at most that); absent otherwise.
+	FleetLoad *float64 `json:"fleet_load_prompts,omitempty"`
 	// Candidates are the backends in rotation serving the model, in
 	// configuration order; Unavailable those serving it but ejected.
 	Candidates  []CandidateExplanation `json:"candidates"`
@@ -211,6 +215,11 @@ func (rt *Router) explain(st *reqState, ep Endpoint, path string, body []byte, t
 	}
 	matched := routedUnits(&st.cands[d.Index], &st.chain, d)
 	x.RouteHeader = string(appendRoute(nil, x.Chosen, matched, st.chain.Units, d.Reason, rt.policy.Name()))
+	if fg, ok := rt.policy.(fleetGated); ok {
+		if v, on := fg.fleetLoad(); on {
+			x.FleetLoad = &v
+		}
+	}
 	for i := range st.cands {
 		c := &st.cands[i]
 		ce := CandidateExplanation{Backend: c.Name, MatchedBlocks: int(c.Matched),
