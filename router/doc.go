@@ -11,8 +11,10 @@
 // it), and each backend's queue of this node's requests waiting for a
 // first byte (backend.go's pending prefill; overdue.go, the order they
 // were sent in and the rate they are computed at). The kvmesh policy's
-// cost model is policy_kvmesh.go; waitguard.go is its optional guard for a
-// request's own first token.
+// cost model is policy_kvmesh.go (its weights, and the model written out,
+// on KVMeshConfig in policy_kvmesh_config.go); waitguard.go is its optional
+// guard for a request's own first token, blocking.go its optional price of
+// the wait a long prefill imposes on the requests bound to a backend.
 //
 // router reads claims from a tree.Index and writes what it learns through a
 // small Learner interface that the mesh (or a local, unreplicated learner)
