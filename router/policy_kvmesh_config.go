@@ -315,8 +315,9 @@ type KVMeshConfig struct {
 	// prompts (10th to 90th percentile over a run), at 3x 1.42-2.24, while
 	// the mean candidate's load at a decision spans 0.5-2.6 and 1.2-4.0:
 	// the decayed mean tells the two apart, a decision's loads do not. At
-	// 1.5 with BlockFence 1 the term keeps Mooncake 2x's gain and no
-	// longer costs 3x (docs/claims.md).
+	// 1.5 with BlockFence 1 the term keeps Mooncake 2x's p50 gain and no
+	// longer costs 3x, but 2x's p99 is slower (5 of 6 pairs) and the
+	// agent workload loses a point of hit rate (docs/claims.md).
 	BlockFleetLoad float64 `yaml:"block_fleet_load"`
 	// BlockFence keeps the term from moving a request to a queue more
 	// than this many average prompts longer than the candidate it would
