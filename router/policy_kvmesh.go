@@ -143,14 +143,14 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 		if l.Has&HasKVCacheUsage != 0 && l.KVUsage > cfg.KVUsageThreshold {
 			cost += avg * cfg.KVUsageWeight * l.SignalWeight * (l.KVUsage - cfg.KVUsageThreshold) / (1 - cfg.KVUsageThreshold)
 		}
-		if cost < unblockedCost || (cost == unblockedCost && c.Matched > cands[unblocked].Matched) {
+		if cheaper(cost, c, unblockedCost, &cands[unblocked]) {
 			unblocked, unblockedCost = i, cost
 		}
 		if block {
 			cost += cfg.blocking(l, fresh, loads[i]*c.Weight, req.MeshShare)
 		}
 		scores[i] = cost
-		if cost < scores[best] || (cost == scores[best] && c.Matched > cands[best].Matched) {
+		if cheaper(cost, c, scores[best], &cands[best]) {
 			best = i
 		}
 	}
@@ -160,7 +160,7 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 	if loads[best] > fence {
 		best = unblocked
 		for i := range cands {
-			if loads[i] <= fence && (scores[i] < scores[best] || (scores[i] == scores[best] && cands[i].Matched > cands[best].Matched)) {
+			if loads[i] <= fence && cheaper(scores[i], &cands[i], scores[best], &cands[best]) {
 				best = i
 			}
 		}
@@ -242,6 +242,12 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 		return Decision{Index: alt, Reason: ReasonReplicate, Learn: true}
 	}
 	return Decision{Index: alt, Reason: ReasonLoadOverride, Learn: true, LearnAbove: cands[best].Matched}
+}
+
+// cheaper says whether candidate c at cost beats other at otherCost: a
+// lower cost, or the same and a deeper match.
+func cheaper(cost float64, c *Candidate, otherCost float64, other *Candidate) bool {
+	return cost < otherCost || (cost == otherCost && c.Matched > other.Matched)
 }
 
 // tieKey is the key that places a prompt among candidates holding it to
