@@ -137,6 +137,9 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 		fresh := total - c.TrustedUnits(req.Chain) - doubted // what it would compute and write
 		write := cfg.CacheWeight * (1 - c.Unfilled)
 		cost := (cfg.PrefillWeight+write)*fresh + (1-cfg.DoubtCacheShare)*write*doubted + loads[i]
+		if cfg.shallow(fresh, total) {
+			cost += write * (total - fresh) // charged for writing the whole prompt
+		}
 		if spread > 0 {
 			cost += spread * fresh * max(l.active()/c.Weight-meanActive, 0)
 		}
@@ -242,6 +245,13 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 		return Decision{Index: alt, Reason: ReasonReplicate, Learn: true}
 	}
 	return Decision{Index: alt, Reason: ReasonLoadOverride, Learn: true, LearnAbove: cands[best].Matched}
+}
+
+// shallow says whether a candidate that would compute fresh units of a
+// prompt of total holds too little of it to earn the cache weight's
+// credit (KVMeshConfig.ShallowMatchShare).
+func (cfg *KVMeshConfig) shallow(fresh, total float64) bool {
+	return cfg.ShallowMatchShare > 0 && total-fresh < cfg.ShallowMatchShare*total
 }
 
 // cheaper says whether candidate c at cost beats other at otherCost: a
