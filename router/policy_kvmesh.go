@@ -146,10 +146,10 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 		if l.Has&HasKVCacheUsage != 0 && l.KVUsage > cfg.KVUsageThreshold {
 			cost += avg * cfg.KVUsageWeight * l.SignalWeight * (l.KVUsage - cfg.KVUsageThreshold) / (1 - cfg.KVUsageThreshold)
 		}
-		if cheaper(cost, c, unblockedCost, &cands[unblocked]) {
-			unblocked, unblockedCost = i, cost
-		}
 		if block {
+			if cheaper(cost, c, unblockedCost, &cands[unblocked]) { // for the fence
+				unblocked, unblockedCost = i, cost
+			}
 			cost += cfg.blocking(l, fresh, loads[i]*c.Weight, req.MeshShare)
 		}
 		scores[i] = cost
