@@ -154,15 +154,10 @@ func (p *kvmeshPolicy) blockOn(req *Request, loads []float64, minLoad, avg float
 	return on
 }
 
-// fleetGated is a policy whose blocking term is gated on the fleet's
-// load (KVMeshConfig.BlockFleetLoad), for /debug/route.
-type fleetGated interface {
-	// fleetLoad is the fleet's decayed mean load in average prompts, and
-	// whether the gate is set.
-	fleetLoad() (float64, bool)
-}
-
-func (p *kvmeshPolicy) fleetLoad() (float64, bool) {
+// gatingFleetLoad is the fleet's decayed mean load in average prompts,
+// and whether it gates the blocking term (BlockFleetLoad set), for
+// /debug/route (fleetGated).
+func (p *kvmeshPolicy) gatingFleetLoad() (float64, bool) {
 	return p.fleet.value(), p.cfg.BlockWeight > 0 && p.cfg.BlockFleetLoad > 0
 }
 

@@ -254,7 +254,7 @@ func TestRouterCountsBoundArrivals(t *testing.T) {
 		}
 		// Two decisions at an idle fleet: the mean is the load their
 		// candidates had, far below an average prompt; an explanation reads it.
-		if fl, _ := g.rt.policy.(fleetGated).fleetLoad(); x.FleetLoad == nil || *x.FleetLoad != fl || fl > 1 {
+		if fl, _ := g.rt.policy.(fleetGated).gatingFleetLoad(); x.FleetLoad == nil || *x.FleetLoad != fl || fl > 1 {
 			t.Fatalf("on: /debug/route fleet load %v, the policy's %v: want the policy's, under one prompt", x.FleetLoad, fl)
 		}
 		if want := 1 / g.rt.cfg.KVMesh.BlockWindow.Seconds(); math.Abs(lv.BoundRate-want) > 1e-12 {

@@ -44,6 +44,12 @@ func (rt *Router) AdminHandler() http.Handler {
 	return mux
 }
 
+// fleetGated is a policy whose blocking term is gated on the fleet's load
+// (the kvmesh policy's KVMeshConfig.BlockFleetLoad): /debug/route shows it.
+type fleetGated interface {
+	gatingFleetLoad() (load float64, gated bool)
+}
+
 // RouteExplanation is a routing decision shown by POST /debug/route.
 type RouteExplanation struct {
 	Policy        string `json:"policy"`
@@ -216,7 +222,7 @@ func (rt *Router) explain(st *reqState, ep Endpoint, path string, body []byte, t
 	matched := routedUnits(&st.cands[d.Index], &st.chain, d)
 	x.RouteHeader = string(appendRoute(nil, x.Chosen, matched, st.chain.Units, d.Reason, rt.policy.Name()))
 	if fg, ok := rt.policy.(fleetGated); ok {
-		if v, on := fg.fleetLoad(); on {
+		if v, on := fg.gatingFleetLoad(); on {
 			x.FleetLoad = &v
 		}
 	}
