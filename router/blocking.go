@@ -131,15 +131,23 @@ func (cfg *KVMeshConfig) blocking(l *LoadView, fresh, pending, share float64) fl
 
 // blockOn says whether the blocking term prices this decision: it is on
 // (KVMeshConfig.BlockWeight), some candidate could start the request
-// almost at once (BlockIdleLoad) and the fleet is not saturated
-// (BlockFleetLoad). A decision observes the fleet's load; an explanation
-// or a retry only reads it.
+// almost at once (BlockIdleLoad), the fleet is not saturated
+// (BlockFleetLoad) and its answers show little reuse (BlockMaxReuse). A
+// decision observes the fleet's load; an explanation or a retry only
+// reads it.
 func (p *kvmeshPolicy) blockOn(req *Request, loads []float64, minLoad, avg float64) bool {
 	cfg := &p.cfg
 	if cfg.BlockWeight <= 0 {
 		return false
 	}
 	on := cfg.BlockIdleLoad <= 0 || minLoad <= cfg.BlockIdleLoad*avg
+	if cfg.BlockMaxReuse > 0 {
+		r := initialReuse
+		if req.Reuse >= 0 {
+			r = req.Reuse
+		}
+		on = on && r <= cfg.BlockMaxReuse
+	}
 	if cfg.BlockFleetLoad > 0 {
 		fleet := p.fleet.value()
 		if !req.Explain && req.Attempt == 0 && len(loads) > 0 && avg > 0 {

@@ -164,6 +164,28 @@ func TestKVMeshBlockingTerm(t *testing.T) {
 		t.Fatalf("fleet-gated, ten windows of an idle fleet later: b's cost %v, %v without the term: want it priced", g, w)
 	}
 
+	// Gated on reuse: off while the backends answer that most of every
+	// prompt was cached (the decision is the one without the term), on at
+	// a low share and before any answer (taken as 0.5).
+	reuseGated := cfg
+	reuseGated.BlockMaxReuse = 0.7
+	rp, rref, reuse := newKVMeshPolicy(reuseGated), newKVMeshPolicy(DefaultKVMeshConfig()), pc.req.Reuse
+	pc.pending(0, 0)
+	pc.cands[0].Load.BoundRate, pc.cands[1].Load.BoundRate = 0, 0.4
+	for _, tc := range []struct {
+		reuse float64
+		on    bool
+	}{{0.9, false}, {0.2, true}, {-1, true}} {
+		pc.req.Reuse = tc.reuse
+		pc.choose(rp)
+		g := pc.scores[1]
+		pc.choose(rref)
+		if w := pc.scores[1]; (g > w) != tc.on || g < w {
+			t.Fatalf("reuse-gated at 0.7, reuse %v: b's cost %v with the gate, %v without the term: want it priced %v", tc.reuse, g, w, tc.on)
+		}
+	}
+	pc.req.Reuse = reuse
+
 	// Fenced: the term moves the long prompt from idle a to b, which has
 	// half an average prompt queued (but for that fence)...
 	fenced := cfg
@@ -216,6 +238,12 @@ func TestKVMeshBlockWindowValidated(t *testing.T) {
 	cfg.BlockFleetLoad, cfg.BlockFence = 0, -0.5
 	if errs := cfg.validate(); len(errs) != 1 {
 		t.Fatalf("block_fence -0.5: %v, want one error", errs)
+	}
+	for _, v := range []float64{-0.1, 1.5, math.NaN()} {
+		cfg.BlockFence, cfg.BlockMaxReuse = 0, v
+		if errs := cfg.validate(); len(errs) != 1 {
+			t.Fatalf("block_max_reuse %v: %v, want one error", v, errs)
+		}
 	}
 }
 

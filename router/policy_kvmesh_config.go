@@ -119,21 +119,19 @@ type KVMeshConfig struct {
 	// CacheWeight: it is charged for writing the whole prompt, like a
 	// candidate that holds none of it (the prefill it saves still counts).
 	// The cache weight prices the copy a request makes elsewhere of what a
-	// holder keeps; for a short head of a long prompt (a system prompt
-	// before 100,000 new tokens) that copy is small next to what the
-	// request writes anyway, and a head most requests share is worth
-	// having on more backends, yet at CacheWeight 16 a 512-token head
-	// outweighs 8,192 units of queue at the holder: on the Mooncake trace
-	// at 2x, kvmesh's long misses (over 60,000 tokens, every one routed to
-	// a holder of its 512-token head) waited 0.29-0.32 s on average
-	// against the oracle's 0.16-0.23 s. 0: every match earns it.
+	// holder keeps; for a short head of a long prompt that copy is small
+	// next to what the request writes anyway, yet at CacheWeight 16 a
+	// 512-token head outweighs 8,192 units of queue at a holder against a
+	// backend without it. 0: every match earns it.
 	//
 	// Off: at 0.05 against off (kvmesh arm, 8 backends, runs alternating;
 	// medians, pairs won), Mooncake 3x, 6 pairs: TTFT p50 0.909 against
 	// 0.950 s and p99 6.35 against 6.51 s (5 of 6 each), hit rate 14.93%
-	// against 14.54% (4 of 6); but Mooncake 2x, 3 pairs: p99 5.94 against
-	// 5.72 s (slower in 2 of 3); customers, 3 pairs: hit rate 49.71% against
-	// 49.99%, p50 and p99 slower (3 of 3 each). docs/claims.md.
+	// against 14.54% (4 of 6); but Mooncake 2x, 8 pairs: p99 slower in 6 of
+	// 8, hit rate level (4 of 8); customers, 8 pairs: hit rate behind in 7
+	// of 8. Every Mooncake prompt opens with the same 512-token block,
+	// which every backend holds, so the rule rarely changes who is
+	// cheapest there. docs/claims.md.
 	ShallowMatchShare float64 `yaml:"shallow_match_share"`
 	// PendingWeight prices one unit of prefill this router has queued at
 	// the backend. 1: queued prefill delays the first token as much as the
@@ -345,6 +343,25 @@ type KVMeshConfig struct {
 	// go to without the term: the request pays at most that much of its
 	// own wait for the others. 0: no fence.
 	BlockFence float64 `yaml:"block_fence"`
+	// BlockMaxReuse turns the term on only while the share of prompt
+	// tokens the backends answered were cached (Request.Reuse; 0.5 before
+	// any answer) is at most this: where most of every prompt is a hit,
+	// moving a request off its holder recomputes what the holder kept,
+	// which costs more than the wait it spares the bound requests. 0:
+	// always on. Mooncake reuses ~0.15 of its prompt tokens, customers
+	// ~0.5, the coding agent ~0.85.
+	//
+	// With BlockWeight 1, BlockFleetLoad 1.5 and BlockFence 1, at 0.7
+	// against the term off (kvmesh arm, runs alternating; medians, pairs
+	// won): Mooncake 2x, 4 pairs: TTFT p50 0.440 against 0.454 s (4 of 4),
+	// p99 5.95 against 5.88 s (faster in 1 of 4); Mooncake 3x, 4 pairs: p50
+	// 0.909 against 0.960 s (4 of 4), hit rate ahead in 3 of 4, p99 faster
+	// in 1 of 4; customers, 4 pairs: p99 1.264 against 1.357 s (3 of 4).
+	// Without the fence, the agent workload, 6 pairs: hit rate 84.6%
+	// against 84.8% (behind in 4 of 6), where ungated it lost a point, but
+	// p90 3.10 against 2.58 s (slower in 4 of 6).
+	// docs/claims.md.
+	BlockMaxReuse float64 `yaml:"block_max_reuse"`
 	// InitialPromptUnits is the average prompt size assumed before any
 	// request was seen. 4096 units (about 1,000 tokens in byte mode).
 	InitialPromptUnits float64 `yaml:"initial_prompt_units"`
@@ -405,6 +422,9 @@ func (c KVMeshConfig) validate() []error {
 	nonNeg("block_idle_load", c.BlockIdleLoad)
 	nonNeg("block_fleet_load", c.BlockFleetLoad)
 	nonNeg("block_fence", c.BlockFence)
+	if !(c.BlockMaxReuse >= 0 && c.BlockMaxReuse <= 1) {
+		bad("block_max_reuse must be in [0, 1], got %v", c.BlockMaxReuse)
+	}
 	if !(c.ShallowMatchShare >= 0 && c.ShallowMatchShare <= 1) {
 		bad("shallow_match_share must be in [0, 1], got %v", c.ShallowMatchShare)
 	}
