@@ -142,11 +142,7 @@ func (p *kvmeshPolicy) blockOn(req *Request, loads []float64, minLoad, avg float
 	}
 	on := cfg.BlockIdleLoad <= 0 || minLoad <= cfg.BlockIdleLoad*avg
 	if cfg.BlockMaxReuse > 0 {
-		r := initialReuse
-		if req.Reuse >= 0 {
-			r = req.Reuse
-		}
-		on = on && r <= cfg.BlockMaxReuse
+		on = on && req.reuse() <= cfg.BlockMaxReuse
 	}
 	if cfg.BlockFleetLoad > 0 {
 		fleet := p.fleet.value()

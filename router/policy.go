@@ -63,6 +63,15 @@ func (r *Request) Units() int {
 	return r.Chain.Units
 }
 
+// reuse is Reuse, at most 1, or the kvmesh policy's initialReuse before
+// any answer said.
+func (r *Request) reuse() float64 {
+	if r.Reuse < 0 {
+		return initialReuse
+	}
+	return min(r.Reuse, 1)
+}
+
 // Candidate is one backend that may serve the request: healthy, serving
 // the model, not yet tried for it.
 type Candidate struct {

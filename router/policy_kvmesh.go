@@ -124,10 +124,7 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 			meanActive += cands[i].Load.active() / cands[i].Weight
 		}
 		meanActive /= float64(n)
-		r := initialReuse
-		if req.Reuse >= 0 {
-			r = min(req.Reuse, 1)
-		}
+		r := req.reuse()
 		spread = cfg.SpreadWeight * avg * max(min(r/(1-r), maxReuseRatio)-cfg.SpreadMinReuse, 0) / total // r = 1: +Inf, capped
 	}
 	for i := range cands {

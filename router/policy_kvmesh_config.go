@@ -400,11 +400,14 @@ func (c KVMeshConfig) validate() []error {
 			bad("%s must be a non-negative number, got %v", name, v)
 		}
 	}
+	share := func(name string, v float64) {
+		if !(v >= 0 && v <= 1) {
+			bad("%s must be in [0, 1], got %v", name, v)
+		}
+	}
 	nonNeg("prefill_weight", c.PrefillWeight)
 	nonNeg("cache_weight", c.CacheWeight)
-	if !(c.DoubtCacheShare >= 0 && c.DoubtCacheShare <= 1) {
-		bad("doubt_cache_share must be in [0, 1], got %v", c.DoubtCacheShare)
-	}
+	share("doubt_cache_share", c.DoubtCacheShare)
 	nonNeg("pending_weight", c.PendingWeight)
 	nonNeg("load_weight", c.LoadWeight)
 	nonNeg("spread_weight", c.SpreadWeight)
@@ -421,12 +424,8 @@ func (c KVMeshConfig) validate() []error {
 	nonNeg("block_idle_load", c.BlockIdleLoad)
 	nonNeg("block_fleet_load", c.BlockFleetLoad)
 	nonNeg("block_fence", c.BlockFence)
-	if !(c.BlockMaxReuse >= 0 && c.BlockMaxReuse <= 1) {
-		bad("block_max_reuse must be in [0, 1], got %v", c.BlockMaxReuse)
-	}
-	if !(c.ShallowMatchShare >= 0 && c.ShallowMatchShare <= 1) {
-		bad("shallow_match_share must be in [0, 1], got %v", c.ShallowMatchShare)
-	}
+	share("block_max_reuse", c.BlockMaxReuse)
+	share("shallow_match_share", c.ShallowMatchShare)
 	if c.BlockWeight > 0 && c.BlockWindow <= 0 {
 		bad("block_window must be positive when block_weight is set, got %v", c.BlockWindow)
 	}
