@@ -172,16 +172,17 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 	// beyond their match, so that nodes which have not seen the prefix yet
 	// agree on where it goes.
 	within := scores[best] + cfg.TieBand*avg
+	tied := func(i int) bool { return scores[i] <= within && loads[i] <= fence }
 	ties := 0
 	var depth int32
 	for i := range cands {
-		if scores[i] <= within && loads[i] <= fence {
+		if tied(i) {
 			ties++
 			depth = max(depth, cands[i].Matched)
 		}
 	}
 	if ties > 1 {
-		if w := rendezvous(tieKey(req, depth), cands, func(i int) bool { return scores[i] <= within && loads[i] <= fence }); w >= 0 {
+		if w := rendezvous(tieKey(req, depth), cands, tied); w >= 0 {
 			best = w
 		}
 	}
