@@ -49,6 +49,9 @@ type BackendCounters struct {
 	EvictedBlocks uint64 `json:"evicted_blocks"`
 	// BusySeconds is simulated time spent in engine steps.
 	BusySeconds float64 `json:"busy_seconds"`
+	// TTFT is the engine's own time to first token (engine_ttft.go); nil
+	// for an ExternalFleet. Summarised in RunResult.EngineTTFT, not stored.
+	TTFT *sim.LatencySketch `json:"-"`
 }
 
 // ComputedTokens is the prompt tokens the backend had to prefill: queries
@@ -96,6 +99,7 @@ func (s *simFleet) Counters(context.Context) ([]BackendCounters, error) {
 			Preemptions:        in.Preemptions,
 			EvictedBlocks:      in.EvictedBlocks,
 			BusySeconds:        in.BusySeconds,
+			TTFT:               &in.TTFT,
 		}
 	}
 	return out, nil

@@ -134,6 +134,7 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	writeFloors(ew, CheckFloors(r))
 	writePaired(ew, PairedAgainst(r))
 	writeReach(ew, r)
+	writeEngineTTFT(ew, r)
 	writeMultiNode(ew, r)
 
 	writeDecisions(ew, r)

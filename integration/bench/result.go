@@ -29,7 +29,10 @@ type RunResult struct {
 	ClientCachedTokens int64 `json:"client_cached_tokens"`
 
 	TTFT LatencySummary `json:"ttft_s"`
-	E2E  LatencySummary `json:"e2e_s"`
+	// EngineTTFT is the engines' own time to first token, from arrival at
+	// the engine (engine_ttft.go); N 0 when the fleet does not measure it.
+	EngineTTFT QuantileSummary `json:"engine_ttft_s,omitzero"`
+	E2E        LatencySummary  `json:"e2e_s"`
 	// Late summarises how much later than scheduled requests were sent
 	// (open loop), in simulated seconds.
 	Late LatencySummary `json:"late_s"`
@@ -102,11 +105,15 @@ type RunResult struct {
 
 // ArmSummary is an arm's figures over its repeats: median and spread.
 type ArmSummary struct {
-	Arm                Arm    `json:"arm"`
-	HitRate            Spread `json:"hit_rate"`
-	TTFTP50            Spread `json:"ttft_p50_s"`
-	TTFTP90            Spread `json:"ttft_p90_s"`
-	TTFTP99            Spread `json:"ttft_p99_s"`
+	Arm     Arm    `json:"arm"`
+	HitRate Spread `json:"hit_rate"`
+	TTFTP50 Spread `json:"ttft_p50_s"`
+	TTFTP90 Spread `json:"ttft_p90_s"`
+	TTFTP99 Spread `json:"ttft_p99_s"`
+	// EngineTTFTP50 and EngineTTFTP99: RunResult.EngineTTFT's, over the
+	// runs that measured it.
+	EngineTTFTP50      Spread `json:"engine_ttft_p50_s,omitzero"`
+	EngineTTFTP99      Spread `json:"engine_ttft_p99_s,omitzero"`
 	E2EP50             Spread `json:"e2e_p50_s"`
 	E2EP99             Spread `json:"e2e_p99_s"`
 	RequestsPerSec     Spread `json:"requests_per_s"`
@@ -214,7 +221,7 @@ type Report struct {
 func Summarize(arms []Arm, runs []RunResult) []ArmSummary {
 	out := make([]ArmSummary, 0, len(arms))
 	for _, a := range arms {
-		var hit, t50, t90, t99, e50, e99, rps, tps, wcv, rcv, errs, agree, lbytes, prec, dprec, rch, rgt, mv, mvr []float64
+		var hit, t50, t90, t99, g50, g99, e50, e99, rps, tps, wcv, rcv, errs, agree, lbytes, prec, dprec, rch, rgt, mv, mvr []float64
 		for i := range runs {
 			r := &runs[i]
 			if r.Arm != a.Name {
@@ -224,6 +231,10 @@ func Summarize(arms []Arm, runs []RunResult) []ArmSummary {
 			t50 = append(t50, r.TTFT.P50)
 			t90 = append(t90, r.TTFT.P90)
 			t99 = append(t99, r.TTFT.P99)
+			if r.EngineTTFT.N > 0 {
+				g50 = append(g50, r.EngineTTFT.P50)
+				g99 = append(g99, r.EngineTTFT.P99)
+			}
 			e50 = append(e50, r.E2E.P50)
 			e99 = append(e99, r.E2E.P99)
 			rps = append(rps, r.RequestsPerSec)
@@ -253,6 +264,7 @@ func Summarize(arms []Arm, runs []RunResult) []ArmSummary {
 		out = append(out, ArmSummary{
 			Arm: a, HitRate: SpreadOf(hit),
 			TTFTP50: SpreadOf(t50), TTFTP90: SpreadOf(t90), TTFTP99: SpreadOf(t99),
+			EngineTTFTP50: SpreadOf(g50), EngineTTFTP99: SpreadOf(g99),
 			E2EP50: SpreadOf(e50), E2EP99: SpreadOf(e99),
 			RequestsPerSec: SpreadOf(rps), OutputTokensPerSec: SpreadOf(tps),
 			WorkCV: SpreadOf(wcv), RequestsCV: SpreadOf(rcv), Errors: SpreadOf(errs),

@@ -182,6 +182,7 @@ func fillResult(res *RunResult, samples []Sample, counters []BackendCounters, wa
 		e2e = append(e2e, s.E2E.Seconds()*scale)
 	}
 	res.TTFT = summarizeLatency(ttft)
+	res.EngineTTFT = engineTTFT(counters)
 	res.E2E = summarizeLatency(e2e)
 	res.Late = summarizeLatency(late)
 	res.Late.N = len(late) // requests sent late at all

@@ -38,6 +38,11 @@ type InstanceStats struct {
 	Waiting      int     // current vllm:num_requests_waiting
 	KVCacheUsage float64 // current vllm:kv_cache_usage_perc
 	CachedBlocks int     // current prefix-cache entries
+
+	// TTFT is every time to first token the engine measured, in simulated
+	// seconds from the request's arrival at the engine (its queue and its
+	// prefill; vllm:time_to_first_token_seconds at 1% resolution).
+	TTFT LatencySketch
 }
 
 // HitRate is PrefixCacheHits / PrefixCacheQueries (0 with no queries).
@@ -73,6 +78,7 @@ func (in *Instance) Stats() InstanceStats {
 		Waiting:            l.Waiting,
 		KVCacheUsage:       l.KVCacheUsage,
 		CachedBlocks:       int(in.eng.gauge.cachedBlocks.Load()),
+		TTFT:               in.ttfts.snapshot(),
 	}
 	if u := in.url.Load(); u != nil {
 		st.URL = *u
@@ -173,6 +179,7 @@ func (f *Fleet) Stats() FleetStats {
 		t.Running += s.Running
 		t.Waiting += s.Waiting
 		t.CachedBlocks += s.CachedBlocks
+		t.TTFT.Add(&s.TTFT)
 		t.KVCacheUsage += s.KVCacheUsage / float64(len(f.insts))
 	}
 	return fs

@@ -33,6 +33,9 @@ type Instance struct {
 	models   [][]byte  // JSON string literals of Config.Models
 	nextID   atomic.Uint64
 	url      atomic.Pointer[string] // set by StartFleet, for Stats
+	// ttfts is the engine's time to first token, as the histogram of
+	// /metrics observes it, at 1% resolution (Stats.TTFT).
+	ttfts sketchRecorder
 
 	closeOnce sync.Once
 }
@@ -60,7 +63,11 @@ func New(cfg Config) (*Instance, error) {
 	}
 
 	ttft, e2e := newHistograms(cfg.Models[0])
-	in.eng = newEngine(&in.cfg, in.log, engineHooks{ttft: ttft.h.Observe, e2e: e2e.h.Observe})
+	observeTTFT := func(sec float64) {
+		ttft.h.Observe(sec)
+		in.ttfts.observe(sec)
+	}
+	in.eng = newEngine(&in.cfg, in.log, engineHooks{ttft: observeTTFT, e2e: e2e.h.Observe})
 	kv, err := newKVRecorder(cfg.KVEvents, cfg.Models)
 	if err != nil {
 		return nil, err

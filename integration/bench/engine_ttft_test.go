@@ -1,0 +1,118 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvmesh/kvmesh/router"
+	"github.com/kvmesh/kvmesh/tree"
+)
+
+// Each request's engine TTFT is part of its client TTFT, so every quantile
+// of the engines' is at most the client's (within the sketch's half
+// bucket), and they count the same requests.
+func TestEngineTTFTIsTheEnginesOwnPartOfTheClients(t *testing.T) {
+	w, sc := prefixHeavy(t)
+	cfg := e2eConfig(t, sc, "kvmesh")
+	res, err := RunOnce(context.Background(), &cfg, w, cfg.Arms[0], 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := res.EngineTTFT
+	if e.N != res.OK || res.OK == 0 {
+		t.Fatalf("engine TTFT counts %d requests, %d succeeded", e.N, res.OK)
+	}
+	if e.P50 <= 0 || e.P50 > res.TTFT.P50*1.006 || e.P99 > res.TTFT.P99*1.006 {
+		t.Errorf("engine TTFT p50 %v p99 %v, client's %v %v: the engines' must be the smaller", e.P50, e.P99, res.TTFT.P50, res.TTFT.P99)
+	}
+}
+
+func TestEngineTTFTAbsentWithoutSketches(t *testing.T) {
+	if got := engineTTFT([]BackendCounters{{Name: "b0", PrefixCacheQueries: 10}}); got != (QuantileSummary{}) {
+		t.Errorf("external fleet: %+v, want none", got)
+	}
+}
+
+func TestWriteMarkdownEngineTTFT(t *testing.T) {
+	r := sampleReport()
+	var b bytes.Buffer
+	if err := WriteMarkdown(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "Where the time to first token goes") {
+		t.Error("a report without engine TTFT has its table")
+	}
+	for i := range r.Runs {
+		if r.Runs[i].Arm == "kvmesh" {
+			r.Runs[i].EngineTTFT = QuantileSummary{P50: r.Runs[i].TTFT.P50 - 0.1, P99: 1, N: 100}
+		}
+	}
+	r.Arms = Summarize(sampleArms(r), r.Runs)
+	b.Reset()
+	if err := WriteMarkdown(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	md := b.String()
+	if !strings.Contains(md, "| kvmesh | 0.450 (0.400–0.500) | 0.350 (0.300–0.400) | 0.100 | 1.350 (1.200–1.500) | 1.000 (1.000–1.000) |") {
+		t.Errorf("no engine TTFT row for kvmesh:\n%s", md)
+	}
+	if strings.Contains(md, "| round_robin | 1.100 (1.000–1.200) | ") {
+		t.Errorf("an arm without engine TTFT has a row:\n%s", md)
+	}
+}
+
+func sampleArms(r *Report) []Arm {
+	arms := make([]Arm, len(r.Arms))
+	for i := range r.Arms {
+		arms[i] = r.Arms[i].Arm
+	}
+	return arms
+}
+
+// The shadow learns off the nodes' request paths, from a copy: the node
+// may reuse its chain as soon as Learn returns.
+func TestTeeLearnerQueuesACopyInOrder(t *testing.T) {
+	nodeIx, err := tree.New(tree.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	shadowIx, err := tree.New(tree.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nb, _ := nodeIx.EnsureBackend("b1")
+	_, _ = shadowIx.EnsureBackend("b0")
+	sb, _ := shadowIx.EnsureBackend("b1")
+	s := &shadowRouter{ix: shadowIx, learn: router.NewLocalLearner(shadowIx, "shadow"),
+		learns: make(chan shadowLearn, 4), stop: make(chan struct{}), applied: make(chan struct{})}
+	tee := &teeLearner{Learner: router.NewLocalLearner(nodeIx, "node"), nodeIx: nodeIx, shadow: s}
+
+	ch := &tree.Chain{Keys: []tree.Key{11, 12}, Learn: []int32{2}, UnitsPerBlock: 16, Units: 32}
+	tee.Learn(ch, nb, time.Minute)
+	ch.Keys[1], ch.Learn[0] = 99, 1 // the node reuses its buffers
+	tee.Invalidate("b1", false)
+
+	l := <-s.learns
+	if l.chain == nil || l.id != sb || l.chain.Keys[1] != 12 || l.chain.Learn[0] != 2 || l.ttl != time.Minute {
+		t.Fatalf("queued learn %+v (chain %+v), want a copy of keys [11 12] for the shadow's b1", l, l.chain)
+	}
+	if l := <-s.learns; l.chain != nil || l.backend != "b1" {
+		t.Fatalf("second item %+v, want the invalidation of b1", l)
+	}
+	// Applied by the shadow's goroutine, and Close waits for it.
+	go s.applyLearns()
+	tee.Learn(&tree.Chain{Keys: []tree.Key{21}, Learn: []int32{1}, UnitsPerBlock: 16, Units: 16}, nb, time.Minute)
+	deadline := time.Now().Add(10 * time.Second)
+	for shadowIx.Len() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if shadowIx.Len() == 0 {
+		t.Fatal("the shadow's index never got the learn")
+	}
+	close(s.stop)
+	<-s.applied
+	tee.Learn(ch, nb, time.Minute) // after Close: never blocks (queued or dropped, never applied)
+}
