@@ -14,6 +14,8 @@
 //     state);
 //   - the experiment loop (run.go): a fresh fleet and fresh router state per
 //     arm and repeat, arm order rotated between repeats;
+//   - the engines' own time to first token beside the client's, and the time
+//     outside the engines between them (engine_ttft.go);
 //   - the figures (stats.go, result.go) and their writers: Markdown, JSON and
 //     hand-written SVG charts (markdown.go, svgchart.go), and a progress bar
 //     (progress.go);

@@ -44,11 +44,8 @@ func engineTTFT(counters []BackendCounters) QuantileSummary {
 // writeEngineTTFT writes each arm's TTFT as the client and as the engines
 // measured it.
 func writeEngineTTFT(ew *errWriter, r *Report) {
-	any := false
-	for i := range r.Arms {
-		any = any || r.Arms[i].EngineTTFTP50.N > 0
-	}
-	if !any {
+	arms := armsWhere(r, func(a *ArmSummary) bool { return a.EngineTTFTP50.N > 0 })
+	if len(arms) == 0 {
 		return
 	}
 	ew.printf("Where the time to first token goes: *engine* TTFT is the simulated engines' own measure, from a request's ")
@@ -56,11 +53,7 @@ func writeEngineTTFT(ew *errWriter, r *Report) {
 	ew.printf("also holds the router, two HTTP hops and any wait for a CPU, each multiplied by the time scale. ")
 	ew.printf("*Outside* is the difference of the medians. Engine quantiles are within 0.5%%.\n\n")
 	ew.printf("| arm | TTFT p50 s | engine TTFT p50 s | outside p50 s | TTFT p99 s | engine TTFT p99 s |\n|---|---|---|---|---|---|\n")
-	for i := range r.Arms {
-		a := &r.Arms[i]
-		if a.EngineTTFTP50.N == 0 {
-			continue
-		}
+	for _, a := range arms {
 		ew.printf("| %s | %s | %s | %.3f | %s | %s |\n", a.Arm.Name, spreadNum(a.TTFTP50, 3), spreadNum(a.EngineTTFTP50, 3),
 			a.TTFTP50.Median-a.EngineTTFTP50.Median, spreadNum(a.TTFTP99, 3), spreadNum(a.EngineTTFTP99, 3))
 	}

@@ -266,12 +266,7 @@ func (e *errWriter) printf(format string, args ...any) {
 // writeMultiNode writes what multi-node arms cost and how closely their
 // nodes decide like one router.
 func writeMultiNode(ew *errWriter, r *Report) {
-	var multi []*ArmSummary
-	for i := range r.Arms {
-		if r.Arms[i].Arm.Nodes > 1 {
-			multi = append(multi, &r.Arms[i])
-		}
-	}
+	multi := armsWhere(r, func(a *ArmSummary) bool { return a.Arm.Nodes > 1 })
 	if len(multi) == 0 {
 		return
 	}
@@ -291,11 +286,8 @@ func writeMultiNode(ew *errWriter, r *Report) {
 
 // writeReach writes how much of what was reusable each arm reused.
 func writeReach(ew *errWriter, r *Report) {
-	any := false
-	for i := range r.Arms {
-		any = any || r.Arms[i].Reach.N > 0
-	}
-	if !any {
+	arms := armsWhere(r, func(a *ArmSummary) bool { return a.Reach.N > 0 })
+	if len(arms) == 0 {
 		return
 	}
 	ew.printf("Reach: before each request was sent, the simulated backends were asked how many of its prompt tokens the ")
@@ -304,12 +296,20 @@ func writeReach(ew *errWriter, r *Report) {
 	ew.printf("evictions a placement causes). *Moved* is the share of a conversation's follow-up requests sent to another ")
 	ew.printf("backend than its previous one; *regret in moves* the share of all prompt tokens that those recomputed while ")
 	ew.printf("some backend held them.\n\n| arm | reach | regret tokens / request | moved | regret in moves |\n|---|---|---|---|---|\n")
-	for i := range r.Arms {
-		a := &r.Arms[i]
-		if a.Reach.N == 0 {
-			continue
-		}
+	for _, a := range arms {
 		ew.printf("| %s | %s | %s | %s | %s |\n", a.Arm.Name, spreadPct(a.Reach), spreadNum(a.RegretTokens, 0), spreadPct(a.Moved), spreadPct(a.MoveRegret))
 	}
 	ew.printf("\n")
+}
+
+// armsWhere is the report's arms for which has holds, in order: the rows
+// of a table only some arms have figures for.
+func armsWhere(r *Report, has func(a *ArmSummary) bool) []*ArmSummary {
+	var out []*ArmSummary
+	for i := range r.Arms {
+		if has(&r.Arms[i]) {
+			out = append(out, &r.Arms[i])
+		}
+	}
+	return out
 }

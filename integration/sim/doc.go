@@ -86,6 +86,9 @@
 //     atomics); never from the router. A new Fleet has fresh caches and zero
 //     counters. Counters survive simulated restarts (a real vLLM's would
 //     reset), so totals over a run are complete.
+//   - InstanceStats.TTFT holds every time to first token the engine measured
+//     (the histogram's observations at 1% resolution, LatencySketch): the
+//     engines' side of a client's TTFT, without the router and HTTP hops.
 //   - Requests naming a model not in Config.Models get 404; the default
 //     "kvmesh-sim" matches integration/workload's default body.
 //   - A request whose prompt + output cannot fit in CacheBlocks or
