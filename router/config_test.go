@@ -35,6 +35,7 @@ func TestValidateReportsEachProblem(t *testing.T) {
 	cfg.KVMesh.OverdueFactor, cfg.KVMesh.OverdueSlack = 0.5, -1
 	cfg.KVMesh.WaitGuardFactor, cfg.KVMesh.WaitGuardFloor = 0.5, -1
 	cfg.KVMesh.DoubtCacheShare = 1.5
+	cfg.KVMesh.CopyWriteShare = -0.5
 	cfg.Belief.DoubtSpanMinIdle = 2
 	cfg.ConsistentHash.VirtualNodes = 0
 	cfg.SGLang.CacheThreshold = 2
@@ -58,6 +59,7 @@ func TestValidateReportsEachProblem(t *testing.T) {
 		`kvmesh.wait_guard_factor must be 0 (off) or at least 1, got 0.5`,
 		`kvmesh.wait_guard_floor must be a non-negative number, got -1`,
 		`kvmesh.doubt_cache_share must be in [0, 1], got 1.5`,
+		`kvmesh.copy_write_share must be in [0, 1], got -0.5`,
 		`belief.doubt_span_min_idle must be in [0, 1], got 2`,
 		`consistent_hash.virtual_nodes must be in [1, 4096]`,
 		`sglang_cache_aware.cache_threshold must be in [0, 1]`,

@@ -127,6 +127,12 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 		r := req.reuse()
 		spread = cfg.SpreadWeight * avg * max(min(r/(1-r), maxReuseRatio)-cfg.SpreadMinReuse, 0) / total // r = 1: +Inf, capped
 	}
+	held := 0.0 // the most of the prompt any candidate holds (CopyWriteShare)
+	if cfg.CopyWriteShare > 0 {
+		for i := range cands {
+			held = max(held, cands[i].TrustedUnits(req.Chain)+cands[i].DoubtedWorth(req.Chain))
+		}
+	}
 	for i := range cands {
 		c := &cands[i]
 		l := &c.Load
@@ -134,6 +140,9 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 		fresh := total - c.TrustedUnits(req.Chain) - doubted // what it would compute and write
 		write := cfg.CacheWeight * (1 - c.Unfilled)
 		cost := (cfg.PrefillWeight+write)*fresh + (1-cfg.DoubtCacheShare)*write*doubted + loads[i]
+		if copied := held - (total - fresh); copied > 0 { // another candidate holds it: a second copy
+			cost += cfg.CopyWriteShare * cfg.CacheWeight * c.Unfilled * copied
+		}
 		if cfg.shallow(fresh, total) {
 			cost += write * (total - fresh) // charged for writing the whole prompt
 		}

@@ -21,21 +21,55 @@ func TestKVMeshPrefersDeepestHolder(t *testing.T) {
 }
 
 // Writing into a cache's unfilled part displaces nothing: a backend that
-// has never been sent anything is not priced the cache weight for a
-// shared prefix it lacks, so a new conversation goes there rather than
-// to a holder with work queued; once that backend is full, the holder
-// wins again.
+// has never been sent anything is not priced the cache weight for the
+// part of a new conversation nobody holds (only for its copy of the
+// shared prefix it lacks, CopyWriteShare), so a new conversation goes
+// there rather than to a full holder with work queued; once that backend
+// is full, the holder wins again.
 func TestKVMeshEmptyBackendPaysNoCacheWeight(t *testing.T) {
 	p := newKVMeshPolicy(DefaultKVMeshConfig())
-	// 40 blocks: the holder has the first 30 (a shared system prompt) and
+	// 40 blocks: the holder has the first 10 (a shared system prompt) and
 	// a little prefill queued; the other backend holds nothing.
-	pc := newPolicyCase(40, 3, "holder", "empty").match(30, 0).pending(1500, 0)
+	pc := newPolicyCase(40, 3, "holder", "empty").match(10, 0).pending(1500, 0)
 	if name, d := pc.choose(p); name != "holder" {
 		t.Fatalf("both caches full: chose %s %+v (costs %v), want the holder", name, d, pc.scores)
 	}
 	pc.cands[1].Unfilled = 1
 	if name, d := pc.choose(p); name != "empty" || !d.Learn {
 		t.Fatalf("an empty cache beside the holder: chose %s %+v (costs %v), want the empty one", name, d, pc.scores)
+	}
+}
+
+// A request sent away from a holder writes a second copy of what the
+// holder keeps: with CopyWriteShare 1 that copy pays the full cache weight
+// even into an unfilled cache, so an early conversation stays at its
+// holder through a queue it would have left for an empty backend; the
+// part of the prompt nobody holds keeps the discount.
+func TestKVMeshCopyWriteShare(t *testing.T) {
+	cfg := DefaultKVMeshConfig()
+	cfg.CopyWriteShare = 0
+	pc := newPolicyCase(40, 3, "holder", "empty").match(30, 0).pending(3000, 0)
+	pc.cands[0].Unfilled, pc.cands[1].Unfilled = 1, 1 // both caches still filling
+	if name, d := pc.choose(newKVMeshPolicy(cfg)); name != "empty" {
+		t.Fatalf("share 0: chose %s %+v (costs %v), want the empty backend (650 units to compute and 3,000 queued at the holder against 2,570)", name, d, pc.scores)
+	}
+	off := append([]float64(nil), pc.scores...)
+	cfg.CopyWriteShare = 1
+	name, d := pc.choose(newKVMeshPolicy(cfg))
+	if name != "holder" || d.Reason != ReasonPrefix {
+		t.Fatalf("share 1: chose %s %+v (costs %v), want the holder", name, d, pc.scores)
+	}
+	// The empty backend pays the cache weight for the 30 blocks (1,920
+	// units) it would copy; the holder copies nothing.
+	if got, want := pc.scores[1]-off[1], cfg.CacheWeight*1920; math.Abs(got-want) > 1e-9 || pc.scores[0] != off[0] {
+		t.Fatalf("costs %v against %v at share 0: want the empty backend's %v higher and the holder's the same", pc.scores, off, want)
+	}
+	// Half filled, the copy pays half the weight (the other half is the
+	// write price both pay on what they compute).
+	pc.cands[1].Unfilled = 0.5
+	pc.choose(newKVMeshPolicy(cfg))
+	if got, want := pc.scores[1], 2570*(1+cfg.CacheWeight*0.5)+cfg.CacheWeight*0.5*1920; math.Abs(got-want) > 1e-6 {
+		t.Fatalf("half-filled empty backend costs %v, want %v", got, want)
 	}
 }
 
