@@ -15,7 +15,8 @@ import (
 // cache's edge, and the blocks only a doubted claim covers at
 // BeliefConfig.DoubtTrust):
 //
-//	cost_i = (PrefillWeight + CacheWeight * f_i) * (T - M_i) + load_i + kv_i + spread_i
+//	cost_i = (PrefillWeight + CacheWeight * f_i) * (T - M_i) + copy_i + load_i + kv_i + spread_i
+//	copy_i = CopyWriteShare * CacheWeight * (1 - f_i) * max(0, max_j M_j - M_i)
 //	load_i = (PendingWeight * pending_i
 //	        + avg * QueueWeight * w_i * others_waiting_i
 //	        + avg * LoadWeight * decoding_i) / weight_i
@@ -25,7 +26,10 @@ import (
 // The first term is the prefill this request makes the backend compute,
 // priced twice: once for the time it takes now (PrefillWeight) and once
 // for the cached blocks it displaces (CacheWeight), which later requests
-// will have to compute again;
+// will have to compute again; f_i is how full the backend's cache is
+// (1 - Candidate.Unfilled): writing where nothing was written yet displaces
+// nothing, except that a second copy of what another candidate holds
+// (copy_i) is priced as if the cache were full (CopyWriteShare);
 // pending_i is the prefill the mesh has already queued there (the
 // uncached units of its requests still waiting for their first token:
 // this router's, LoadView.PendingPrefill, exact, plus its peers', from the
