@@ -130,7 +130,7 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 	held := 0.0 // the most of the prompt any candidate holds (CopyWriteShare)
 	if cfg.CopyWriteShare > 0 {
 		for i := range cands {
-			held = max(held, cands[i].TrustedUnits(req.Chain)+cands[i].DoubtedWorth(req.Chain))
+			held = max(held, cands[i].SavedUnits(req.Chain))
 		}
 	}
 	for i := range cands {
