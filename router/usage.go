@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bytes"
 	"math"
 
 	"github.com/valyala/fastjson"
@@ -27,7 +28,21 @@ type usageScanner struct {
 	// then 6 once the optional space after it is handled), or -1 while the
 	// rest of a line is skipped.
 	prefix int
+	// fed says the current event's JSON has been fed to doc in part: the
+	// rest of its line must be too (noUsageObject judges whole lines only).
+	fed bool
+	// pend holds the start of an event's line that arrived without its end
+	// (a read split it), up to maxPendingLine bytes, so that the whole line
+	// can still be judged by noUsageObject when its end comes.
+	pend []byte
+	// parseAll turns the skipping of lines off: every line goes through
+	// usageDoc. Tests check the fast path against it.
+	parseAll bool
 }
+
+// maxPendingLine bounds usageScanner.pend: a longer split line is parsed
+// byte by byte. Token deltas of vLLM and SGLang streams are 200-400 bytes.
+const maxPendingLine = 1024
 
 // usageDoc scans one JSON document for its top-level "usage" member.
 type usageDoc struct {
@@ -133,7 +148,8 @@ func (d *usageDoc) write(p []byte) {
 // start prepares the scanner for an answer; sse is true for an event
 // stream.
 func (s *usageScanner) start(sse bool) {
-	s.sse, s.prefix = sse, 0
+	s.sse, s.prefix, s.fed = sse, 0, false
+	s.pend = s.pend[:0]
 	s.doc.reset()
 	s.last = s.last[:0]
 }
@@ -177,26 +193,96 @@ func (s *usageScanner) write(p []byte) {
 		default: // the event's JSON, up to the end of the line
 			i := indexLineEnd(p)
 			if i < 0 {
+				if !s.fed && !s.parseAll && len(s.pend)+len(p) <= maxPendingLine {
+					s.pend = append(s.pend, p...) // judged with the rest of its line
+					return
+				}
+				s.feedPending()
 				s.doc.write(p)
+				s.fed = true
 				return
 			}
-			s.doc.write(p[:i])
-			if s.doc.done && s.doc.found {
-				s.last = append(s.last[:0], s.doc.cap...)
+			line := p[:i]
+			if len(s.pend) > 0 {
+				if len(s.pend)+len(line) <= maxPendingLine {
+					s.pend = append(s.pend, line...)
+					line = s.pend
+				} else {
+					s.feedPending()
+				}
 			}
-			p, s.prefix = p[i+1:], 0
+			// Most events of a stream are token deltas without a usage
+			// object: a whole line that cannot hold one is skipped at
+			// memory-scan speed instead of being parsed byte by byte.
+			if s.fed || s.parseAll || !noUsageObject(line) {
+				s.doc.write(line)
+				if s.doc.done && s.doc.found {
+					s.last = append(s.last[:0], s.doc.cap...)
+				}
+			}
+			p, s.prefix, s.fed, s.pend = p[i+1:], 0, false, s.pend[:0]
 		}
 	}
 }
 
-func indexLineEnd(p []byte) int {
-	for i, c := range p {
-		if c == '\n' || c == '\r' {
-			return i
-		}
+// feedPending feeds the held start of the current line to doc: the line
+// is parsed byte by byte from here on.
+func (s *usageScanner) feedPending() {
+	if len(s.pend) > 0 {
+		s.doc.write(s.pend)
+		s.pend, s.fed = s.pend[:0], true
 	}
-	return -1
 }
+
+// indexLineEnd is the index of the first '\n' or '\r' in p, -1 if none.
+func indexLineEnd(p []byte) int {
+	end := bytes.IndexByte(p, '\n')
+	head := p
+	if end >= 0 {
+		head = p[:end]
+	}
+	if r := bytes.IndexByte(head, '\r'); r >= 0 {
+		return r
+	}
+	return end
+}
+
+// quotedUsage is the usage key as usageDoc matches it: unescaped.
+var quotedUsage = []byte(`"usage"`)
+
+// noUsageObject says whether usageDoc, fed the whole JSON text line, would
+// find no usage object in it: every "usage" in the line is a member whose
+// value is null (`"usage":null` followed by ',' or '}', as vLLM writes in
+// every delta of a stream with include_usage). A usage object can only
+// follow the raw bytes "usage" (usageDoc matches no escaped key), and
+// after `: null ,` or `: null }` the member is over: when this says true,
+// usageDoc would find none. Any other text after a "usage" (an object,
+// "usage" as a string value, garbage) makes it false and leaves the line
+// to usageDoc, which decides.
+func noUsageObject(line []byte) bool {
+	for {
+		i := bytes.Index(line, quotedUsage)
+		if i < 0 {
+			return true
+		}
+		line = line[i+len(quotedUsage):]
+		j := skipJSONSpace(line, 0)
+		if j == len(line) || line[j] != ':' {
+			return false
+		}
+		j = skipJSONSpace(line, j+1)
+		if !bytes.HasPrefix(line[j:], jsonNull) {
+			return false
+		}
+		j = skipJSONSpace(line, j+len(jsonNull))
+		if j == len(line) || (line[j] != ',' && line[j] != '}') {
+			return false
+		}
+		line = line[j:]
+	}
+}
+
+var jsonNull = []byte("null")
 
 // usageCounts reads the usage object the scanner found: the prompt tokens
 // and how many of them the backend served from its prefix cache

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bytes"
 	"io"
 	"net/http"
 	"strings"
@@ -21,15 +22,29 @@ func scanUsage(answer string, sse bool, chunk int) (prompt, cached int64, ok boo
 	return s.usageCounts()
 }
 
+// scanLast feeds answer to a scanner in pieces of size chunk and returns
+// the usage object it kept; parseAll turns the skipping of lines off.
+func scanLast(answer string, sse, parseAll bool, chunk int) []byte {
+	s := usageScanner{parseAll: parseAll}
+	s.start(sse)
+	for len(answer) > 0 {
+		n := min(chunk, len(answer))
+		s.write([]byte(answer[:n]))
+		answer = answer[n:]
+	}
+	return s.last
+}
+
 func TestUsageScanner(t *testing.T) {
 	const report = `{"prompt_tokens":40,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":7}}`
-	cases := []struct {
+	type usageCase struct {
 		name           string
 		answer         string
 		sse            bool
 		prompt, cached int64
 		ok             bool
-	}{
+	}
+	cases := []usageCase{
 		{"json", `{"id":"x","choices":[{"message":{"content":"hi"}}],"usage":` + report + `}`, false, 40, 7, true},
 		{"json, usage first", `{"usage":` + report + `, "choices":[]}` + "\n", false, 40, 7, true},
 		{"responses API", `{"output":[],"usage":{"input_tokens":12,"input_tokens_details":{"cached_tokens":8}}}`, false, 12, 8, true},
@@ -48,9 +63,21 @@ func TestUsageScanner(t *testing.T) {
 		{"sse report in a delta", "data: {\"choices\":[{\"delta\":{\"content\":\"\\\"usage\\\":{\\\"cached_tokens\\\":3}\"}}]}\n\ndata: [DONE]\n\n", true, 0, 0, false},
 		{"sse comment and event lines", ": ping\nevent: x\nid: 1\ndata: {\"usage\":" + report + "}\n\n", true, 40, 7, true},
 		{"sse truncated event", "data: {\"usage\":" + report + "\n\n", true, 0, 0, false},
+		// Deltas with "usage":null are skipped whole; a null member does not
+		// hide a report after it in the same event.
+		{"sse null deltas", "data: {\"choices\":[],\"usage\" : null }\n\ndata: {\"usage\":null,\"x\":1}\n\n", true, 0, 0, false},
+		{"sse null then report", "data: {\"usage\":null,\"usage\":" + report + "}\n\n", true, 40, 7, true},
+		{"sse usage as a value", "data: {\"a\":\"usage\",\"usage\":" + report + "}\n\n", true, 40, 7, true},
 	}
+	// Lines longer than the scanner holds while a read splits them: the
+	// report first, then a long delta; a long null delta, then the report.
+	long := strings.Repeat("a", maxPendingLine+700)
+	cases = append(cases,
+		usageCase{"sse report before a long delta", "data: {\"usage\":" + report + ",\"choices\":[{\"delta\":{\"content\":\"" + long + "\"}}]}\n\n", true, 40, 7, true},
+		usageCase{"sse long null delta", "data: {\"choices\":[{\"delta\":{\"content\":\"" + long + "\"}}],\"usage\":null}\n\ndata: {\"usage\":" + report + "}\n\n", true, 40, 7, true},
+	)
 	for _, c := range cases {
-		for _, chunk := range []int{1, 3, 7, 4096} {
+		for _, chunk := range []int{1, 3, 7, 1000, 4096} {
 			prompt, cached, ok := scanUsage(c.answer, c.sse, chunk)
 			if ok != c.ok || prompt != c.prompt || cached != c.cached {
 				t.Errorf("%s (chunks of %d): got %d/%d %v, want %d/%d %v", c.name, chunk, prompt, cached, ok, c.prompt, c.cached, c.ok)
@@ -73,8 +100,17 @@ func FuzzUsageScanner(f *testing.F) {
 	f.Add(`{"a":"\"usage\":{}","usage":{"x":[1,{"y":"}"}]}}`, uint8(1))
 	f.Add("data: {\"usage\":{\"input_tokens\":4,\"input_tokens_details\":{\"cached_tokens\":2}}}\n\n", uint8(5))
 	f.Add(`{"usage":{},"usage":null}`, uint8(2))
+	f.Add("data: {\"usage\":null}\ndata: {\"usage\" :null ,\"usage\":{\"a\":1}}\r\n", uint8(4))
 	f.Fuzz(func(t *testing.T, answer string, chunk uint8) {
 		step := int(chunk%16) + 1
+		// Skipping the lines that cannot hold a usage object, whole or
+		// split between writes, keeps the report parsing every line keeps.
+		want := scanLast(answer, true, true, len(answer)+1)
+		for _, n := range []int{len(answer) + 1, step, 1} {
+			if got := scanLast(answer, true, false, n); !bytes.Equal(got, want) {
+				t.Fatalf("%q in pieces of %d: kept %q, parsing every line %q", answer, n, got, want)
+			}
+		}
 		for _, sse := range []bool{false, true} {
 			var s usageScanner
 			s.start(sse)
@@ -145,26 +181,81 @@ func TestUsageOnlyFromTheReport(t *testing.T) {
 }
 
 // BenchmarkUsageScanner is the per-answer cost of finding the usage report
-// in a streamed answer of 200 events.
+// in a streamed answer of 200 token deltas (each with "usage":null, as
+// vLLM streams with include_usage) and the final report: read an event at
+// a time, as an engine flushes them, in 512-byte pieces that split a third
+// of the events, and parsing every line (what the scanner did before it
+// skipped the deltas).
 func BenchmarkUsageScanner(b *testing.B) {
 	var sb strings.Builder
+	var events []int // where each event ends
 	for i := 0; i < 200; i++ {
 		sb.WriteString(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":" token"},"finish_reason":null}],"usage":null}` + "\n\n")
+		events = append(events, sb.Len())
 	}
 	sb.WriteString(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":4000,"completion_tokens":200,"total_tokens":4200,"prompt_tokens_details":{"cached_tokens":3000}}}` + "\n\ndata: [DONE]\n\n")
+	events = append(events, sb.Len())
 	answer := []byte(sb.String())
-	b.SetBytes(int64(len(answer)))
-	b.ReportAllocs()
-	var s usageScanner
-	for b.Loop() {
-		s.start(true)
-		for p := answer; len(p) > 0; {
-			n := min(len(p), 512)
-			s.write(p[:n])
-			p = p[n:]
+	for _, c := range []struct {
+		name     string
+		parseAll bool
+		pieces   func(yield func(p []byte))
+	}{
+		{"events", false, func(yield func([]byte)) {
+			at := 0
+			for _, end := range events {
+				yield(answer[at:end])
+				at = end
+			}
+		}},
+		{"512B", false, func(yield func([]byte)) {
+			for p := answer; len(p) > 0; p = p[min(len(p), 512):] {
+				yield(p[:min(len(p), 512)])
+			}
+		}},
+		{"512B-parse-all", true, func(yield func([]byte)) {
+			for p := answer; len(p) > 0; p = p[min(len(p), 512):] {
+				yield(p[:min(len(p), 512)])
+			}
+		}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(answer)))
+			b.ReportAllocs()
+			s := usageScanner{parseAll: c.parseAll}
+			write := s.write
+			for b.Loop() {
+				s.start(true)
+				c.pieces(write)
+				if _, cached, ok := s.usageCounts(); !ok || cached != 3000 {
+					b.Fatal("usage not found")
+				}
+			}
+		})
+	}
+}
+
+func TestNoUsageObject(t *testing.T) {
+	for line, want := range map[string]bool{
+		``: true,
+		`{"choices":[{"delta":{"content":"a"}}]}`: true,
+		`{"usage":null}`:                true,
+		`{"usage" :	null ,"id":"x"}`:    true,
+		`{"c":"\"usage\":{}"}`:          true, // escaped quotes: not the key usageDoc matches
+		`{"usage":{"prompt_tokens":1}}`: false,
+		`{"usage":null,"usage":{}}`:     false,
+		`{"usage":nullx}`:               false,
+		`{"usage":null`:                 false, // the member's end is not in the line
+		`{"a":"usage"}`:                 false, // conservative: left to usageDoc
+		`{"usage"`:                      false,
+	} {
+		if got := noUsageObject([]byte(line)); got != want {
+			t.Errorf("noUsageObject(%q) = %v, want %v", line, got, want)
 		}
-		if _, c, ok := s.usageCounts(); !ok || c != 3000 {
-			b.Fatal("usage not found")
+	}
+	for p, want := range map[string]int{"": -1, "abc": -1, "a\nb": 1, "a\r\nb": 1, "ab\n\r": 2, "\r": 0} {
+		if got := indexLineEnd([]byte(p)); got != want {
+			t.Errorf("indexLineEnd(%q) = %d, want %d", p, got, want)
 		}
 	}
 }
