@@ -8,10 +8,18 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // span is how many ports below the ephemeral range are drawn from.
 const span = 12000
+
+// drawNext is the offset into the candidate ports of the next one Free
+// tries (-1 before the first draw), under drawMu.
+var (
+	drawMu   sync.Mutex
+	drawNext = -1
+)
 
 // Proto says what must be free on a port.
 type Proto int
@@ -26,14 +34,27 @@ const (
 // proto and lies below the ephemeral range (see the package doc). On a
 // machine whose ephemeral range leaves no room below it, it falls back to
 // a port the kernel picks.
+//
+// A process never gets the same port twice: a port handed out is free
+// when checked but not yet listened on, and a second draw of it (a test
+// starting three nodes draws a dozen) would find it free too; one of the
+// two processes then failed to bind ("address already in use",
+// TestProcessPreciseOwnerFailover under `make test`). Ports are handed out
+// in turn from a random start, so that two test binaries running at once
+// (go test runs packages in parallel) meet only if their starts fall
+// within the few dozen ports each takes.
 func Free(proto Proto) (string, error) {
 	lo, hi := candidates(ephemeralLow())
+	drawMu.Lock()
+	defer drawMu.Unlock()
+	if hi > lo && drawNext < 0 {
+		drawNext = rand.IntN(hi - lo)
+	}
 	for range 200 {
-		port := lo
+		port := 0 // the kernel's choice
 		if hi > lo {
-			port = lo + rand.IntN(hi-lo)
-		} else {
-			port = 0 // the kernel's choice
+			port = lo + drawNext%(hi-lo)
+			drawNext++
 		}
 		if addr, ok := try(port, proto); ok {
 			return addr, nil

@@ -64,3 +64,23 @@ func TestCandidates(t *testing.T) {
 		}
 	}
 }
+
+// TestFreeNeverRepeats: a process is never handed the same port twice
+// (500 draws at random from 12,000 ports would repeat one with
+// probability 0.99997).
+func TestFreeNeverRepeats(t *testing.T) {
+	if lo, hi := candidates(ephemeralLow()); hi <= lo {
+		t.Skip("no room below the ephemeral range: the kernel picks")
+	}
+	seen := map[string]bool{}
+	for range 500 {
+		addr, err := Free(TCP)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[addr] {
+			t.Fatalf("%s handed out twice", addr)
+		}
+		seen[addr] = true
+	}
+}
