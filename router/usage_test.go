@@ -10,29 +10,23 @@ import (
 	"github.com/valyala/fastjson"
 )
 
-// scanUsage feeds answer to a scanner in pieces of size chunk.
-func scanUsage(answer string, sse bool, chunk int) (prompt, cached int64, ok bool) {
-	var s usageScanner
+// scanned feeds answer to a scanner in pieces of size chunk; parseAll
+// turns the skipping of lines off.
+func scanned(answer string, sse, parseAll bool, chunk int) *usageScanner {
+	s := &usageScanner{parseAll: parseAll}
 	s.start(sse)
 	for len(answer) > 0 {
 		n := min(chunk, len(answer))
 		s.write([]byte(answer[:n]))
 		answer = answer[n:]
 	}
-	return s.usageCounts()
+	return s
 }
 
-// scanLast feeds answer to a scanner in pieces of size chunk and returns
-// the usage object it kept; parseAll turns the skipping of lines off.
-func scanLast(answer string, sse, parseAll bool, chunk int) []byte {
-	s := usageScanner{parseAll: parseAll}
-	s.start(sse)
-	for len(answer) > 0 {
-		n := min(chunk, len(answer))
-		s.write([]byte(answer[:n]))
-		answer = answer[n:]
-	}
-	return s.last
+// scanUsage is the usage counts a scanner fed answer in pieces of size
+// chunk reads.
+func scanUsage(answer string, sse bool, chunk int) (prompt, cached int64, ok bool) {
+	return scanned(answer, sse, false, chunk).usageCounts()
 }
 
 func TestUsageScanner(t *testing.T) {
@@ -105,20 +99,14 @@ func FuzzUsageScanner(f *testing.F) {
 		step := int(chunk%16) + 1
 		// Skipping the lines that cannot hold a usage object, whole or
 		// split between writes, keeps the report parsing every line keeps.
-		want := scanLast(answer, true, true, len(answer)+1)
+		want := scanned(answer, true, true, len(answer)+1).last
 		for _, n := range []int{len(answer) + 1, step, 1} {
-			if got := scanLast(answer, true, false, n); !bytes.Equal(got, want) {
+			if got := scanned(answer, true, false, n).last; !bytes.Equal(got, want) {
 				t.Fatalf("%q in pieces of %d: kept %q, parsing every line %q", answer, n, got, want)
 			}
 		}
 		for _, sse := range []bool{false, true} {
-			var s usageScanner
-			s.start(sse)
-			for rest := answer; len(rest) > 0; {
-				n := min(step, len(rest))
-				s.write([]byte(rest[:n]))
-				rest = rest[n:]
-			}
+			s := scanned(answer, sse, false, step)
 			s.usageCounts()
 			if sse || len(s.last) > maxUsageBytes {
 				continue
@@ -196,6 +184,11 @@ func BenchmarkUsageScanner(b *testing.B) {
 	sb.WriteString(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":4000,"completion_tokens":200,"total_tokens":4200,"prompt_tokens_details":{"cached_tokens":3000}}}` + "\n\ndata: [DONE]\n\n")
 	events = append(events, sb.Len())
 	answer := []byte(sb.String())
+	in512 := func(yield func([]byte)) {
+		for p := answer; len(p) > 0; p = p[min(len(p), 512):] {
+			yield(p[:min(len(p), 512)])
+		}
+	}
 	for _, c := range []struct {
 		name     string
 		parseAll bool
@@ -208,16 +201,8 @@ func BenchmarkUsageScanner(b *testing.B) {
 				at = end
 			}
 		}},
-		{"512B", false, func(yield func([]byte)) {
-			for p := answer; len(p) > 0; p = p[min(len(p), 512):] {
-				yield(p[:min(len(p), 512)])
-			}
-		}},
-		{"512B-parse-all", true, func(yield func([]byte)) {
-			for p := answer; len(p) > 0; p = p[min(len(p), 512):] {
-				yield(p[:min(len(p), 512)])
-			}
-		}},
+		{"512B", false, in512},
+		{"512B-parse-all", true, in512},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			b.SetBytes(int64(len(answer)))
