@@ -65,8 +65,9 @@ type Sample struct {
 	// should have gone.
 	AvailableAt string `json:"available_at,omitempty"`
 	// Holder is the router's view of that backend just before the request
-	// was sent (ReplayConfig.Explain; nil without it, or when no backend
-	// held any of the prompt).
+	// was sent (ReplayConfig.Explain; nil without it). When no backend held
+	// any of the prompt it is the view of the chosen backend and of every
+	// candidate alone (the holder's fields zero).
 	Holder *HolderView `json:"holder,omitempty"`
 	// Expected is where a shadow router seeing all the traffic of a
 	// multi-node arm would have sent the request ("" without one).

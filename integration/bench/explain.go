@@ -68,6 +68,10 @@ type CandidateView struct {
 	// depth of a deeper claim past its cache's edge (0: none).
 	MatchedUnits  int `json:"matched_units"`
 	DoubtedBlocks int `json:"doubted_blocks,omitempty"`
+	// DoubtWorth and NearWorth are what the router priced a block of the
+	// doubted claim and of the near claim at (0: none).
+	DoubtWorth float64 `json:"doubt_worth,omitempty"`
+	NearWorth  float64 `json:"near_worth,omitempty"`
 	// Score is the policy's score, PendingUnits the prefill this router had
 	// queued there.
 	Score        float64 `json:"score"`
@@ -119,14 +123,15 @@ func heldBy(fleet *OracleView, path string, body []byte, cands []CandidateView) 
 }
 
 // holderView extracts holder's view from an explanation (nil when holder
-// is not among its candidates).
+// is not among its candidates; with holder "", no backend held any of the
+// prompt, the view of Chosen and the candidates alone).
 func holderView(ex *router.RouteExplanation, holder string) *HolderView {
 	v := &HolderView{Chosen: ex.Chosen, Deepest: ex.Deepest, Units: ex.Units, Candidates: make([]CandidateView, len(ex.Candidates))}
 	found := false
 	for i := range ex.Candidates {
 		c := &ex.Candidates[i]
 		v.Candidates[i] = CandidateView{Backend: c.Backend, HeldTokens: -1, MatchedUnits: c.MatchedUnits,
-			DoubtedBlocks: c.DoubtedBlocks, Score: c.Score, PendingUnits: c.Load.PendingPrefillUnits}
+			DoubtedBlocks: c.DoubtedBlocks, DoubtWorth: c.DoubtWorth, NearWorth: c.NearWorth, Score: c.Score, PendingUnits: c.Load.PendingPrefillUnits}
 		if c.Chosen {
 			v.ChosenCost, v.ChosenDoubted, v.ChosenDoubtedBeyond = c.Score, c.DoubtedBlocks, c.DoubtedBeyond
 			v.ChosenMatched, v.ChosenBeyond = c.MatchedBlocks, c.Beyond
@@ -137,7 +142,7 @@ func holderView(ex *router.RouteExplanation, holder string) *HolderView {
 			v.DoubtedBeyond, v.Near = c.DoubtedBeyond, c.NearBlocks
 		}
 	}
-	if !found {
+	if !found && holder != "" {
 		return nil
 	}
 	return v

@@ -72,8 +72,8 @@ func TestExplainAtShowsTheHoldersClaims(t *testing.T) {
 	}
 }
 
-// The replay's hooks run in order, and Explain only when a backend held
-// something (its view is of that backend).
+// The replay's hooks run in order, and Explain is told the backend that
+// held the most of the prompt ("" when none held any).
 func TestReplayBeforeHooks(t *testing.T) {
 	rc := DefaultReplayConfig()
 	if rc.before() != nil {
@@ -93,8 +93,8 @@ func TestReplayBeforeHooks(t *testing.T) {
 	rc.Available = func([]byte) (int, string) { return 0, "" }
 	s = Sample{}
 	rc.before()("http://x", nil, &s)
-	if s.Holder != nil || len(asked) != 1 {
-		t.Errorf("Explain asked with no holder: %+v, %v", s, asked)
+	if s.Holder == nil || strings.Join(asked, ",") != "http://x/v1/chat/completions b2,http://x " {
+		t.Errorf("with no holder: sample %+v, asked %v; want Explain asked with holder \"\"", s, asked)
 	}
 }
 
@@ -103,16 +103,22 @@ func TestReplayBeforeHooks(t *testing.T) {
 // from an explanation.
 func TestHolderViewCarriesDistances(t *testing.T) {
 	ex := &router.RouteExplanation{Chosen: "b1", Deepest: 4, Units: 640, Candidates: []router.CandidateExplanation{
-		{Backend: "b0", MatchedBlocks: 2, MatchedUnits: 128, DoubtedBlocks: 9, NearBlocks: 5, DoubtedBeyond: 1.4, Score: 30, Load: router.LoadJSON{PendingPrefillUnits: 50}},
+		{Backend: "b0", MatchedBlocks: 2, MatchedUnits: 128, DoubtedBlocks: 9, NearBlocks: 5, DoubtedBeyond: 1.4, DoubtWorth: 0.2, NearWorth: 0.4, Score: 30, Load: router.LoadJSON{PendingPrefillUnits: 50}},
 		{Backend: "b1", MatchedBlocks: 4, MatchedUnits: 256, Beyond: 0.6, DoubtedBlocks: 6, DoubtedBeyond: 2.5, Score: 20, Chosen: true},
 	}}
 	v := holderView(ex, "b0")
 	want := HolderView{Chosen: "b1", Deepest: 4, Matched: 2, Doubted: 9, DoubtedBeyond: 1.4, Near: 5, ChosenDoubted: 6, ChosenDoubtedBeyond: 2.5,
 		ChosenMatched: 4, ChosenBeyond: 0.6, Cost: 30, ChosenCost: 20, Units: 640, Candidates: []CandidateView{
-			{Backend: "b0", HeldTokens: -1, MatchedUnits: 128, DoubtedBlocks: 9, Score: 30, PendingUnits: 50},
+			{Backend: "b0", HeldTokens: -1, MatchedUnits: 128, DoubtedBlocks: 9, DoubtWorth: 0.2, NearWorth: 0.4, Score: 30, PendingUnits: 50},
 			{Backend: "b1", HeldTokens: -1, MatchedUnits: 256, DoubtedBlocks: 6, Score: 20},
 		}}
 	if v == nil || !reflect.DeepEqual(*v, want) {
 		t.Fatalf("holderView = %+v, want %+v", v, want)
+	}
+	if v := holderView(ex, "b7"); v != nil {
+		t.Errorf("holderView of a backend not among the candidates = %+v, want nil", v)
+	}
+	if v := holderView(ex, ""); v == nil || v.Chosen != "b1" || v.Matched != 0 || len(v.Candidates) != 2 || v.ChosenCost != 20 {
+		t.Errorf("holderView with no holder = %+v, want the chosen backend's and the candidates' view", v)
 	}
 }

@@ -81,7 +81,7 @@ func (rc *ReplayConfig) before() func(url string, body []byte, s *Sample) {
 		if available != nil {
 			s.Available, s.AvailableAt = available(body)
 		}
-		if explain != nil && s.AvailableAt != "" {
+		if explain != nil {
 			s.Holder = explain(url, body, s.AvailableAt)
 		}
 	}
