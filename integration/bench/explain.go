@@ -51,6 +51,9 @@ type HolderView struct {
 	// mode): Units over the answer's prompt tokens converts the units below
 	// to tokens.
 	Units int `json:"units"`
+	// FleetLoad is the fleet's load over time as the policy's gates read
+	// it (fleet_load_prompts in /debug/route; 0 when no gate reads it).
+	FleetLoad float64 `json:"fleet_load_prompts,omitempty"`
 	// Candidates is the same explanation's view of every candidate, beside
 	// what the simulator says each held of the prompt as it was sent:
 	// where the router's knowledge of the fleet and the truth part, and
@@ -127,6 +130,9 @@ func heldBy(fleet *OracleView, path string, body []byte, cands []CandidateView) 
 // prompt, the view of Chosen and the candidates alone).
 func holderView(ex *router.RouteExplanation, holder string) *HolderView {
 	v := &HolderView{Chosen: ex.Chosen, Deepest: ex.Deepest, Units: ex.Units, Candidates: make([]CandidateView, len(ex.Candidates))}
+	if ex.FleetLoad != nil {
+		v.FleetLoad = *ex.FleetLoad
+	}
 	found := false
 	for i := range ex.Candidates {
 		c := &ex.Candidates[i]

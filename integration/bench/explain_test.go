@@ -102,13 +102,14 @@ func TestReplayBeforeHooks(t *testing.T) {
 // backend's trusted match, doubted and near claims and their distances,
 // from an explanation.
 func TestHolderViewCarriesDistances(t *testing.T) {
-	ex := &router.RouteExplanation{Chosen: "b1", Deepest: 4, Units: 640, Candidates: []router.CandidateExplanation{
+	fleet := 1.25
+	ex := &router.RouteExplanation{Chosen: "b1", Deepest: 4, Units: 640, FleetLoad: &fleet, Candidates: []router.CandidateExplanation{
 		{Backend: "b0", MatchedBlocks: 2, MatchedUnits: 128, DoubtedBlocks: 9, NearBlocks: 5, DoubtedBeyond: 1.4, DoubtWorth: 0.2, NearWorth: 0.4, Score: 30, Load: router.LoadJSON{PendingPrefillUnits: 50}},
 		{Backend: "b1", MatchedBlocks: 4, MatchedUnits: 256, Beyond: 0.6, DoubtedBlocks: 6, DoubtedBeyond: 2.5, Score: 20, Chosen: true},
 	}}
 	v := holderView(ex, "b0")
 	want := HolderView{Chosen: "b1", Deepest: 4, Matched: 2, Doubted: 9, DoubtedBeyond: 1.4, Near: 5, ChosenDoubted: 6, ChosenDoubtedBeyond: 2.5,
-		ChosenMatched: 4, ChosenBeyond: 0.6, Cost: 30, ChosenCost: 20, Units: 640, Candidates: []CandidateView{
+		ChosenMatched: 4, ChosenBeyond: 0.6, Cost: 30, ChosenCost: 20, Units: 640, FleetLoad: 1.25, Candidates: []CandidateView{
 			{Backend: "b0", HeldTokens: -1, MatchedUnits: 128, DoubtedBlocks: 9, DoubtWorth: 0.2, NearWorth: 0.4, Score: 30, PendingUnits: 50},
 			{Backend: "b1", HeldTokens: -1, MatchedUnits: 256, DoubtedBlocks: 6, Score: 20},
 		}}
