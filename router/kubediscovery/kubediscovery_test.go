@@ -267,19 +267,25 @@ func TestEndpointSlices(t *testing.T) {
 	if n := toRemoved.Load(); n > 1 {
 		t.Errorf("%d requests went to vllm-1 after it left rotation", n)
 	}
-	if g2, active := g.ix.Generation(id); active || g2 == gen {
-		t.Errorf("vllm-1 in the registry: generation %d active %v; want removed, a new generation", g2, active)
-	}
-	mfs, _ := g.reg.Gather()
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == "backend" && lp.GetValue() == "vllm-1" {
-					t.Errorf("%s keeps a series of the removed backend", mf.GetName())
+	// The sweep takes the backend out of the set first, then invalidates its
+	// claims and deletes its series: wait for the whole of it.
+	removedSeries := func() (kept []string) {
+		mfs, _ := g.reg.Gather()
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == "backend" && lp.GetValue() == "vllm-1" {
+						kept = append(kept, mf.GetName())
+					}
 				}
 			}
 		}
+		return kept
 	}
+	waitFor(t, "vllm-1's claims invalidated and series deleted", func() bool {
+		g2, active := g.ix.Generation(id)
+		return !active && g2 != gen && len(removedSeries()) == 0
+	})
 
 	// The slice is deleted: nothing changes for vllm-0.
 	if err := g.client.DiscoveryV1().EndpointSlices("llm").Delete(context.Background(), "vllm-b", metav1.DeleteOptions{}); err != nil {
