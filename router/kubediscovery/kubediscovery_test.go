@@ -18,7 +18,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynfake "k8s.io/client-go/dynamic/fake"
 
 	"github.com/kvmesh/kvmesh/router"
 	"github.com/kvmesh/kvmesh/tree"
@@ -94,16 +97,48 @@ type rig struct {
 	ix     *tree.Index
 	reg    *prometheus.Registry
 	srv    *httptest.Server
-	client *fake.Clientset
+	client fakeAPI
+}
+
+// fakeAPI is a fake API server holding EndpointSlices, for the dynamic
+// client. Like client-go's typed fakes it cannot stream a list as watch
+// events, and says so.
+type fakeAPI struct{ *dynfake.FakeDynamicClient }
+
+func (fakeAPI) IsWatchListSemanticsUnSupported() bool { return true }
+
+func newClient() fakeAPI {
+	// No types in the scheme: the fake keeps the objects as the dynamic
+	// client sends them (unstructured), as an API server would.
+	scheme := runtime.NewScheme()
+	return fakeAPI{dynfake.NewSimpleDynamicClientWithCustomListKinds(scheme, map[schema.GroupVersionResource]string{EndpointSlices: "EndpointSliceList"})}
+}
+
+// asObject is s as the dynamic client sends it.
+func asObject(t *testing.T, s *discoveryv1.EndpointSlice) *unstructured.Unstructured {
+	t.Helper()
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{Object: m}
+	u.SetAPIVersion(discoveryv1.SchemeGroupVersion.String())
+	u.SetKind("EndpointSlice")
+	return u
+}
+
+func create(t *testing.T, c fakeAPI, s *discoveryv1.EndpointSlice) {
+	t.Helper()
+	if _, err := c.Resource(EndpointSlices).Namespace(s.Namespace).Create(context.Background(), asObject(t, s), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func newRig(t *testing.T, objs ...*discoveryv1.EndpointSlice) *rig {
 	t.Helper()
-	client := fake.NewClientset()
+	client := newClient()
 	for _, o := range objs {
-		if _, err := client.DiscoveryV1().EndpointSlices(o.Namespace).Create(context.Background(), o, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		create(t, client, o)
 	}
 	cfg := router.DefaultConfig()
 	cfg.Belief.Enabled = false
@@ -175,7 +210,7 @@ func (g *rig) post(t *testing.T, text string) (int, string) {
 
 func (g *rig) update(t *testing.T, s *discoveryv1.EndpointSlice) {
 	t.Helper()
-	if _, err := g.client.DiscoveryV1().EndpointSlices(s.Namespace).Update(context.Background(), s, metav1.UpdateOptions{}); err != nil {
+	if _, err := g.client.Resource(EndpointSlices).Namespace(s.Namespace).Update(context.Background(), asObject(t, s), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -201,9 +236,7 @@ func TestEndpointSlices(t *testing.T) {
 
 	// A second slice brings vllm-1.
 	s1 := slice("vllm-b", "vllm", "m1", e1.port, map[string]bool{"vllm-1": true})
-	if _, err := g.client.DiscoveryV1().EndpointSlices("llm").Create(context.Background(), s1, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	create(t, g.client, s1)
 	waitFor(t, "vllm-1", func() bool { return g.serving("vllm-1") })
 
 	// A request held at vllm-1 while it goes unready (terminating).
@@ -288,7 +321,7 @@ func TestEndpointSlices(t *testing.T) {
 	})
 
 	// The slice is deleted: nothing changes for vllm-0.
-	if err := g.client.DiscoveryV1().EndpointSlices("llm").Delete(context.Background(), "vllm-b", metav1.DeleteOptions{}); err != nil {
+	if err := g.client.Resource(EndpointSlices).Namespace("llm").Delete(context.Background(), "vllm-b", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if st, backend := g.post(t, "after"); st != 200 || backend != "vllm-0" {
@@ -301,7 +334,7 @@ func TestEndpointSlices(t *testing.T) {
 func TestBackendsSkipsGarbage(t *testing.T) {
 	cfg := router.DefaultDiscoveryConfig()
 	cfg.Kubernetes = router.KubernetesDiscoveryConfig{Selector: "app=vllm"}
-	d, err := New(cfg, fake.NewClientset())
+	d, err := New(cfg, newClient())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,3 +395,20 @@ func TestSetLogger(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// The informer holds what the API server sent; a slice that does not
+// decode into an EndpointSlice is skipped with a log line, the rest kept.
+func TestTypedSlicesSkipsWhatDoesNotDecode(t *testing.T) {
+	good := asObject(t, slice("good", "vllm", "", 8000, map[string]bool{"pod-a": true}))
+	bad := asObject(t, slice("bad", "vllm", "", 8000, map[string]bool{"pod-b": true}))
+	bad.Object["endpoints"] = "not a list"
+	var log strings.Builder
+	sink := router.NewDiscoverySink("kubernetes", func([]router.BackendConfig) {}, zerolog.New(&log))
+	got := typedSlices([]any{good, bad, "not an object"}, sink)
+	if len(got) != 1 || got[0].Name != "good" || len(got[0].Endpoints) != 1 || *got[0].Ports[0].Port != 8000 {
+		t.Fatalf("typedSlices kept %+v, want the good slice alone, whole", got)
+	}
+	if out := log.String(); !strings.Contains(out, "EndpointSlice llm/bad") || !strings.Contains(out, "does not decode") {
+		t.Errorf("no line for the slice skipped: %s", out)
+	}
+}
