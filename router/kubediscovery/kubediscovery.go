@@ -6,9 +6,9 @@
 // It is a package of its own so that only the binaries that discover in
 // Kubernetes (the kvmesh serve command) link client-go. It must not
 // import client-go's typed clientset (k8s.io/client-go/kubernetes,
-// informers, listers): those link every API group Kubernetes has, which
-// tripled the time a fresh clone takes to compile the test suite; the
-// dynamic client and one API group (discovery/v1) do the same job.
+// informers, listers): those link every API group Kubernetes has (the
+// kvmesh binary was 97 MB with them, 45 MB without); the dynamic client
+// and one API group (discovery/v1) do the same job.
 package kubediscovery
 
 import (

@@ -302,7 +302,7 @@ func TestEndpointSlices(t *testing.T) {
 	}
 	// The sweep takes the backend out of the set first, then invalidates its
 	// claims and deletes its series: wait for the whole of it.
-	removedSeries := func() (kept []string) {
+	keptSeries := func() (kept []string) {
 		mfs, _ := g.reg.Gather()
 		for _, mf := range mfs {
 			for _, m := range mf.GetMetric() {
@@ -317,7 +317,7 @@ func TestEndpointSlices(t *testing.T) {
 	}
 	waitFor(t, "vllm-1's claims invalidated and series deleted", func() bool {
 		g2, active := g.ix.Generation(id)
-		return !active && g2 != gen && len(removedSeries()) == 0
+		return !active && g2 != gen && len(keptSeries()) == 0
 	})
 
 	// The slice is deleted: nothing changes for vllm-0.
