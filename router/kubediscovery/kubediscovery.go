@@ -55,8 +55,8 @@ type Discoverer struct {
 	selector  labels.Selector
 }
 
-// EndpointSlices is the resource a Discoverer watches.
-var EndpointSlices = discoveryv1.SchemeGroupVersion.WithResource("endpointslices")
+// endpointSlices is the resource a Discoverer watches.
+var endpointSlices = discoveryv1.SchemeGroupVersion.WithResource("endpointslices")
 
 // New returns a Discoverer for cfg.Kubernetes over client.
 func New(cfg router.DiscoveryConfig, client dynamic.Interface) (*Discoverer, error) {
@@ -109,7 +109,7 @@ func NewClient(kubeconfig string) (dynamic.Interface, error) {
 // change that changes it.
 func (d *Discoverer) Run(ctx context.Context, sink *router.DiscoverySink) error {
 	sel := d.selector.String()
-	res := d.client.Resource(EndpointSlices).Namespace(d.namespace)
+	res := d.client.Resource(endpointSlices).Namespace(d.namespace)
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = sel

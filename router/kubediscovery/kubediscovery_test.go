@@ -111,7 +111,7 @@ func newClient() fakeAPI {
 	// No types in the scheme: the fake keeps the objects as the dynamic
 	// client sends them (unstructured), as an API server would.
 	scheme := runtime.NewScheme()
-	return fakeAPI{dynfake.NewSimpleDynamicClientWithCustomListKinds(scheme, map[schema.GroupVersionResource]string{EndpointSlices: "EndpointSliceList"})}
+	return fakeAPI{dynfake.NewSimpleDynamicClientWithCustomListKinds(scheme, map[schema.GroupVersionResource]string{endpointSlices: "EndpointSliceList"})}
 }
 
 // asObject is s as the dynamic client sends it.
@@ -129,7 +129,7 @@ func asObject(t *testing.T, s *discoveryv1.EndpointSlice) *unstructured.Unstruct
 
 func create(t *testing.T, c fakeAPI, s *discoveryv1.EndpointSlice) {
 	t.Helper()
-	if _, err := c.Resource(EndpointSlices).Namespace(s.Namespace).Create(context.Background(), asObject(t, s), metav1.CreateOptions{}); err != nil {
+	if _, err := c.Resource(endpointSlices).Namespace(s.Namespace).Create(context.Background(), asObject(t, s), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -210,7 +210,7 @@ func (g *rig) post(t *testing.T, text string) (int, string) {
 
 func (g *rig) update(t *testing.T, s *discoveryv1.EndpointSlice) {
 	t.Helper()
-	if _, err := g.client.Resource(EndpointSlices).Namespace(s.Namespace).Update(context.Background(), asObject(t, s), metav1.UpdateOptions{}); err != nil {
+	if _, err := g.client.Resource(endpointSlices).Namespace(s.Namespace).Update(context.Background(), asObject(t, s), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -321,7 +321,7 @@ func TestEndpointSlices(t *testing.T) {
 	})
 
 	// The slice is deleted: nothing changes for vllm-0.
-	if err := g.client.Resource(EndpointSlices).Namespace("llm").Delete(context.Background(), "vllm-b", metav1.DeleteOptions{}); err != nil {
+	if err := g.client.Resource(endpointSlices).Namespace("llm").Delete(context.Background(), "vllm-b", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if st, backend := g.post(t, "after"); st != 200 || backend != "vllm-0" {
