@@ -20,8 +20,8 @@ build:
 	$(GO) build ./...
 
 vet:
-	@echo "== go vet $(PKGS): static checks of all $$($(GO) list $(PKGS) | wc -l) packages (prints only problems; on a fresh clone it first compiles everything, a minute or two)"
-	$(GO) vet $(PKGS)
+	@echo "== go vet $(VETFLAGS) $(PKGS): static checks of all $$($(GO) list $(PKGS) | wc -l) packages (prints only problems; on a fresh clone it first compiles everything, two or three minutes)"
+	$(GO) vet $(VETFLAGS) $(PKGS)
 	@echo "== go vet: no problems"
 
 # go.mod and go.sum must be exactly what `go mod tidy` makes (direct
@@ -30,6 +30,12 @@ tidy:
 	@echo "== go mod tidy -diff: go.mod and go.sum are exactly what go mod tidy makes"
 	$(GO) mod tidy -diff
 
+# make test vets with the tests' own build settings (-race): vet needs every
+# package compiled, and compiled once for both the work is shared with the test
+# run (on a fresh clone the suite's compile went from 325 s to 220 s of wall
+# time on 2 idle cores). Only files behind a "!race" build constraint go
+# unvetted there; `make vet` alone checks the default build.
+test: VETFLAGS = -race
 test: tidy vet
 	@echo "== go test -race: every package's tests under the race detector; one line per package as it finishes (in package order; the slowest, mesh and integration, take a minute or two)"
 	$(GO) test -race -timeout $(TESTTIMEOUT) $(PKGS)

@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"debug/buildinfo"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -308,16 +310,40 @@ func post(addr string, body []byte) int {
 	return resp.StatusCode
 }
 
-// buildKVMesh builds cmd/kvmesh into a temporary directory.
+// buildKVMesh builds cmd/kvmesh into a temporary directory, with the race detector when this test binary has it
+// (as under `make test`): the nodes then run under the detector too, and the build reuses the race-mode packages
+// the suite has compiled already instead of compiling all of them a second time without it.
 func buildKVMesh(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "kvmesh")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/kvmesh")
+	self, _ := debug.ReadBuildInfo()
+	race := raced(self)
+	args := []string{"build", "-o", bin}
+	if race {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, "./cmd/kvmesh")...)
 	cmd.Dir = ".."
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
+	if info, err := buildinfo.ReadFile(bin); err != nil || raced(info) != race {
+		t.Fatalf("%s: want a binary built with -race=%v (as this test binary is): %v", bin, race, err)
+	}
 	return bin
+}
+
+// raced reports whether a binary's build info says -race.
+func raced(info *debug.BuildInfo) bool {
+	if info == nil {
+		return false
+	}
+	for _, s := range info.Settings {
+		if s.Key == "-race" {
+			return s.Value == "true"
+		}
+	}
+	return false
 }
 
 func run(t *testing.T, bin string, args ...string) {
