@@ -184,9 +184,7 @@ wait $!
 
 # The arms table of a report, and one arm's cells (hit rate, TTFT p50, p99).
 arms_table() { awk '/^[|] arm /{on=1} on&&/^$/{exit} on' "$1"; }
-arm_cells() {
-	awk -F'|' -v arm="$2" '/^[|] arm /{on=1} on&&/^$/{exit} on{for (i = 2; i <= 8; i++) gsub(/^ +| +$/, "", $i); if ($2 == arm) {printf "hit rate %s, TTFT p50 %s s, p99 %s s", $3, $6, $8; exit}}' "$1"
-}
+arm_cells() { awk -v arm="$2" -f "$ROOT/integration/demo/armcells.awk" "$1"; }
 
 say "result"
 arms_table "$OUT/compare.md"
