@@ -197,8 +197,7 @@ echo
 # Trust: a run during which an engine or the load generator fell behind
 # the clock by more than 100 ms has inflated latencies. Say so here, not
 # only in the reports.
-caveats=$(awk -F'|' 'FNR == 1 {d = 0} /^Discarded/ {d = 1} /^[|] [0-9]+ [|] [0-9]+ [|]/ && $14 ~ /NO:/ {a=$4; r=$14; f=FILENAME; gsub(/^ +| +$/, "", a); sub(/^ *NO: */, "", r); sub(/ +$/, "", r); sub(/.*\//, "", f);
-	printf "%s %s (%s): %s\n", (d ? "run again:" : "NOT TRUSTED:"), a, f, r}' "$OUT/live.md" "$OUT/compare.md")
+caveats=$(awk -f "$ROOT/integration/demo/caveats.awk" "$OUT/live.md" "$OUT/compare.md")
 if [[ -n $caveats ]]; then
 	echo "Caveats: the machine fell behind the time scale during these runs, which inflates their latencies"
 	echo "(DEMO_TIME_SCALE=5 on a busy machine, or an idle one, avoids it):"
