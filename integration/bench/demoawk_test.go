@@ -10,9 +10,9 @@ import (
 )
 
 // The demo (integration/demo/demo.sh) reads this package's reports with two awk programs, which find the columns
-// they need by name: they must still find them in what WriteMarkdown writes.
-
-// demoAWK writes r as WriteMarkdown does to dir/name and returns a runner of the demo's awk program prog on it.
+// they need by name: they must still find them in what WriteMarkdown writes. demoAWK writes r with WriteMarkdown to
+// a file called name in a temporary directory and returns a runner of the demo's program prog (a file of
+// integration/demo) on it.
 func demoAWK(t *testing.T, r *Report, name, prog string) func(args ...string) (string, error) {
 	t.Helper()
 	awk, err := exec.LookPath("awk")
