@@ -166,6 +166,10 @@ wait_http "http://127.0.0.1:$FRONT_PORT/v1/models" "TCP front"
 common=(-workload mooncake -duration "$SLICE" -compression "$COMPRESSION" -backends "$BACKENDS" -backend-urls "$BACKEND_LIST"
 	-cache-blocks "$CACHE_BLOCKS" -time-scale "$TIME_SCALE" -repeats 1 -retries "$RETRIES" -log-level error)
 
+# The arms table of a report, and one arm's cells (hit rate, TTFT p50, p99).
+arms_table() { awk '/^[|] arm /{on=1} on&&/^$/{exit} on' "$1"; }
+arm_cells() { awk -v arm="$2" -f "$ROOT/integration/demo/armcells.awk" "$1"; }
+
 say "replaying $SLICE of the Mooncake trace through the front (nodes -> backends)"
 if ((MESH)); then label="kvmesh serve x$NODES mesh (processes)"; else label="kvmesh x$NODES (processes)"; fi
 # Long steps run in the background and are waited for, so that Ctrl-C
@@ -174,17 +178,13 @@ if ((MESH)); then label="kvmesh serve x$NODES mesh (processes)"; else label="kvm
 	-label "$label" -out "$OUT/live" -title "kvmesh demo: live processes" >"$OUT/live.md" &
 pids+=($!)
 wait $!
-awk '/^\| arm /{on=1} on&&/^$/{exit} on' "$OUT/live.md"
+arms_table "$OUT/live.md"
 
 say "comparing kvmesh against round-robin and least-loaded routing (in-process routers; same backends, caches emptied before each arm)"
 "$BIN/kvmesh-bench" run "${common[@]}" -arms "round_robin,least_loaded,kvmesh" \
 	-out "$OUT/compare" -title "kvmesh demo: comparison" >"$OUT/compare.md" &
 pids+=($!)
 wait $!
-
-# The arms table of a report, and one arm's cells (hit rate, TTFT p50, p99).
-arms_table() { awk '/^[|] arm /{on=1} on&&/^$/{exit} on' "$1"; }
-arm_cells() { awk -v arm="$2" -f "$ROOT/integration/demo/armcells.awk" "$1"; }
 
 say "result"
 arms_table "$OUT/compare.md"
