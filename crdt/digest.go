@@ -88,6 +88,15 @@ func (r *Replica) StartDigest(peerName string, now int64) bool {
 
 func (r *Replica) onDigest(p *peer, m *Message, now int64) {
 	r.raiseFloor(m.Batch.Floor, now)
+	if p.repairQueued() {
+		// One round of repairs at a time per peer, as for repair requests:
+		// each digest compares the whole index and may queue a repair per
+		// bucket, so digests arriving faster than repairs drain (or from a
+		// peer configured with other buckets, which differ everywhere)
+		// must not pile up work and crowd out replication.
+		r.stats.DigestsIgnored++
+		return
+	}
 	var differ []uint32
 	if len(m.Digest) != r.cfg.DigestBuckets {
 		// Configured differently: compare everything.

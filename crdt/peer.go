@@ -18,6 +18,8 @@ type peer struct {
 	recv      uint64     // we hold all the peer's changes up to here
 	extra     []seqRange // ranges applied beyond recv, merged as gaps fill
 	fullRecv  *fullRecv  // running full-state transfer from the peer
+	recvEpoch uint64     // the newest transfer epoch seen from the peer (this incarnation)
+	backSince int64      // ms: since when its acks have been below acked (0: they are not)
 	ackDue    bool
 	control   []*Message // queued replies: full acks, repairs, digests
 	converged bool       // the last digest exchange found no difference
@@ -95,6 +97,7 @@ func (p *peer) resetReceive() {
 	p.recv = 0
 	p.extra = p.extra[:0]
 	p.fullRecv = nil
+	p.recvEpoch = 0
 }
 
 // resetSend forgets what the peer acknowledged (it restarted, or it fell
@@ -103,6 +106,7 @@ func (p *peer) resetSend() {
 	p.acked, p.sent = 0, 0
 	p.inflight = p.inflight[:0]
 	p.full = nil
+	p.backSince = 0
 }
 
 // repairQueued reports whether repair messages for the peer still wait to

@@ -59,6 +59,9 @@ type Stats struct {
 	RepairsIgnored    uint64 `json:"repairs_ignored"`   // repair requests ignored while repairs for that peer were queued
 	UnknownSender     uint64 `json:"unknown_sender"`    // messages from nodes that are not peers
 	Restarts          uint64 `json:"restarts"`          // peers seen with a new incarnation
+	AckResets         uint64 `json:"ack_resets"`        // peers whose acks went back (they forgot us): full transfers restarted
+	StaleChunks       uint64 `json:"stale_chunks"`      // full-transfer chunks of an older transfer than the one running, ignored
+	DigestsIgnored    uint64 `json:"digests_ignored"`   // digests not compared while repairs for that peer were queued
 }
 
 // PeerStatus is the protocol state of one peer, for metrics and admin views.
@@ -245,6 +248,7 @@ func (r *Replica) Receive(m *Message, now int64) error {
 		p.inc = m.Incarnation
 	}
 	if m.AckFor == r.inc {
+		r.checkAckBack(p, m.AckUpTo, now)
 		p.onAck(m.AckUpTo)
 		r.gcLog()
 	}
@@ -303,8 +307,39 @@ func (r *Replica) raiseFloor(f, now int64) {
 	r.ix.RaiseFloor(f, now)
 }
 
+// checkAckBack starts a new full transfer to a peer whose acks stay below
+// what it acknowledged before, outside a transfer, for longer than
+// reordering explains (4 x RetransmitAfter): it forgot what we sent it
+// without restarting (it removed and re-added us, as after a membership
+// false positive), so its incarnation did not change, it numbers our
+// changes from 0 again and parks every retransmission beyond its gap;
+// without this the backlog grows until our delta log overflows.
+func (r *Replica) checkAckBack(p *peer, seq uint64, now int64) {
+	if seq >= p.acked || p.full != nil {
+		p.backSince = 0 // in step, or a transfer runs (acks lag its base)
+		return
+	}
+	if p.backSince == 0 {
+		p.backSince = now
+		return
+	}
+	if now-p.backSince >= 4*r.cfg.RetransmitAfter.Milliseconds() {
+		p.backSince = 0
+		r.stats.AckResets++
+		r.startFull(p)
+	}
+}
+
 func (r *Replica) onFullChunk(p *peer, m *Message) {
 	fr := p.fullRecv
+	if m.Epoch < p.recvEpoch {
+		// A late chunk of a transfer the peer has replaced: starting over
+		// for it would drop the progress of the running one, whose chunks
+		// already acknowledged are never sent again.
+		r.stats.StaleChunks++
+		return
+	}
+	p.recvEpoch = m.Epoch
 	if fr == nil || fr.epoch != m.Epoch || len(fr.got) != int(m.Chunks) {
 		fr = &fullRecv{epoch: m.Epoch, base: m.BaseSeq, got: make([]bool, m.Chunks), left: int(m.Chunks)}
 		p.fullRecv = fr

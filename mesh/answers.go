@@ -70,6 +70,13 @@ func (a *answerTotals) add(b answerTotals) {
 	a.Cached += b.Cached
 }
 
+// sub takes b's counts out of a's (b was added to a before).
+func (a *answerTotals) sub(b answerTotals) {
+	a.N -= min(b.N, a.N)
+	a.Prompt -= min(b.Prompt, a.Prompt)
+	a.Cached -= min(b.Cached, a.Cached)
+}
+
 // retireAnswers moves a peer's totals into the retired ones (it left, fell
 // silent or restarted).
 func (t *loadTable) retireAnswers(p *peerLoad) {

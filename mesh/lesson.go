@@ -76,10 +76,25 @@ func toLessonWire(stamp int64, scale, learned, doubt float64, doubtN uint64) les
 	}
 }
 
+// lessonMaxAhead bounds how far past this node's clock a peer's lesson
+// may be stamped (ms). A lesson wins by its stamp, and every node stamps
+// its next one just past the newest it holds: one stamped far in the
+// future (a node whose clock runs ahead, or a hostile peer) would win over
+// every later lesson mesh-wide, long after its author left, and one at the
+// wire's maximum would stop lessons for good. Such lessons are dropped
+// (counted with the peer's unknown entries); clocks within a minute of
+// each other lose nothing, and a lesson adopted from up to a minute ahead
+// is overtaken within that minute.
+const lessonMaxAhead = 60_000
+
 // applyLessons records a lesson message's entries (the caller checked its
 // sequence and that the peer's indexes are known).
-func (t *loadTable) applyLessons(p *peerLoad, m *loadMsg) {
+func (t *loadTable) applyLessons(p *peerLoad, m *loadMsg, now int64) {
 	t.eachEntry(p, m, func(id tree.BackendID, e *loadEntry) {
+		if e.Lesson.Stamp > uint64(max(now, 0))+lessonMaxAhead {
+			p.unknown++
+			return
+		}
 		if e.Lesson.Stamp > p.lessons[id].Stamp {
 			p.lessons[id] = e.Lesson
 			p.fresh[id] = e.Lesson

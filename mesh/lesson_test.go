@@ -56,6 +56,34 @@ func TestLoadTableNewestLesson(t *testing.T) {
 	}
 }
 
+// A lesson stamped beyond lessonMaxAhead past this node's clock is
+// dropped: it would win over every later lesson, and at the wire's
+// largest stamp stop lessons mesh-wide for good.
+func TestLoadTableDropsLessonsFromTheFuture(t *testing.T) {
+	tb := testLoadTable()
+	lesson := func(seq, stamp uint64) *loadMsg {
+		return &loadMsg{Seq: seq, Lessons: true, Entries: []loadEntry{{Idx: 11, Lesson: lessonWire{Stamp: stamp, Scale: loadFracOne, Doubt: 100, DoubtN: 3}}}}
+	}
+	const now = 1_000_000
+	tb.apply("p", snapshot(1, 1, true, 0, 0), 10, now)
+	tb.apply("p", lesson(2, maxLoadValue), 10, now)
+	tb.apply("q", snapshot(1, 1, true, 0, 0), 10, now)
+	tb.apply("q", lesson(2, now+lessonMaxAhead+1), 10, now)
+	tb.publish(now, 0)
+	if l := tb.lesson(1); l != nil {
+		t.Fatalf("a lesson from the future was adopted: %+v", l)
+	}
+	tb.apply("q", lesson(3, now+lessonMaxAhead), 10, now) // a clock a minute ahead is fine
+	tb.apply("p", lesson(3, now+1), 10, now+1)
+	tb.publish(now+1, 0)
+	if l := tb.lesson(1); l == nil || l.Stamp != now+lessonMaxAhead {
+		t.Fatalf("published %+v, want q's lesson a minute ahead", l)
+	}
+	if v := tb.view(now+1, func(tree.BackendID) string { return "" }); v[0].UnknownBackends != 1 || v[1].UnknownBackends != 1 {
+		t.Fatalf("dropped lessons not counted: %+v", v)
+	}
+}
+
 // lessonLoad is a fakeLoad that also shares a lesson about b2.
 type lessonLoad struct {
 	*fakeLoad

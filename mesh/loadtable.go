@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"maps"
 	"math"
 	"sort"
 	"sync/atomic"
@@ -35,6 +36,11 @@ type loadTable struct {
 	// retired[id] holds what departed or restarted peers had written to
 	// backend id, so that the mesh's written total never goes back.
 	retired []uint64
+	// departed holds, per forgotten peer, what of its incarnation went into
+	// the retired totals: the same incarnation heard again (it was silent
+	// for maxAge, or membership thought it failed) takes them back out
+	// instead of counting its cumulative totals twice.
+	departed map[string]*departedPeer
 
 	// namedAt is when the first snapshot with names from any peer was
 	// applied (ms; 0: none yet): Node.LessonsSettled.
@@ -98,6 +104,20 @@ type peerLoad struct {
 	unknown       uint64 // entries naming a backend index or name not known here
 }
 
+// departedPeer is what a forgotten peer's incarnation added to the
+// retired totals.
+type departedPeer struct {
+	inc     uint64
+	written map[tree.BackendID]uint64
+	answers answerTotals
+}
+
+// maxDeparted bounds loadTable.departed: a mesh has far fewer members. A
+// record dropped to make room only means that peer's old totals, if its
+// incarnation ever comes back, are counted twice (the bias this guards
+// against), never that counts are lost.
+const maxDeparted = 1024
+
 // booking is one node's bookings at one backend, and what it has written
 // there in all.
 type booking struct{ units, requests, inFlight, written uint64 }
@@ -137,6 +157,7 @@ func (t *loadTable) apply(peer string, m *loadMsg, size int, now int64) loadAppl
 		p.routedAt = 0
 		clear(p.book)
 		t.retire(p)
+		t.readmit(p)
 	}
 	switch {
 	case p.inc == 0 || (!m.Snapshot && p.names == nil && len(m.Entries) > 0):
@@ -148,7 +169,7 @@ func (t *loadTable) apply(peer string, m *loadMsg, size int, now int64) loadAppl
 	}
 	p.seq = m.Seq
 	if m.Lessons {
-		t.applyLessons(p, m)
+		t.applyLessons(p, m, now)
 		return loadApplyOK
 	}
 	if m.Lost {
@@ -242,6 +263,47 @@ func (t *loadTable) retire(p *peerLoad) {
 	t.retireAnswers(p)
 }
 
+// remember records what retiring p (being forgotten) adds to the retired
+// totals, for readmit.
+func (t *loadTable) remember(p *peerLoad) {
+	if p.inc == 0 {
+		return // it never sent a snapshot: nothing of it was counted
+	}
+	if t.departed == nil {
+		t.departed = make(map[string]*departedPeer)
+	}
+	if _, ok := t.departed[p.name]; !ok && len(t.departed) >= maxDeparted {
+		for name := range t.departed {
+			delete(t.departed, name)
+			break
+		}
+	}
+	t.departed[p.name] = &departedPeer{inc: p.inc, written: maps.Clone(p.written), answers: p.answers}
+}
+
+// readmit takes a forgotten peer's totals back out of the retired ones
+// when its first snapshot since shows the same incarnation: its cumulative
+// counts are about to arrive again, and its entry holds them from now on.
+// Another incarnation (it restarted meanwhile) leaves them retired.
+func (t *loadTable) readmit(p *peerLoad) {
+	d, ok := t.departed[p.name]
+	if !ok {
+		return
+	}
+	delete(t.departed, p.name)
+	if d.inc != p.inc {
+		return
+	}
+	for id, w := range d.written {
+		if int(id) < len(t.retired) {
+			t.retired[id] -= min(w, t.retired[id])
+			p.written[id] = w
+		}
+	}
+	t.retiredAnswers.sub(d.answers)
+	p.answers = d.answers
+}
+
 // weight is how much a peer last heard at heard counts at now.
 func (t *loadTable) weight(heard, now int64) float64 {
 	age := now - heard
@@ -261,6 +323,7 @@ func (t *loadTable) expire(now int64, keep map[string]struct{}) []string {
 	for name, p := range t.peers {
 		_, kept := keep[name]
 		if now-p.heard >= t.maxAge || (keep != nil && !kept) {
+			t.remember(p)
 			t.retire(p)
 			delete(t.peers, name)
 			gone = append(gone, name)

@@ -343,3 +343,60 @@ func TestLoadTableWrittenNeverGoesBack(t *testing.T) {
 		t.Fatalf("after p left: written %v, want 8064", got)
 	}
 }
+
+// A peer forgotten while its process lives on (silent for maxAge, or
+// taken for failed by membership) and heard again with the same
+// incarnation sends the same cumulative totals: they count once. One that
+// restarted meanwhile keeps its old totals retired and adds its new ones.
+func TestLoadTableForgottenPeerComesBack(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		forget func(lt *loadTable)
+		inc    uint64 // the incarnation it comes back with
+		want   float64
+	}{
+		{"silent, same process", func(lt *loadTable) { lt.expire(3000, nil) }, 7, 6400},
+		{"left membership, same process", func(lt *loadTable) { lt.expire(1, map[string]struct{}{}) }, 7, 6400},
+		{"silent, restarted", func(lt *loadTable) { lt.expire(3000, nil) }, 8, 6400 + 64},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lt := testLoadTable()
+			m := snapshot(1, 7, true, 100)
+			m.Entries[0].Written = 6400
+			lt.apply("p", m, 40, 0)
+			lt.apply("p", &loadMsg{Seq: 2, Answers: true, Answered: answerTotals{N: 10, Prompt: 1000, Cached: 500}}, 10, 0)
+			tc.forget(lt)
+			lt.publish(3000, 0)
+			if got := lt.writtenSum(0); got != 6400 {
+				t.Fatalf("forgotten: written %v, want 6400 (retired)", got)
+			}
+			back := snapshot(3, tc.inc, true, 100)
+			back.Entries[0].Written = 6400
+			if tc.inc != 7 {
+				back.Entries[0].Written = 64
+			}
+			lt.apply("p", back, 40, 3001)
+			answers := answerTotals{N: 10, Prompt: 1000, Cached: 500}
+			if tc.inc != 7 {
+				answers = answerTotals{N: 1, Prompt: 100, Cached: 100}
+			}
+			lt.apply("p", &loadMsg{Seq: 4, Answers: true, Answered: answers}, 10, 3001)
+			lt.publish(3001, 0)
+			if got := lt.writtenSum(0); got != tc.want {
+				t.Fatalf("back: written %v, want %v", got, tc.want)
+			}
+			wantN := uint64(10)
+			if tc.inc != 7 {
+				wantN = 11
+			}
+			if got := lt.answered.n.Load(); got != wantN {
+				t.Fatalf("back: %d answers, want %d", got, wantN)
+			}
+			lt.expire(10_000, nil) // and gone again: still counted once
+			lt.publish(10_000, 0)
+			if got := lt.writtenSum(0); got != tc.want {
+				t.Fatalf("gone again: written %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -176,6 +176,9 @@ var replicaCounters = []struct {
 	{prometheus.NewDesc("kvmesh_mesh_digest_repairs_total", "Digest buckets sent to peers as repairs.", nil, nil), func(s *crdt.Stats) uint64 { return s.BucketsRepaired }},
 	{prometheus.NewDesc("kvmesh_mesh_clock_clamps_total", "Peer timestamps clamped for being too far in the future.", nil, nil), func(s *crdt.Stats) uint64 { return s.ClockClamps }},
 	{prometheus.NewDesc("kvmesh_mesh_peer_restarts_total", "Peers seen with a new incarnation (restarted or changed topology).", nil, nil), func(s *crdt.Stats) uint64 { return s.Restarts }},
+	{prometheus.NewDesc("kvmesh_mesh_ack_resets_total", "Peers whose acknowledgements went back without a restart (they forgot this node's changes): full transfers restarted.", nil, nil), func(s *crdt.Stats) uint64 { return s.AckResets }},
+	{prometheus.NewDesc("kvmesh_mesh_stale_chunks_total", "Full-transfer chunks of a transfer the peer had already replaced, ignored.", nil, nil), func(s *crdt.Stats) uint64 { return s.StaleChunks }},
+	{prometheus.NewDesc("kvmesh_mesh_digests_ignored_total", "Anti-entropy digests not compared because repairs for that peer were still queued.", nil, nil), func(s *crdt.Stats) uint64 { return s.DigestsIgnored }},
 	{prometheus.NewDesc("kvmesh_mesh_non_peer_messages_total", "Messages from members that are not (yet) peers; their claims are applied.", nil, nil), func(s *crdt.Stats) uint64 { return s.UnknownSender }},
 }
 

@@ -457,8 +457,11 @@ func checkKubeNode(t *testing.T, objs *kubeObjects, sts *appsv1.StatefulSet, ord
 	if spec.TerminationGracePeriodSeconds != nil {
 		grace = time.Duration(*spec.TerminationGracePeriodSeconds) * time.Second
 	}
-	if need := delay + cfg.ShutdownTimeout + 5*time.Second; grace < need {
-		t.Errorf("pod %s: terminationGracePeriodSeconds %v < preStop %v + shutdown_timeout %v + 5 s to leave the mesh", podName, grace, delay, cfg.ShutdownTimeout)
+	// After SIGTERM the node itself waits drain_delay before it stops
+	// accepting: it counts too, and the manifests promise 15 s to leave the
+	// mesh after the shutdown timeout.
+	if need := delay + cfg.DrainDelay + cfg.ShutdownTimeout + 15*time.Second; grace < need {
+		t.Errorf("pod %s: terminationGracePeriodSeconds %v < preStop %v + drain_delay %v + shutdown_timeout %v + 15 s to leave the mesh", podName, grace, delay, cfg.DrainDelay, cfg.ShutdownTimeout)
 	}
 
 	// TLS: the CA, certificate and key files are in the volume, and the certificate is this node's.
