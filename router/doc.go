@@ -18,6 +18,7 @@
 //
 // router reads claims from a tree.Index and writes what it learns through a
 // small Learner interface that the mesh (or a local, unreplicated learner)
-// satisfies. It may import tree. It must not import mesh, crdt, transport or
-// cmd.
+// satisfies. It may import tree and its subpackage kvevents (precise
+// mode's event decoding; kubediscovery imports router, not the reverse). It
+// must not import mesh, crdt, transport or cmd.
 package router

@@ -351,7 +351,7 @@ Runs a router node. Flags override environment variables (KVMESH_<FLAG>),
 which override the YAML config file, which overrides the defaults.
 
   --config FILE
-        YAML configuration file (env KVMESH_CONFIG); deploy/config/kvmesh.example.yaml has every key
+        YAML configuration file (env KVMESH_CONFIG); deploy/config/kvmesh.example.yaml has the main keys
 `)
 	for _, s := range serveSettings {
 		arg := " VALUE"

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -15,8 +16,8 @@ import (
 	"github.com/kvmesh/kvmesh/tree"
 )
 
-// registeredMetrics builds a router and a mesh node (as serve does) and
-// returns every metric name they register.
+// registeredMetrics builds a router, a mesh node and a state store (as
+// serve does) and returns every metric name they register.
 func registeredMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	rec := &recorder{names: map[string]bool{}}
@@ -42,6 +43,9 @@ func registeredMetrics(t *testing.T) map[string]bool {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { node.Close() })
+	if _, err := newStateStore(t.TempDir(), time.Minute, time.Hour, ix, zerolog.Nop(), rec); err != nil {
+		t.Fatal(err)
+	}
 	return rec.names
 }
 

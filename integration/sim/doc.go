@@ -17,7 +17,12 @@
 // It must not import any kvmesh package (tree, crdt, transport, mesh,
 // router): it stands in for a third-party backend, and sharing code with the
 // router would let the two agree for the wrong reasons. kvmesh's own packages
-// must not import it either.
+// must not import it either. One exception: kvevents.go publishes its KV
+// events with router/kvevents' publisher (ZeroMQ framing and vLLM's msgpack
+// encoding). That cannot hide a disagreement with vLLM: the decoder the
+// router uses is tested against payloads built byte by byte as vLLM's
+// msgspec writes them (router/kvevents/decode_test.go), so an encoder that
+// strayed from vLLM's format would fail to decode there, not agree.
 //
 // # Tokenization (the workload generators rely on this rule)
 //
