@@ -305,8 +305,8 @@ func (c *Config) Validate() error {
 			bad("backends[%d]: name %q is already used by backends[%d]", i, name, j)
 		}
 		names[name] = i
-		if b.KVCapacityTokens < 0 {
-			bad("backends[%d]: kv_capacity_tokens must not be negative (0: from the backend's metrics), got %d", i, b.KVCapacityTokens)
+		if b.KVCapacityTokens < 0 || b.KVCapacityTokens > MaxKVCapacityTokens {
+			bad("backends[%d]: kv_capacity_tokens must be in [0, %d] (0: from the backend's metrics), got %d", i, int64(MaxKVCapacityTokens), b.KVCapacityTokens)
 		}
 		if b.Weight < 0 || math.IsNaN(b.Weight) || math.IsInf(b.Weight, 0) {
 			bad("backends[%d]: weight must be a positive number (0 means 1), got %v", i, b.Weight)

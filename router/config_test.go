@@ -24,7 +24,7 @@ func TestValidateReportsEachProblem(t *testing.T) {
 	cfg.Backends = []BackendConfig{
 		{Name: "x", URL: "ftp://h"},
 		{Name: "x", URL: "http://h:1", Weight: -1},
-		{URL: "http://h:2", Models: []string{""}},
+		{URL: "http://h:2", Models: []string{""}, KVCapacityTokens: 1 << 50},
 	}
 	cfg.Policy = "fastest"
 	cfg.MaxBodyBytes = 10
@@ -48,6 +48,7 @@ func TestValidateReportsEachProblem(t *testing.T) {
 		`backends[1]: name "x" is already used by backends[0]`,
 		`backends[1]: weight must be a positive number`,
 		`backends[2].models[0]: empty model name`,
+		`backends[2]: kv_capacity_tokens must be in [0, 1099511627776]`,
 		`policy "fastest" is unknown; choose one of consistent_hash, kvmesh, least_loaded, random, round_robin, sglang_cache_aware`,
 		`max_body_bytes must be at least 1024`,
 		`confirmed_claim_ttl (10m0s) must not be shorter than provisional_claim_ttl (1h0m0s)`,

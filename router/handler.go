@@ -190,11 +190,11 @@ func (rt *Router) serveForward(w http.ResponseWriter, r *http.Request, start tim
 	if aerr != nil {
 		return rt.fail(w, kindOf(aerr), aerr)
 	}
-	st.model = modelOf(body)
-	*model = rt.modelMetricsFor(st.model)
-	if len(st.model) > rt.cfg.MaxModelBytes {
-		return rt.fail(w, errLimit, errStringTooLong("model", len(st.model), rt.cfg.MaxModelBytes))
+	st.model, aerr = modelOf(body, rt.cfg.MaxModelBytes)
+	if aerr != nil {
+		return rt.fail(w, errLimit, aerr)
 	}
+	*model = rt.modelMetricsFor(st.model)
 	now := rt.now()
 	if !rt.gather(st, st.model, now) {
 		return rt.fail(w, errModelNotFound, ErrModelNotFound(st.model))
@@ -233,14 +233,23 @@ func kindOf(e *APIError) errKind {
 
 var jsonParsers fastjson.ParserPool
 
-// modelOf returns the "model" member of a JSON object body, or "". It
-// skims the body instead of parsing it: a forwarded body is otherwise
-// never parsed, and must cost no more than its bytes.
-func modelOf(body []byte) string {
+// modelOf returns the "model" member of a JSON object body, or "", and
+// the error for a model longer than limit bytes. It skims the body instead
+// of parsing it: a forwarded body is otherwise never parsed, and must cost
+// no more than its bytes. As in admit, a model too long even if every byte
+// were part of an escape (6 bytes at most for one) is refused before it is
+// unescaped: unescaping copies it, whatever its length.
+func modelOf(body []byte, limit int) (string, *APIError) {
 	s := skimBody(body, "", "")
 	if !s.ok || s.model == nil {
-		return ""
+		return "", nil
+	}
+	if len(s.model) > limit && (!s.modelEsc || len(s.model) > 6*limit) {
+		return "", errStringTooLong("model", len(s.model), limit)
 	}
 	m, _ := unescape(s.model, s.modelEsc)
-	return m
+	if len(m) > limit {
+		return "", errStringTooLong("model", len(m), limit)
+	}
+	return m, nil
 }

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bytes"
 	"fmt"
 	"net/http"
 
@@ -13,10 +14,16 @@ import (
 // model (404: the most common mistake answers fastest), the cache_salt's
 // length, the number of messages, the number of JSON values. A body the
 // skim cannot follow is left to Render, which names its error, as long as
-// what was counted so far is within the limits.
+// what was counted so far is within the limits. A body that is not a JSON
+// object, though, gets Render's error here, unparsed: the skim counts
+// nothing in it, and a top-level array of a million numbers would be
+// parsed whole (a parser node each) before Render could refuse it.
 func (rt *Router) admit(ep Endpoint, body []byte) *APIError {
 	k1, k2 := listKeys(ep)
 	s := skimBody(body, k1, k2)
+	if s.notObject {
+		return errNotObject(body)
+	}
 	c := &rt.cfg
 	if s.ok && s.model != nil {
 		if len(s.model) > c.MaxModelBytes && (!s.modelEsc || len(s.model) > 6*c.MaxModelBytes) {
@@ -49,19 +56,47 @@ func (rt *Router) admit(ep Endpoint, body []byte) *APIError {
 			return errStringTooLong("cache_salt", n, c.MaxCacheSaltBytes)
 		}
 	}
-	items := s.items
+	items, param := s.items, k1
 	if ep == EndpointCompletions || ep == EndpointEmbeddings {
 		items -= s.numbers // token ids are one prompt, not a list of them
 	}
+	if k2 != "" && !s.list1Set {
+		items, param = s.items2, k2 // what Render renders without k1 (embeddings' chat-style messages)
+	}
 	if items > c.MaxMessages {
-		return &APIError{Status: http.StatusBadRequest, Type: TypeInvalidRequest, Param: k1, Code: "array_above_max_length",
-			Message: fmt.Sprintf("Invalid '%s': array too long. Expected an array with maximum length %d, but got an array with length %d instead.", k1, c.MaxMessages, items)}
+		return &APIError{Status: http.StatusBadRequest, Type: TypeInvalidRequest, Param: param, Code: "array_above_max_length",
+			Message: fmt.Sprintf("Invalid '%s': array too long. Expected an array with maximum length %d, but got an array with length %d instead.", param, c.MaxMessages, items)}
 	}
 	if s.values > c.MaxJSONValues {
 		return &APIError{Status: http.StatusRequestEntityTooLarge, Type: TypeTooLarge, Code: "too_many_json_values",
 			Message: fmt.Sprintf("The request body holds more than %d JSON values (the limit is max_json_values).", c.MaxJSONValues)}
 	}
 	return nil
+}
+
+// errNotObject is Render's answer to a body that is not a JSON object (a
+// non-blank one, as the skim flags), the value's kind told from its first
+// bytes without parsing it.
+func errNotObject(body []byte) *APIError {
+	body = bytes.TrimLeft(body, " \t\r\n")
+	kind := ""
+	switch c := body[0]; {
+	case c == '[':
+		kind = "array"
+	case c == '"':
+		kind = "string"
+	case c == '-' || (c >= '0' && c <= '9'):
+		kind = "number"
+	}
+	for _, lit := range [...]string{"true", "false", "null"} {
+		if bytes.HasPrefix(body, []byte(lit)) {
+			kind = lit
+		}
+	}
+	if kind == "" {
+		return badRequest("", "request body must be a JSON object")
+	}
+	return badRequest("", "request body must be a JSON object, not %s", kind)
 }
 
 // errStringTooLong is OpenAI's answer to an over-long string parameter.

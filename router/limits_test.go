@@ -67,6 +67,8 @@ func TestLimitsRefuseBeforeWork(t *testing.T) {
 		{"too many messages", "/v1/chat/completions", string(manyMessages("m1", 101)), 400, "array_above_max_length", "messages"},
 		{"too many prompts", "/v1/completions", `{"model":"m1","prompt":[` + strings.Repeat(`"a",`, 101) + `"a"]}`, 400, "array_above_max_length", "prompt"},
 		{"too many input items", "/v1/responses", `{"model":"m1","input":[` + strings.Repeat(`{"role":"user","content":"a"},`, 101) + `"a"]}`, 400, "array_above_max_length", "input"},
+		{"too many embeddings inputs after messages", "/v1/embeddings", `{"model":"m1","messages":[{"role":"user","content":"a"}],"input":[` + strings.Repeat(`"a",`, 101) + `"a"]}`, 400, "array_above_max_length", "input"},
+		{"too many embeddings messages, null input", "/v1/embeddings", `{"model":"m1","input":null,"messages":[` + strings.Repeat(`{"role":"user","content":"a"},`, 101) + `{"role":"user","content":"a"}]}`, 400, "array_above_max_length", "messages"},
 		{"too many JSON values", "/v1/chat/completions", `{"model":"m1","messages":[{"role":"user","content":[` + strings.Repeat(`{"type":"text","text":"a"},`, 400) + `"a"]}]}`, 413, "too_many_json_values", ""},
 	}
 	for _, c := range cases {
@@ -90,8 +92,8 @@ func TestLimitsRefuseBeforeWork(t *testing.T) {
 	if seeds != 0 {
 		t.Errorf("refused requests computed %d seeds", seeds)
 	}
-	if got := g.counter("kvmesh_router_errors_total", "kind", "limit"); got != 7 {
-		t.Errorf("errors_total{kind=limit} = %v, want 7 (the API listener's)", got)
+	if got := g.counter("kvmesh_router_errors_total", "kind", "limit"); got != 9 {
+		t.Errorf("errors_total{kind=limit} = %v, want 9 (the API listener's)", got)
 	}
 	// Within the limits: a prompt of 500 token ids is one prompt, not 500;
 	// an escaped model name is the model.

@@ -64,6 +64,27 @@ const (
 // prefix is not TEXT, JSON or BIN.
 var ErrORCAFormat = errors.New("orca: unknown format")
 
+// maxLoadCount bounds a load count or rate (Waiting, Running, RPS) as
+// reported, summed over duplicate keys, repeated fields and repeated
+// headers alike. Every value is finite, but a sum of finite values may not
+// be (1e308 + 1e308), and no engine queues a billion requests: a report
+// past the bound is broken and rejected, so that the load kept stays
+// finite (it is exported as JSON and weighed by the policies, where an
+// infinite or NaN load would win or lose every comparison).
+const maxLoadCount = 1e9
+
+// errLoadTotal is wrapped by the error for a report whose summed counts
+// exceed maxLoadCount.
+var errLoadTotal = errors.New("total exceeds the bound")
+
+// checkTotal rejects a summed count past maxLoadCount (or not finite).
+func checkTotal(prefix, key string, total float64) error {
+	if total <= maxLoadCount {
+		return nil
+	}
+	return fmt.Errorf("%s%q: %w (%v > %v)", prefix, clip(key), errLoadTotal, total, float64(maxLoadCount))
+}
+
 // ParseORCA parses an endpoint-load-metrics header value: "TEXT k=v, ...",
 // "TEXT k:v,..." (Envoy), "JSON {...}" (proto3 JSON of OrcaLoadReport) or
 // "BIN <base64 OrcaLoadReport>". The format name is case-insensitive.
@@ -71,7 +92,8 @@ var ErrORCAFormat = errors.New("orca: unknown format")
 // TEXT keys are named_metrics.<name> and the top-level cpu_utilization,
 // mem_utilization, application_utilization and rps_fractional; other keys
 // (utilization.*, request_cost.*, unknown metrics) are skipped. Values must
-// be finite and non-negative; usage values above 1 are clamped to 1. On any
+// be finite and non-negative; usage values above 1 are clamped to 1; the
+// counts (Waiting, Running, RPS), summed, must not exceed 1e9. On any
 // error the returned report is zero and should be ignored: a header that is
 // partly wrong is not trusted.
 func ParseORCA(value string) (LoadReport, error) {
@@ -177,9 +199,11 @@ func (r *LoadReport) addNamed(name string, f float64) error {
 	case orcaWaiting:
 		r.Waiting += f
 		r.Has |= HasWaiting
+		return checkTotal("orca: ", name, r.Waiting)
 	case orcaRunning:
 		r.Running += f
 		r.Has |= HasRunning
+		return checkTotal("orca: ", name, r.Running)
 	}
 	return nil
 }
@@ -203,6 +227,7 @@ func (r *LoadReport) addTop(key string, f float64) error {
 	case orcaRPSFrac, "rpsFractional":
 		r.RPS += f
 		r.Has |= HasRPS
+		return checkTotal("orca: ", key, r.RPS)
 	}
 	return nil
 }

@@ -1,7 +1,6 @@
 package router
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -21,6 +20,15 @@ const statusAborted = -1
 // errHeaderTimeout is the cause of an attempt canceled because the backend
 // sent no response headers within BackendHeaderTimeout.
 var errHeaderTimeout = errors.New("backend sent no response headers in time")
+
+// retryDrainTimeout bounds the draining of a 5xx answer that is retried
+// elsewhere. An error body that is coming is read in far less; one that
+// is not is not worth waiting for.
+const retryDrainTimeout = time.Second
+
+// errDrainTimeout is the cause of an attempt canceled because its 5xx
+// answer, to be retried, did not drain within retryDrainTimeout.
+var errDrainTimeout = errors.New("backend's error answer did not drain in time")
 
 // outcome is how one attempt at a backend ended.
 type outcome uint8
@@ -177,27 +185,17 @@ func (st *reqState) outgoingRequest(ctx context.Context, r *http.Request, b *bac
 		Header: st.outHeader, Host: u.Host}
 	if len(st.body) > 0 {
 		// A fresh reader per attempt: after an early answer the transport
-		// may still be reading an earlier attempt's body.
-		st.outReq.Body = newBodyReader(st.body)
+		// may still be reading an earlier attempt's body, and the buffer
+		// goes back to the pool only once every reader was closed.
+		st.outReq.Body = st.lease.reader(st.body)
 		st.outReq.ContentLength = int64(len(st.body))
 		if st.getBody == nil {
-			st.getBody = func() (io.ReadCloser, error) { return newBodyReader(st.body), nil }
+			st.getBody = func() (io.ReadCloser, error) { return st.lease.reader(st.body), nil }
 		}
 		st.outReq.GetBody = st.getBody
 	}
 	return st.outReq.WithContext(ctx)
 }
-
-// bodyReader is a request body over bytes the router holds.
-type bodyReader struct{ bytes.Reader }
-
-func newBodyReader(b []byte) *bodyReader {
-	r := new(bodyReader)
-	r.Reset(b)
-	return r
-}
-
-func (*bodyReader) Close() error { return nil }
 
 // attempt sends the request to b once. last says no retry can follow: a
 // 5xx answer is then passed to the client instead of being retried.
@@ -257,7 +255,14 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, st *reqState, 
 		rt.metrics.errors[errBackend5xx].Inc()
 		rt.markFailure(b, errBackend5xx, false, "answered "+resp.Status)
 		if !last {
-			_, _ = io.CopyN(io.Discard, resp.Body, 64<<10) // lets the connection be reused
+			// Draining lets the connection be reused, but only while it is
+			// quick: a backend that sent its headers and stalls would hold
+			// the retry forever (the header timer is stopped), so the
+			// attempt is canceled after retryDrainTimeout, which closes the
+			// connection and ends the read.
+			drain := time.AfterFunc(retryDrainTimeout, func() { cancel(errDrainTimeout) })
+			_, _ = io.CopyN(io.Discard, resp.Body, 64<<10)
+			drain.Stop()
 			return attemptResult{out: outRetry, err: errors.New("backend " + b.name + " answered " + resp.Status), errKind: errBackend5xx}
 		}
 	} else {

@@ -52,6 +52,7 @@ type reqState struct {
 	// of the prompt's (Decision.LearnAbove; see learnAbove).
 	learnBuf []int32
 	body     []byte
+	lease    bodyLease    // lends body to the transport (bodyreuse.go)
 	key      []byte       // seed-cache key
 	route    []byte       // x-kvmesh-route value
 	usage    usageScanner // finds the backend's usage report in the answer
@@ -91,6 +92,7 @@ func newReqState() any {
 func (rt *Router) getState() *reqState { return rt.states.Get().(*reqState) }
 
 func (rt *Router) putState(st *reqState) {
+	st.body = st.lease.reclaim(st.body) // nil while the transport may still read it
 	st.confirm = nil
 	if cap(st.body) > maxPooledBodyCap {
 		st.body = nil

@@ -14,7 +14,10 @@ import (
 //
 // Several engine indices (data parallelism) or cache sources export one
 // sample each: counts and counters are summed, usage takes the maximum. A
-// sample whose value is NaN, infinite or negative is ignored.
+// sample whose value is NaN, infinite or negative is ignored. A page whose
+// totals exceed the bounds below (MaxKVCapacityTokens for the capacity) is
+// an error: a sum of finite samples may be infinite, and no engine reports
+// such figures.
 type ScrapedLoad struct {
 	Running, Waiting, KVCacheUsage float64
 	PrefixQueries, PrefixHits      float64 // counters in tokens, when exported
@@ -30,6 +33,16 @@ type ScrapedLoad struct {
 const (
 	MaxMetricsBytes = 4 << 20  // total bytes read from one page
 	MaxMetricsLine  = 64 << 10 // longest line; Prometheus lines are < 1 KiB
+)
+
+// Bounds on a page's totals (see ScrapedLoad).
+const (
+	// MaxKVCapacityTokens bounds a scraped KV cache size in tokens: 2^40
+	// (about 1.1e12), far more than any engine's cache holds and far from
+	// int64's limit.
+	MaxKVCapacityTokens = 1 << 40
+	// maxTokenCounter bounds the prefix-cache token counters.
+	maxTokenCounter = 1e18
 )
 
 // ErrMetricsTooLarge is wrapped by ParseMetrics's error when the page or
@@ -226,7 +239,9 @@ func (mp *metricsParser) line(b []byte) error {
 				return nil
 			}
 		}
-		mp.add(m, f)
+		if err := mp.add(m, f); err != nil {
+			return fmt.Errorf("metrics: line %d (%s): %w", mp.lineNo, name, err)
+		}
 	}
 	return nil
 }
@@ -319,34 +334,61 @@ func (mp *metricsParser) labels(b []byte) (rest []byte, keep bool, err error) {
 	}
 }
 
-func (mp *metricsParser) add(m metric, f float64) {
+// add folds one sample (finite, non-negative) into the totals; it fails
+// when a total passes its bound.
+func (mp *metricsParser) add(m metric, f float64) error {
 	o := &mp.out
+	var total, bound float64
 	switch m {
 	case metricRunning:
 		o.Running += f
 		o.Has |= HasRunning
+		total, bound = o.Running, maxLoadCount
 	case metricWaiting:
 		o.Waiting += f
 		o.Has |= HasWaiting
+		total, bound = o.Waiting, maxLoadCount
 	case metricUsage:
 		o.KVCacheUsage = maxOf(o.Has&HasKVCacheUsage != 0, o.KVCacheUsage, min(f, 1))
 		o.Has |= HasKVCacheUsage
 	case metricQueries:
 		o.PrefixQueries += f
 		o.Has |= HasPrefixQueries
+		total, bound = o.PrefixQueries, maxTokenCounter
 	case metricHits:
 		o.PrefixHits += f
 		o.Has |= HasPrefixHits
+		total, bound = o.PrefixHits, maxTokenCounter
 	case metricQueriesLegacy:
 		mp.legacyQ += f
 		mp.hasLegacyQ = true
+		total, bound = mp.legacyQ, maxTokenCounter
 	case metricHitsLegacy:
 		mp.legacyH += f
 		mp.hasLegacH = true
+		total, bound = mp.legacyH, maxTokenCounter
 	case metricCacheConfig, metricMaxTokens:
 		o.KVCapacityTokens += f
 		o.Has |= HasKVCapacity
+		total, bound = o.KVCapacityTokens, MaxKVCapacityTokens
 	}
+	if total > bound {
+		return fmt.Errorf("%w (%v > %v)", errLoadTotal, total, bound)
+	}
+	return nil
+}
+
+// capacityTokens converts a scraped capacity to whole tokens, clamped to
+// [0, MaxKVCapacityTokens] (a float64 past int64's range converts to a
+// negative number).
+func capacityTokens(f float64) int64 {
+	switch {
+	case !(f > 0): // also NaN
+		return 0
+	case f >= MaxKVCapacityTokens:
+		return MaxKVCapacityTokens
+	}
+	return int64(f)
 }
 
 // finish writes the result. vLLM exported the old gpu_prefix_cache_* names

@@ -231,6 +231,10 @@ func FuzzParseMetrics(f *testing.F) {
 		if s.KVCacheUsage > 1 {
 			t.Fatalf("usage %v > 1", s.KVCacheUsage)
 		}
+		if s.Running > maxLoadCount || s.Waiting > maxLoadCount || s.PrefixQueries > maxTokenCounter ||
+			s.PrefixHits > maxTokenCounter || s.KVCapacityTokens > MaxKVCapacityTokens || math.IsNaN(s.KVCapacityTokens) {
+			t.Fatalf("total past its bound in %+v", s)
+		}
 	})
 }
 

@@ -139,9 +139,7 @@ func (rt *Router) observeORCA(b *backend, h http.Header, at time.Time) bool {
 			r, err = ParseORCA(v)
 		}
 		if err != nil {
-			rt.metrics.errors[errSignalParse].Inc()
-			rt.log.Debug().Str("backend", b.name).Err(err).Msg("bad ORCA load report")
-			return false
+			return rt.badORCA(b, err)
 		}
 		// Repeated headers (one per data-parallel engine): counts add up,
 		// usage takes the busiest engine, as ParseORCA does within one value.
@@ -150,10 +148,24 @@ func (rt *Router) observeORCA(b *backend, h http.Header, at time.Time) bool {
 		s.KVUsage = max(s.KVUsage, r.KVCacheUsage)
 		s.Has |= r.Has
 	}
+	// Each value is bounded, their sum too: the same bound as within one.
+	if err := checkTotal("orca: headers: ", orcaWaiting, s.Waiting); err != nil {
+		return rt.badORCA(b, err)
+	}
+	if err := checkTotal("orca: headers: ", orcaRunning, s.Running); err != nil {
+		return rt.badORCA(b, err)
+	}
 	if s.Has&(HasWaiting|HasRunning|HasKVCacheUsage) == 0 {
 		return false
 	}
 	s.Own = rt.meshPending(b)
 	b.noteLoad(&b.orca, s, at)
 	return true
+}
+
+// badORCA counts and logs a load report that did not parse; it returns false.
+func (rt *Router) badORCA(b *backend, err error) bool {
+	rt.metrics.errors[errSignalParse].Inc()
+	rt.log.Debug().Str("backend", b.name).Err(err).Msg("bad ORCA load report")
+	return false
 }

@@ -19,11 +19,16 @@ type skim struct {
 	modelEsc, saltEsc bool // the raw contents hold escapes
 	modelSet          bool // a "model" member exists (of any type)
 
-	// items counts the elements of the first top-level array member named
-	// by the endpoint's list keys (messages, prompt, input); numbers counts
-	// those that are numbers (a prompt given as token ids is one prompt,
-	// not a list).
-	items, numbers int
+	// items counts the elements of the top-level member named by the
+	// endpoint's first list key (messages, prompt, input) when it is an
+	// array; numbers counts those that are numbers (a prompt given as
+	// token ids is one prompt, not a list). items2 counts the elements of
+	// the second list key's member (embeddings' chat-style "messages").
+	// Each key's first occurrence counts, as in Render.
+	items, numbers, items2 int
+	// list1Set: the first list key's member exists and is not null; when
+	// it is absent or null, Render renders the second key's list instead.
+	list1Set bool
 	// values counts every JSON value in the body (each one a parser node),
 	// up to the point the skim stopped.
 	values int
@@ -31,6 +36,10 @@ type skim struct {
 	// When false, the counts are lower bounds and model and salt are not
 	// to be trusted (Render reports the body's error).
 	ok bool
+	// notObject: the body's first byte after white space is not '{' (an
+	// empty body is not flagged: Render names that error). The skim stops
+	// there, so the counts say nothing about such a body.
+	notObject bool
 }
 
 // maxSkimDepth matches fastjson.MaxDepth: deeper bodies fail to parse
@@ -53,23 +62,32 @@ func listKeys(ep Endpoint) (string, string) {
 	return "", ""
 }
 
+// The top-level members the skim reads.
+const (
+	kOther = iota
+	kModel
+	kSalt
+	kList1 // named by the endpoint's first list key
+	kList2 // by its second
+)
+
 // skimBody skims a JSON body. key1 and key2 name list members to count
 // ("" for none).
 func skimBody(b []byte, key1, key2 string) skim {
 	var s skim
-	const (
-		kOther = iota
-		kModel
-		kSalt
-		kList
-	)
 	var objects [(maxSkimDepth + 63) / 64]uint64 // bit d: the container at depth d+1 is an object
 	depth := 0
-	keyNext := false // the next string is an object key
-	key := kOther    // the top-level key whose value comes next
-	listDone := false
-	inList := false // inside the counted list (its elements are at depth 2)
+	keyNext := false     // the next string is an object key
+	key := kOther        // the top-level key whose value comes next
+	var listSeen [2]bool // a member named by key1, key2 was met: later ones do not count
+	inList := kOther     // kList1 or kList2 inside that counted list (its elements are at depth 2)
 	i, n := 0, len(b)
+	for ; i < n && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n'); i++ {
+	}
+	if i < n && b[i] != '{' {
+		s.notObject = true
+		return s
+	}
 	for i < n {
 		c := b[i]
 		switch c {
@@ -94,8 +112,8 @@ func skimBody(b []byte, key1, key2 string) skim {
 			}
 			depth--
 			keyNext = false
-			if depth == 1 && inList {
-				inList, listDone = false, true
+			if depth == 1 {
+				inList = kOther
 			}
 			i++
 			if depth == 0 {
@@ -119,24 +137,26 @@ func skimBody(b []byte, key1, key2 string) skim {
 			if keyNext {
 				keyNext = false
 				if depth == 1 {
-					key = classifyKey(raw, esc, key1, key2, listDone)
-					if key == kModel && s.modelSet {
+					key = classifyKey(raw, esc, key1, key2)
+					switch {
+					case key == kModel && s.modelSet,
+						key == kList1 && listSeen[0],
+						key == kList2 && listSeen[1]:
 						key = kOther // a repeated key: the first one counts
-					}
-					if key == kModel {
+					case key == kModel:
 						s.modelSet = true
+					case key == kList1:
+						listSeen[0], s.list1Set = true, true
+					case key == kList2:
+						listSeen[1] = true
 					}
 				}
 				continue
 			}
 			s.values++
-			if inList && depth == 2 {
-				s.items++
-			}
+			s.countItem(inList, depth)
 			if depth == 1 {
 				switch {
-				case key == kList:
-					listDone = true
 				case key == kModel:
 					s.model, s.modelEsc = raw, esc
 				case key == kSalt && s.salt == nil:
@@ -146,18 +166,13 @@ func skimBody(b []byte, key1, key2 string) skim {
 			continue
 		}
 		s.values++
-		if inList && depth == 2 {
-			s.items++
-		}
+		s.countItem(inList, depth)
 		if c == '{' || c == '[' {
 			if depth >= maxSkimDepth {
 				return s
 			}
-			if depth == 1 && key == kList && c == '[' {
-				inList = true
-			}
-			if depth == 1 && key == kList && c == '{' {
-				listDone = true // not a list: a later member of the same name does not count either
+			if depth == 1 && (key == kList1 || key == kList2) && c == '[' {
+				inList = key
 			}
 			if c == '{' {
 				objects[depth/64] |= 1 << (depth % 64)
@@ -170,10 +185,7 @@ func skimBody(b []byte, key1, key2 string) skim {
 			continue
 		}
 		// A number or a literal: up to the next delimiter.
-		if depth == 1 && key == kList {
-			listDone = true
-		}
-		if inList && depth == 2 && (c == '-' || (c >= '0' && c <= '9')) {
+		if inList == kList1 && depth == 2 && (c == '-' || (c >= '0' && c <= '9')) {
 			s.numbers++
 		}
 		j := i + 1
@@ -182,33 +194,52 @@ func skimBody(b []byte, key1, key2 string) skim {
 				break
 			}
 		}
+		if depth == 1 && key == kList1 && string(b[i:j]) == "null" {
+			s.list1Set = false // null is as absent to Render
+		}
 		i = j
 	}
 	return s
 }
 
+// countItem counts a value met at depth as an element of the list the
+// skim is in (inList: kList1, kList2 or kOther for none).
+func (s *skim) countItem(inList, depth int) {
+	if depth != 2 {
+		return
+	}
+	switch inList {
+	case kList1:
+		s.items++
+	case kList2:
+		s.items2++
+	}
+}
+
 // classifyKey says which of the members the skim reads a top-level key
 // names. Keys with escapes are compared unescaped (they are short).
-func classifyKey(raw []byte, esc bool, key1, key2 string, listDone bool) int {
+func classifyKey(raw []byte, esc bool, key1, key2 string) int {
 	if esc {
 		if len(raw) > 64 {
-			return 0
+			return kOther
 		}
 		k, ok := unescape(raw, true)
 		if !ok {
-			return 0
+			return kOther
 		}
 		raw = []byte(k)
 	}
 	switch {
 	case string(raw) == "model":
-		return 1
+		return kModel
 	case string(raw) == "cache_salt":
-		return 2
-	case !listDone && len(raw) > 0 && (string(raw) == key1 || string(raw) == key2):
-		return 3
+		return kSalt
+	case len(raw) > 0 && string(raw) == key1:
+		return kList1
+	case len(raw) > 0 && string(raw) == key2:
+		return kList2
 	}
-	return 0
+	return kOther
 }
 
 // stringEnd returns the index of the quote closing a string whose contents

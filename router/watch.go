@@ -104,7 +104,7 @@ func (rt *Router) scrapeLoad(ctx context.Context, b *backend) {
 		b.noteLoad(&b.scrape, sample{Waiting: sl.Waiting, Running: sl.Running, KVUsage: sl.KVCacheUsage, Has: sl.Has, Own: own}, at)
 	}
 	if sl.Has&HasKVCapacity != 0 && !b.capConfigured {
-		b.belief.capTokens.Store(int64(sl.KVCapacityTokens))
+		b.belief.capTokens.Store(capacityTokens(sl.KVCapacityTokens))
 	}
 	if sl.Has&HasPrefixQueries == 0 {
 		return
