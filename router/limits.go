@@ -24,6 +24,10 @@ func (rt *Router) admit(ep Endpoint, body []byte) *APIError {
 	if s.notObject {
 		return errNotObject(body)
 	}
+	if s.dup != "" {
+		return &APIError{Status: http.StatusBadRequest, Type: TypeInvalidRequest, Param: s.dup, Code: "duplicate_member",
+			Message: fmt.Sprintf("Invalid body: the member '%s' appears more than once (possibly spelled with escapes); which one applies would be ambiguous.", s.dup)}
+	}
 	c := &rt.cfg
 	if s.ok && s.model != nil {
 		if len(s.model) > c.MaxModelBytes && (!s.modelEsc || len(s.model) > 6*c.MaxModelBytes) {

@@ -178,3 +178,30 @@ func FuzzSkimLists(f *testing.F) {
 		}
 	})
 }
+
+// A member the limits are checked on (model, cache_salt, the rendered
+// list) that the body repeats is refused: the skim checks the first copy,
+// but fastjson takes a copy spelled without escapes first, so a body
+// could pass max_messages with a short escaped copy and render a long one.
+func TestDuplicateMemberRefused(t *testing.T) {
+	a := newFakeBackend(t, "a")
+	g := newRig(t, func(c *Config, _ *Deps) { c.MaxMessages = 10 }, a)
+	long := `[` + strings.Repeat(`{"role":"user","content":"x"},`, 50) + `{"role":"user","content":"x"}]`
+	for _, tc := range []struct{ path, body, param string }{
+		{"/v1/chat/completions", `{"model":"m1","m\u0065ssages":[],"messages":` + long + `}`, "messages"},
+		{"/v1/chat/completions", `{"model":"m1","messages":[{"role":"user","content":"x"}],"messages":[]}`, "messages"},
+		{"/v1/chat/completions", `{"mod\u0065l":"m1","model":"m1","messages":[{"role":"user","content":"x"}]}`, "model"},
+		{"/v1/chat/completions", `{"model":"m1","cache_salt":"a","cache_s\u0061lt":"b","messages":[{"role":"user","content":"x"}]}`, "cache_salt"},
+		{"/v1/completions", `{"model":"m1","prompt":"a","prompt":"b"}`, "prompt"},
+		{"/v1/embeddings", `{"model":"m1","input":"a","messages":[],"messages":[]}`, "messages"},
+	} {
+		status, _, resp := g.call("POST", tc.path, tc.body)
+		if e := apiError(t, resp); status != 400 || e.Code == nil || *e.Code != "duplicate_member" || e.Param == nil || *e.Param != tc.param {
+			t.Errorf("%s %s: %d %s, want 400 duplicate_member of %s", tc.path, tc.body[:min(len(tc.body), 60)], status, resp, tc.param)
+		}
+	}
+	// Members the limits do not read may repeat, as JSON allows.
+	if status, _, resp := g.call("POST", "/v1/chat/completions", `{"model":"m1","user":"a","user":"b","messages":[{"role":"user","content":"x"}]}`); status != 200 {
+		t.Errorf("a repeated user member: %d %s", status, resp)
+	}
+}

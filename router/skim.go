@@ -36,6 +36,12 @@ type skim struct {
 	// When false, the counts are lower bounds and model and salt are not
 	// to be trusted (Render reports the body's error).
 	ok bool
+	// dup names a member the skim reads (model, cache_salt, a list key)
+	// that the object repeats. Which copy counts is then ambiguous: the
+	// skim counts the first, but a parser may take another (fastjson
+	// prefers a copy spelled without escapes), so the limits checked
+	// could be on the copy that is not rendered.
+	dup string
 	// notObject: the body's first byte after white space is not '{' (an
 	// empty body is not flagged: Render names that error). The skim stops
 	// there, so the counts say nothing about such a body.
@@ -80,6 +86,7 @@ func skimBody(b []byte, key1, key2 string) skim {
 	keyNext := false     // the next string is an object key
 	key := kOther        // the top-level key whose value comes next
 	var listSeen [2]bool // a member named by key1, key2 was met: later ones do not count
+	saltSeen := false
 	inList := kOther     // kList1 or kList2 inside that counted list (its elements are at depth 2)
 	i, n := 0, len(b)
 	for ; i < n && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n'); i++ {
@@ -140,11 +147,17 @@ func skimBody(b []byte, key1, key2 string) skim {
 					key = classifyKey(raw, esc, key1, key2)
 					switch {
 					case key == kModel && s.modelSet,
+						key == kSalt && saltSeen,
 						key == kList1 && listSeen[0],
 						key == kList2 && listSeen[1]:
+						if s.dup == "" {
+							s.dup = memberName(key, key1, key2)
+						}
 						key = kOther // a repeated key: the first one counts
 					case key == kModel:
 						s.modelSet = true
+					case key == kSalt:
+						saltSeen = true
 					case key == kList1:
 						listSeen[0], s.list1Set = true, true
 					case key == kList2:
@@ -200,6 +213,19 @@ func skimBody(b []byte, key1, key2 string) skim {
 		i = j
 	}
 	return s
+}
+
+// memberName is the name of the member key stands for.
+func memberName(key int, key1, key2 string) string {
+	switch key {
+	case kModel:
+		return "model"
+	case kSalt:
+		return "cache_salt"
+	case kList1:
+		return key1
+	}
+	return key2
 }
 
 // countItem counts a value met at depth as an element of the list the
