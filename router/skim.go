@@ -87,7 +87,7 @@ func skimBody(b []byte, key1, key2 string) skim {
 	key := kOther        // the top-level key whose value comes next
 	var listSeen [2]bool // a member named by key1, key2 was met: later ones do not count
 	saltSeen := false
-	inList := kOther     // kList1 or kList2 inside that counted list (its elements are at depth 2)
+	inList := kOther // kList1 or kList2 inside that counted list (its elements are at depth 2)
 	i, n := 0, len(b)
 	for ; i < n && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n'); i++ {
 	}
