@@ -1,6 +1,10 @@
 package crdt
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/kvmesh/kvmesh/tree"
+)
 
 // A peer that removes and re-adds us without restarting (a membership
 // false positive: the others declared us dead, we refuted it) keeps our
@@ -82,5 +86,42 @@ func TestDigestsAreBounded(t *testing.T) {
 	two, st := repairs(2)
 	if one == 0 || two != one || st.DigestsIgnored != 1 {
 		t.Fatalf("one digest queued %d repairs, two queued %d (%d ignored); want the same, 1 ignored", one, two, st.DigestsIgnored)
+	}
+}
+
+// With relay on, a node's log holds changes it relays, which never go back
+// to the peer they came from: a range of them is skipped for that peer.
+// The peer must still hear of the range (the next delta starts where the
+// last one ended), or every later delta waits behind the gap: its acks
+// stay behind, which looks like a peer that forgot us, and the sender
+// would restart full transfers (or, before that check, retransmit until
+// its log overflowed).
+func TestRelayedRangesLeaveNoGap(t *testing.T) {
+	s := newSimNet(t, 5, func(c *Config, _ *tree.Config) { c.Relay = true })
+	for _, n := range []string{"a", "b", "c"} {
+		s.add(n)
+	}
+	for i := range 60 {
+		s.learn([]string{"a", "b", "c"}[i%3], prompt(i, i, 4, 0), "http://x", 60_000)
+		for range 5 {
+			s.round()
+		}
+	}
+	s.settle(200)
+	for _, name := range []string{"a", "b", "c"} {
+		n := s.node(name)
+		if st := n.r.Stats(); st.AckResets != 0 || st.FullSyncsStarted != 0 {
+			t.Errorf("%s: %d ack resets, %d full transfers started (want none: they start empty and stay in step)", name, st.AckResets, st.FullSyncsStarted)
+		}
+		for _, p := range n.r.Peers() {
+			if p.Backlog != 0 {
+				t.Errorf("%s -> %s: backlog %d", name, p.Name, p.Backlog)
+			}
+		}
+		for _, p := range n.r.order {
+			if len(p.extra) != 0 {
+				t.Errorf("%s holds %v from %s beyond a gap", name, p.extra, p.name)
+			}
+		}
 	}
 }

@@ -29,20 +29,34 @@ func (r *Replica) Outgoing(now int64, out []Envelope) []Envelope {
 			r.startFull(p) // the buffer no longer holds what the peer lacks
 		}
 		out = r.emitFullChunks(p, now, out)
+		// skipped: the start of a range with nothing for this peer that no
+		// message covers yet, or -1. The peer must still hear of it: it
+		// holds our changes up to a sequence number, and a delta starting
+		// past that number waits (in its gap list) for the range before
+		// it, which would never come; its acks would stay behind for good.
+		skipped := int64(-1)
 		for len(p.inflight) < r.cfg.Window && p.sent < r.log.last() {
 			m, to := r.buildDelta(p, now)
 			if m == nil {
 				// Nothing in (sent, to] is for this peer (all of it came
-				// from the peer itself, or expired): skip it.
-				if len(p.inflight) == 0 {
-					p.acked = max(p.acked, to)
+				// from the peer itself, or expired): the next message
+				// covers it.
+				if skipped < 0 {
+					skipped = int64(p.sent)
 				}
 				p.sent = to
 				continue
 			}
+			if skipped >= 0 {
+				m.FromSeq, skipped = uint64(skipped), -1
+			}
 			p.inflight = append(p.inflight, inflight{to: to, sentAt: now})
 			p.sent = to
 			out = append(out, Envelope{To: p.name, Msg: m})
+		}
+		if skipped >= 0 { // no delta followed: an empty one covers the range
+			p.inflight = append(p.inflight, inflight{to: p.sent, sentAt: now})
+			out = append(out, Envelope{To: p.name, Msg: &Message{Type: MsgDelta, FromSeq: uint64(skipped), ToSeq: p.sent}})
 		}
 		for _, m := range p.control {
 			out = append(out, Envelope{To: p.name, Msg: m})
