@@ -82,7 +82,7 @@ func toLessonWire(stamp int64, scale, learned, doubt float64, doubtN uint64) les
 // future (a node whose clock runs ahead, or a hostile peer) would win over
 // every later lesson mesh-wide, long after its author left, and one at the
 // wire's maximum would stop lessons for good. Such lessons are dropped
-// (counted with the peer's unknown entries); clocks within a minute of
+// (counted: the peer's future_lessons_dropped in /admin/mesh); clocks within a minute of
 // each other lose nothing, and a lesson adopted from up to a minute ahead
 // is overtaken within that minute.
 const lessonMaxAhead = 60_000
@@ -92,7 +92,7 @@ const lessonMaxAhead = 60_000
 func (t *loadTable) applyLessons(p *peerLoad, m *loadMsg, now int64) {
 	t.eachEntry(p, m, func(id tree.BackendID, e *loadEntry) {
 		if e.Lesson.Stamp > uint64(max(now, 0))+lessonMaxAhead {
-			p.unknown++
+			p.future++
 			return
 		}
 		if e.Lesson.Stamp > p.lessons[id].Stamp {

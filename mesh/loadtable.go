@@ -102,6 +102,7 @@ type peerLoad struct {
 	msgs, bytes   uint64 // received
 	stale, unsync uint64 // dropped: older than applied, or before a snapshot
 	unknown       uint64 // entries naming a backend index or name not known here
+	future        uint64 // lessons dropped for a stamp beyond lessonMaxAhead
 }
 
 // departedPeer is what a forgotten peer's incarnation added to the
@@ -433,6 +434,9 @@ type LoadPeerView struct {
 	Stale           uint64  `json:"stale_dropped"`
 	Unsynced        uint64  `json:"unsynced_dropped"`
 	UnknownBackends uint64  `json:"unknown_backend_entries"`
+	// FutureLessons counts the peer's lessons dropped for a stamp more than
+	// a minute past this node's clock (its clock runs ahead).
+	FutureLessons uint64 `json:"future_lessons_dropped"`
 	// Answers, AnswerPromptTokens and AnswerCachedTokens are the peer's
 	// answer totals as it last sent them (answers.go): the cached share of
 	// its answers is AnswerCachedTokens / AnswerPromptTokens.
@@ -458,7 +462,7 @@ func (t *loadTable) view(now int64, name func(tree.BackendID) string) []LoadPeer
 	for _, p := range t.peers {
 		v := LoadPeerView{Peer: p.name, AgeMs: now - p.heard, Weight: t.weight(p.heard, now), Seq: p.seq,
 			RoutedPerSecond: p.rate, Messages: p.msgs, Bytes: p.bytes, Stale: p.stale, Unsynced: p.unsync,
-			UnknownBackends: p.unknown, Answers: p.answers.N, AnswerPromptTokens: p.answers.Prompt,
+			UnknownBackends: p.unknown, FutureLessons: p.future, Answers: p.answers.N, AnswerPromptTokens: p.answers.Prompt,
 			AnswerCachedTokens: p.answers.Cached, Bookings: make([]BookingView, 0, len(p.book))}
 		for id, b := range p.book {
 			v.Bookings = append(v.Bookings, BookingView{Backend: name(id), PendingUnits: b.units,

@@ -241,6 +241,11 @@ var jsonParsers fastjson.ParserPool
 // unescaped: unescaping copies it, whatever its length.
 func modelOf(body []byte, limit int) (string, *APIError) {
 	s := skimBody(body, "", "")
+	if s.dup == "model" {
+		// The backend may read another copy than the one the router
+		// chose the backend by (Python's json keeps the last).
+		return "", dupMember(s.dup)
+	}
 	if !s.ok || s.model == nil {
 		return "", nil
 	}

@@ -25,8 +25,7 @@ func (rt *Router) admit(ep Endpoint, body []byte) *APIError {
 		return errNotObject(body)
 	}
 	if s.dup != "" {
-		return &APIError{Status: http.StatusBadRequest, Type: TypeInvalidRequest, Param: s.dup, Code: "duplicate_member",
-			Message: fmt.Sprintf("Invalid body: the member '%s' appears more than once (possibly spelled with escapes); which one applies would be ambiguous.", s.dup)}
+		return dupMember(s.dup)
 	}
 	c := &rt.cfg
 	if s.ok && s.model != nil {
@@ -76,6 +75,13 @@ func (rt *Router) admit(ep Endpoint, body []byte) *APIError {
 			Message: fmt.Sprintf("The request body holds more than %d JSON values (the limit is max_json_values).", c.MaxJSONValues)}
 	}
 	return nil
+}
+
+// dupMember refuses a body that repeats the member name (which the skim
+// reads): which copy applies would be ambiguous.
+func dupMember(name string) *APIError {
+	return &APIError{Status: http.StatusBadRequest, Type: TypeInvalidRequest, Param: name, Code: "duplicate_member",
+		Message: fmt.Sprintf("Invalid body: the member '%s' appears more than once (possibly spelled with escapes); which one applies would be ambiguous.", name)}
 }
 
 // errNotObject is Render's answer to a body that is not a JSON object (a

@@ -103,6 +103,12 @@ func TestForwardedEscapedModelTooLong(t *testing.T) {
 	if m, aerr := modelOf([]byte(`{"model":"\u006d1"}`), g.rt.cfg.MaxModelBytes); aerr != nil || m != "m1" {
 		t.Errorf("modelOf: %q %v", m, aerr)
 	}
+	// A repeated model is ambiguous on forwarded paths too: the router
+	// would choose the backend by one copy, the backend read another.
+	status, _, resp = g.call("POST", "/tokenize", `{"model":"m1","prompt":"hi","model":"m2"}`)
+	if e := apiError(t, resp); status != 400 || e.Code == nil || *e.Code != "duplicate_member" {
+		t.Errorf("a repeated model on a forwarded path: %d %s", status, resp)
+	}
 	if n := a.generations(); n != 0 {
 		t.Errorf("the backend received %d requests", n)
 	}
