@@ -241,6 +241,20 @@ var errHelp = fmt.Errorf("%w", flag.ErrHelp)
 // key it comes from. -h prints the flags with their defaults to out and
 // returns an error wrapping flag.ErrHelp.
 func loadServeConfig(args []string, getenv func(string) string, out io.Writer) (*ServeConfig, error) {
+	cfg, from, err := buildServeConfig(args, getenv, out)
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, annotate(err, from)
+	}
+	cfg.reload = func() (*ServeConfig, error) { return loadServeConfig(args, getenv, io.Discard) }
+	return cfg, nil
+}
+
+// buildServeConfig is loadServeConfig without the validation: the
+// configuration and, per flag name, where its value came from.
+func buildServeConfig(args []string, getenv func(string) string, out io.Writer) (*ServeConfig, map[string]string, error) {
 	fs := flag.NewFlagSet("kvmesh serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are returned, the help printed by serveUsage
 	configPath := fs.String("config", getenv("KVMESH_CONFIG"), "YAML configuration file")
@@ -252,13 +266,13 @@ func loadServeConfig(args []string, getenv func(string) string, out io.Writer) (
 	help, argErrs := checkArgs(fs, args)
 	if help {
 		serveUsage(out)
-		return nil, errHelp
+		return nil, nil, errHelp
 	}
 	if len(argErrs) > 0 {
-		return nil, errors.Join(argErrs...)
+		return nil, nil, errors.Join(argErrs...)
 	}
 	if err := fs.Parse(args); err != nil { // checkArgs has seen to it that it parses
-		return nil, err
+		return nil, nil, err
 	}
 	cfg := DefaultServeConfig()
 	var errs []error
@@ -283,14 +297,10 @@ func loadServeConfig(args []string, getenv func(string) string, out io.Writer) (
 		}
 	}
 	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+		return nil, nil, errors.Join(errs...)
 	}
 	cfg.Mesh.devDefaults(from["bind"] != "", from["quic-listen"] != "")
-	if err := cfg.Validate(); err != nil {
-		return nil, annotate(err, from)
-	}
-	cfg.reload = func() (*ServeConfig, error) { return loadServeConfig(args, getenv, io.Discard) }
-	return &cfg, nil
+	return &cfg, from, nil
 }
 
 // checkArgs finds every problem with the command line before it is parsed
@@ -351,7 +361,7 @@ Runs a router node. Flags override environment variables (KVMESH_<FLAG>),
 which override the YAML config file, which overrides the defaults.
 
   --config FILE
-        YAML configuration file (env KVMESH_CONFIG); deploy/config/kvmesh.example.yaml has the main keys
+        YAML configuration file (env KVMESH_CONFIG); deploy/config/kvmesh.example.yaml has the main keys, kvmesh config prints every key
 `)
 	for _, s := range serveSettings {
 		arg := " VALUE"

@@ -1,6 +1,7 @@
 // Command kvmesh is a kvmesh router node and its tools.
 //
 //	kvmesh serve   [flags]   run a router node (API + admin listeners, optional mesh)
+//	kvmesh config  [flags]   print the configuration serve would run with, every key
 //	kvmesh certs   [flags]   create a CA and node certificates for a dev or test cluster
 //	kvmesh members [flags]   print a running node's mesh membership
 //	kvmesh gossip-key        print a new gossip encryption key
@@ -33,6 +34,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "serve":
 		return serveCommand(args[1:], stdout, stderr)
+	case "config":
+		return configCommand(args[1:], stdout, stderr)
 	case "certs":
 		return certsCommand(args[1:], stdout, stderr)
 	case "members":
@@ -56,6 +59,7 @@ func usage(w io.Writer) {
 
 Usage:
   kvmesh serve   [flags]   run a router node
+  kvmesh config  [flags]   print the configuration serve would run with (every key; serve's flags)
   kvmesh certs   [flags]   create a CA and node certificates for a dev or test cluster
   kvmesh members [flags]   print a running node's mesh membership
   kvmesh gossip-key        print a new gossip encryption key (for --gossip-key)
