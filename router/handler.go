@@ -236,9 +236,8 @@ var jsonParsers fastjson.ParserPool
 // modelOf returns the "model" member of a JSON object body, or "", and
 // the error for a model longer than limit bytes. It skims the body instead
 // of parsing it: a forwarded body is otherwise never parsed, and must cost
-// no more than its bytes. As in admit, a model too long even if every byte
-// were part of an escape (6 bytes at most for one) is refused before it is
-// unescaped: unescaping copies it, whatever its length.
+// no more than its bytes. As in admit, a model too long even unescaped
+// (overLimit) is refused before it is unescaped.
 func modelOf(body []byte, limit int) (string, *APIError) {
 	s := skimBody(body, "", "")
 	if s.dup == "model" {
@@ -249,7 +248,7 @@ func modelOf(body []byte, limit int) (string, *APIError) {
 	if !s.ok || s.model == nil {
 		return "", nil
 	}
-	if len(s.model) > limit && (!s.modelEsc || len(s.model) > 6*limit) {
+	if overLimit(s.model, s.modelEsc, limit) {
 		return "", errStringTooLong("model", len(s.model), limit)
 	}
 	m, _ := unescape(s.model, s.modelEsc)

@@ -29,7 +29,7 @@ func (rt *Router) admit(ep Endpoint, body []byte) *APIError {
 	}
 	c := &rt.cfg
 	if s.ok && s.model != nil {
-		if len(s.model) > c.MaxModelBytes && (!s.modelEsc || len(s.model) > 6*c.MaxModelBytes) {
+		if overLimit(s.model, s.modelEsc, c.MaxModelBytes) {
 			return errStringTooLong("model", len(s.model), c.MaxModelBytes)
 		}
 		switch {
@@ -75,6 +75,14 @@ func (rt *Router) admit(ep Endpoint, body []byte) *APIError {
 			Message: fmt.Sprintf("The request body holds more than %d JSON values (the limit is max_json_values).", c.MaxJSONValues)}
 	}
 	return nil
+}
+
+// overLimit reports whether a JSON string's raw contents are more than
+// limit bytes even unescaped (an escape stands for at least one byte in
+// at most 6), without unescaping them: unescaping copies them, whatever
+// their length.
+func overLimit(raw []byte, esc bool, limit int) bool {
+	return len(raw) > limit && (!esc || len(raw) > 6*limit)
 }
 
 // dupMember refuses a body that repeats the member name (which the skim
