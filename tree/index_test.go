@@ -442,3 +442,72 @@ func TestShortLearnRefreshesLastUse(t *testing.T) {
 		t.Fatalf("after the short TTL: %+v, want the confirmed claims", res.Matches)
 	}
 }
+
+// A node that has just named a backend (the unwritten entry, generation 0)
+// takes the mesh's generation however far the counter has gone, and its
+// own unwritten entry never displaces the mesh's: generations half the
+// 16-bit space from 0 compare below it in serial arithmetic.
+func TestUnwrittenEntryYieldsToAnyGeneration(t *testing.T) {
+	for _, gen := range []uint16{1, 32767, 32768, 40000, 65535} {
+		mesh := BackendEntry{Name: "b", Gen: gen, State: BackendActive, Time: MakeTimestamp(5, 0), Origin: 2}
+		fresh := newTestIndex(t, nil)
+		id := backends(t, fresh, "b")[0]
+		unwritten, _ := fresh.Backend(id)
+		if _, changed, err := fresh.JoinBackend(mesh); err != nil || !changed {
+			t.Fatalf("gen %d: a new node refused the mesh's entry (changed %v, err %v)", gen, changed, err)
+		}
+		if g, active := fresh.Generation(id); g != gen || !active {
+			t.Fatalf("gen %d: new node at generation %d", gen, g)
+		}
+		// A peer at the mesh's generation, with a claim there, hears the
+		// new node's unwritten entry (sent with its first claims).
+		peer := newTestIndex(t, nil)
+		pid, _, _ := peer.JoinBackend(mesh)
+		c := Claim{Key: 7, Backend: pid, Gen: gen, Time: MakeTimestamp(6, 0), Expires: minute, Origin: 2}
+		if o := peer.Upsert(c, 6); o != Inserted {
+			t.Fatalf("gen %d: claim %v", gen, o)
+		}
+		if _, changed, _ := peer.JoinBackend(unwritten); changed {
+			t.Fatalf("gen %d: the unwritten entry displaced the mesh's", gen)
+		}
+		var res Result
+		ch := Chain{Keys: []Key{7}}
+		peer.Lookup(&ch, 7, &res)
+		if res.Depth(pid) != 1 {
+			t.Fatalf("gen %d: the mesh's claim no longer matches: %+v", gen, res.Matches)
+		}
+	}
+}
+
+// An entry without a time can only be the unwritten one: any other
+// generation or state without a time is refused (a peer's bug).
+func TestEntryWithoutTimeMustBeUnwritten(t *testing.T) {
+	ix := newTestIndex(t, nil)
+	for _, e := range []BackendEntry{{Name: "x", Gen: 3, State: BackendActive}, {Name: "x", State: BackendRemoved}} {
+		if _, _, err := ix.JoinBackend(e); err == nil {
+			t.Fatalf("%+v accepted", e)
+		}
+	}
+	if _, _, err := ix.JoinBackend(BackendEntry{Name: "x", State: BackendActive}); err != nil {
+		t.Fatalf("the unwritten entry: %v", err)
+	}
+	if _, ok := ix.BackendByName("x"); !ok {
+		t.Fatal("the unwritten entry did not register its backend")
+	}
+}
+
+// Claims of any generation but the current one are reclaimed by the sweep,
+// however far apart the two are.
+func TestSweepReclaimsEveryOtherGeneration(t *testing.T) {
+	ix := newTestIndex(t, nil)
+	id := backends(t, ix, "b")[0]
+	if o := ix.Upsert(Claim{Key: 9, Backend: id, Time: MakeTimestamp(1, 0), Expires: minute, Origin: 1}, 1); o != Inserted {
+		t.Fatal(o)
+	}
+	if _, _, err := ix.JoinBackend(BackendEntry{Name: "b", Gen: 40000, State: BackendActive, Time: MakeTimestamp(2, 0), Origin: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if n := ix.Sweep(3); n != 1 || ix.Len() != 0 {
+		t.Fatalf("swept %d, %d left", n, ix.Len())
+	}
+}

@@ -38,9 +38,27 @@ type BackendEntry struct {
 	Origin NodeID
 }
 
-// dominates orders registry entries: generation first, then time, origin and
-// state for a total order.
+// written says whether the entry was ever written: by Invalidate here or
+// on a peer (every such entry carries its writer's clock, never 0). An
+// entry nobody wrote is the one a node registers when it first names a
+// backend (generation 0, time 0): the registry's bottom.
+func (e BackendEntry) written() bool { return e.Time != 0 }
+
+// dominates orders registry entries: a written entry above the bottom,
+// then generation, time, origin and state for a total order.
+//
+// Generations compare in serial arithmetic, which orders only values less
+// than half the 16-bit space apart; the bottom is ordered apart for that
+// reason. Without it a node that had just named a backend (generation 0)
+// refused the mesh's generation once it reached 32,768 (a restart a
+// minute for 23 days, or a KV-event stream losing its place every few
+// seconds for a day in precise mode), and its own
+// generation-0 entry, sent with its first claims, won on every peer and
+// took every claim of that backend from the mesh.
 func (a BackendEntry) dominates(b BackendEntry) bool {
+	if a.written() != b.written() {
+		return a.written()
+	}
 	if a.Gen != b.Gen {
 		return genAfter(a.Gen, b.Gen)
 	}
@@ -80,10 +98,11 @@ func (r *registry) matches(id BackendID, gen uint16) bool {
 	return r.live[id].Load() == pack(gen, BackendActive)
 }
 
-// stale reports whether a claim of generation gen is older than the
-// backend's current generation (and so can never match again).
+// stale reports whether a claim of generation gen is not of the backend's
+// current generation, and so can never match again: the Index stores only
+// claims of the current generation (Index.check), so any other is older.
 func (r *registry) stale(id BackendID, gen uint16) bool {
-	return genAfter(uint16(r.live[id].Load()), gen)
+	return uint16(r.live[id].Load()) != gen
 }
 
 // ensure returns the id of name, registering it (generation 0, active) if new.
@@ -110,6 +129,9 @@ func (r *registry) ensure(name string) (BackendID, error) {
 func (r *registry) join(e BackendEntry) (BackendID, bool, error) {
 	if e.State != BackendActive && e.State != BackendRemoved {
 		return 0, false, fmt.Errorf("tree: backend %q: invalid state %d", e.Name, e.State)
+	}
+	if !e.written() && (e.Gen != 0 || e.State != BackendActive) {
+		return 0, false, fmt.Errorf("tree: backend %q: generation %d, state %v without a time (only an unwritten entry, generation 0 and active, has none)", e.Name, e.Gen, e.State)
 	}
 	id, err := r.ensure(e.Name)
 	if err != nil {
