@@ -98,6 +98,18 @@ type Config struct {
 	// bytes arrive, so this takes a peer actually sending that much).
 	MaxIncomingStreams int64
 
+	// MaxInboundConnsPerPeer caps the incoming connections one peer (one
+	// certificate node name) may hold open at once. Each costs a goroutine
+	// and up to MaxIncomingStreams stream readers, so without a cap a buggy
+	// or hostile peer that dials in a loop would pin memory without bound.
+	// A healthy peer holds one connection to us; a restarted peer's new
+	// connection may overlap its old one until MaxIdleTimeout drops it, and
+	// a peer that reaches us under two addresses holds two. 4 leaves room
+	// for that. A connection over the cap closes the peer's oldest one, so
+	// a restarted peer always gets through and a looping one holds at most
+	// the cap.
+	MaxInboundConnsPerPeer int
+
 	// InboundQueueLen is the capacity of the Inbound channel. When it is
 	// full, readers stop consuming streams, which pushes back on the senders
 	// through QUIC stream credit; nothing is dropped. 1024 absorbs a burst of
@@ -119,19 +131,20 @@ type Config struct {
 // to be set.
 func DefaultConfig() Config {
 	return Config{
-		ListenAddr:         "127.0.0.1:0",
-		MaxMessageBytes:    DefaultMaxMessageBytes,
-		KeepAlivePeriod:    5 * time.Second,
-		MaxIdleTimeout:     15 * time.Second,
-		HandshakeTimeout:   5 * time.Second,
-		DialTimeout:        5 * time.Second,
-		DialBackoff:        time.Second,
-		SendTimeout:        10 * time.Second,
-		ReadTimeout:        30 * time.Second,
-		DrainTimeout:       2 * time.Second,
-		MaxIncomingStreams: 32,
-		InboundQueueLen:    1024,
-		Logger:             zerolog.Nop(),
+		ListenAddr:             "127.0.0.1:0",
+		MaxMessageBytes:        DefaultMaxMessageBytes,
+		KeepAlivePeriod:        5 * time.Second,
+		MaxIdleTimeout:         15 * time.Second,
+		HandshakeTimeout:       5 * time.Second,
+		DialTimeout:            5 * time.Second,
+		DialBackoff:            time.Second,
+		SendTimeout:            10 * time.Second,
+		ReadTimeout:            30 * time.Second,
+		DrainTimeout:           2 * time.Second,
+		MaxIncomingStreams:     32,
+		MaxInboundConnsPerPeer: 4,
+		InboundQueueLen:        1024,
+		Logger:                 zerolog.Nop(),
 	}
 }
 
@@ -167,6 +180,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxIncomingStreams <= 0 {
 		errs = append(errs, errors.New("MaxIncomingStreams must be > 0"))
+	}
+	if c.MaxInboundConnsPerPeer <= 0 {
+		errs = append(errs, errors.New("MaxInboundConnsPerPeer must be > 0"))
 	}
 	if c.InboundQueueLen < 0 {
 		errs = append(errs, errors.New("InboundQueueLen must be >= 0"))

@@ -17,6 +17,7 @@ type metrics struct {
 	rejected             *prometheus.CounterVec // side
 	conns                *prometheus.GaugeVec   // direction
 	dials                *prometheus.CounterVec // result
+	evicted              prometheus.Counter     // inbound connections closed by MaxInboundConnsPerPeer
 }
 
 // Label values, fixed so that dashboards can rely on them.
@@ -72,6 +73,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "kvmesh_transport_dials_total",
 			Help: "Outbound connection attempts, by result (ok or error).",
 		}, []string{"result"}),
+		evicted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvmesh_transport_inbound_conns_evicted_total",
+			Help: "Inbound connections closed because their peer opened more than MaxInboundConnsPerPeer (the oldest is closed).",
+		}),
 	}
 	if reg == nil {
 		return m, nil
@@ -86,6 +91,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.rejected = register(reg, m.rejected, &err)
 	m.conns = register(reg, m.conns, &err)
 	m.dials = register(reg, m.dials, &err)
+	m.evicted = register(reg, m.evicted, &err)
 	return m, err
 }
 

@@ -45,14 +45,15 @@ type QUIC struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu      sync.Mutex
-	closed  bool                    // no new Sends
-	aborted bool                    // no new connections are kept
-	peers   map[string]*peer        // outbound connections by address
-	inConns map[*quic.Conn]struct{} // accepted connections
-	sends   sync.WaitGroup          // Sends in progress
-	wg      sync.WaitGroup          // every goroutine started by QUIC
-	done    chan struct{}           // closed when Close has finished
+	mu       sync.Mutex
+	closed   bool                    // no new Sends
+	aborted  bool                    // no new connections are kept
+	peers    map[string]*peer        // outbound connections by address
+	inConns  map[*quic.Conn]struct{} // accepted connections
+	inByPeer map[string][]*quic.Conn // accepted connections by peer name, oldest first (see admitConn)
+	sends    sync.WaitGroup          // Sends in progress
+	wg       sync.WaitGroup          // every goroutine started by QUIC
+	done     chan struct{}           // closed when Close has finished
 }
 
 // peer is one outbound connection, or the dial that will produce it.
@@ -78,6 +79,7 @@ func (p *peer) dialled() bool {
 const (
 	codeShutdown quic.ApplicationErrorCode = 0 // graceful Close
 	codeNoName   quic.ApplicationErrorCode = 1 // peer certificate without a node name
+	codeTooMany  quic.ApplicationErrorCode = 2 // peer over MaxInboundConnsPerPeer: its oldest connection goes
 
 	streamAborted  quic.StreamErrorCode = 1 // sender gave up (ctx, timeout, Close)
 	streamRejected quic.StreamErrorCode = 2 // receiver refused the message
@@ -135,6 +137,7 @@ func NewQUIC(cfg Config) (*QUIC, error) {
 		inbound:  make(chan Message, cfg.InboundQueueLen),
 		peers:    make(map[string]*peer),
 		inConns:  make(map[*quic.Conn]struct{}),
+		inByPeer: make(map[string][]*quic.Conn),
 		done:     make(chan struct{}),
 	}
 	q.tr = &quic.Transport{Conn: udp, StatelessResetKey: statelessResetKey(cfg)}

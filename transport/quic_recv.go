@@ -3,6 +3,7 @@ package transport
 import (
 	"errors"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -45,6 +46,45 @@ func peerName(conn *quic.Conn) (string, error) {
 	return NodeName(certs[0])
 }
 
+// admitConn records conn as the newest inbound connection of peer from and
+// returns the peer's connections beyond MaxInboundConnsPerPeer, oldest
+// first, for the caller to close. Closing the oldest rather than refusing
+// the newest means a restarted peer, whose old connection lingers until the
+// idle timeout, always gets through, and a peer that dials in a loop holds
+// at most the cap. Check and insert happen under one hold of q.mu, so two
+// connections arriving together cannot both see room. ok is false once
+// Close has begun (it closes every connection in inConns itself).
+func (q *QUIC) admitConn(from string, conn *quic.Conn) (evict []*quic.Conn, ok bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.aborted {
+		return nil, false
+	}
+	conns := append(q.inByPeer[from], conn)
+	if over := len(conns) - q.cfg.MaxInboundConnsPerPeer; over > 0 {
+		evict = slices.Clone(conns[:over])
+		conns = slices.Delete(conns, 0, over)
+	}
+	q.inByPeer[from] = conns
+	return evict, true
+}
+
+// forgetConn removes conn from its peer's list when it ends (an evicted
+// connection has already left it).
+func (q *QUIC) forgetConn(from string, conn *quic.Conn) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	conns := q.inByPeer[from]
+	if i := slices.Index(conns, conn); i >= 0 {
+		conns = slices.Delete(conns, i, i+1)
+	}
+	if len(conns) == 0 {
+		delete(q.inByPeer, from)
+	} else {
+		q.inByPeer[from] = conns
+	}
+}
+
 // serveConn accepts the streams of one incoming connection until it ends.
 func (q *QUIC) serveConn(conn *quic.Conn) {
 	defer q.wg.Done()
@@ -64,7 +104,21 @@ func (q *QUIC) serveConn(conn *quic.Conn) {
 		_ = conn.CloseWithError(codeNoName, "certificate carries no node name")
 		return
 	}
+	evict, ok := q.admitConn(from, conn)
+	if !ok {
+		return // Close has begun and closes conn itself
+	}
+	defer q.forgetConn(from, conn)
 	q.log.Debug().Str("peer_name", from).Str("remote", conn.RemoteAddr().String()).Msg("transport: accepted connection")
+	for _, old := range evict {
+		// Counted and logged before the close, so that a peer which sees
+		// its connection closed also finds it counted.
+		q.m.evicted.Inc()
+		q.log.Warn().Str("peer_name", from).Str("remote", old.RemoteAddr().String()).
+			Int("limit", q.cfg.MaxInboundConnsPerPeer).
+			Msg("transport: too many connections from peer, closing its oldest")
+		_ = old.CloseWithError(codeTooMany, "too many connections from this peer")
+	}
 	// slots bounds the messages of this peer that are being read or are
 	// waiting for room on Inbound. Without it a slow consumer would let
 	// goroutines and buffers pile up (a fully read stream returns its QUIC

@@ -354,15 +354,16 @@ func TestNewQUICConfigErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	cases := map[string]func(c *Config){
-		"no TLS":             func(c *Config) { c.TLS = nil },
-		"no CA pool":         func(c *Config) { c.TLS = c.TLS.Clone(); c.TLS.RootCAs, c.TLS.ClientCAs = nil, nil },
-		"zero max message":   func(c *Config) { c.MaxMessageBytes = 0 },
-		"huge max message":   func(c *Config) { c.MaxMessageBytes = 1 << 33 },
-		"zero idle timeout":  func(c *Config) { c.MaxIdleTimeout = 0 },
-		"zero streams":       func(c *Config) { c.MaxIncomingStreams = 0 },
-		"wrong node name":    func(c *Config) { c.NodeName = "n2" },
-		"foreign cert":       func(c *Config) { c.TLS = c.TLS.Clone(); c.TLS.Certificates = []tls.Certificate{foreign.Certificate} },
-		"bad listen address": func(c *Config) { c.ListenAddr = "not an address" },
+		"no TLS":              func(c *Config) { c.TLS = nil },
+		"no CA pool":          func(c *Config) { c.TLS = c.TLS.Clone(); c.TLS.RootCAs, c.TLS.ClientCAs = nil, nil },
+		"zero max message":    func(c *Config) { c.MaxMessageBytes = 0 },
+		"huge max message":    func(c *Config) { c.MaxMessageBytes = 1 << 33 },
+		"zero idle timeout":   func(c *Config) { c.MaxIdleTimeout = 0 },
+		"zero streams":        func(c *Config) { c.MaxIncomingStreams = 0 },
+		"zero conns per peer": func(c *Config) { c.MaxInboundConnsPerPeer = 0 },
+		"wrong node name":     func(c *Config) { c.NodeName = "n2" },
+		"foreign cert":        func(c *Config) { c.TLS = c.TLS.Clone(); c.TLS.Certificates = []tls.Certificate{foreign.Certificate} },
+		"bad listen address":  func(c *Config) { c.ListenAddr = "not an address" },
 	}
 	for name, mod := range cases {
 		t.Run(name, func(t *testing.T) {
