@@ -55,6 +55,11 @@ type PreciseConfig struct {
 	// the confirmed claim TTL: when an owner dies, its claims fade like
 	// learned ones while the next owner resyncs.
 	LeaseTTL time.Duration `yaml:"lease_ttl"`
+	// MaxMessageBytes bounds one ZMQ message read from an engine, its
+	// publisher or its replay socket; a peer declaring more loses its
+	// connection before anything is allocated. 32 MiB: see
+	// kvevents.Config.MaxMessageBytes.
+	MaxMessageBytes int `yaml:"max_message_bytes"`
 	// OwnershipInterval is how often a node recomputes which streams it
 	// owns from the mesh's alive members. 1 s adds at most a second to
 	// serf's failure detection (7-10 s) before a failed owner's streams
@@ -71,6 +76,7 @@ func defaultPrecise() PreciseConfig {
 		MaxTokenizeInFlight: rp.MaxTokenizeInFlight,
 		TokenizeCacheTokens: rp.CacheTokens,
 		LeaseTTL:            kc.LeaseTTL,
+		MaxMessageBytes:     kc.MaxMessageBytes,
 		OwnershipInterval:   time.Second,
 	}
 }
@@ -104,6 +110,7 @@ func (p *PreciseConfig) eventsConfig(blockTokens int) kvevents.Config {
 	kc.LeaseTTL = p.LeaseTTL
 	kc.RenewBefore = p.LeaseTTL / 4
 	kc.RenewEvery = p.LeaseTTL / 40
+	kc.MaxMessageBytes = p.MaxMessageBytes
 	return kc
 }
 
@@ -171,7 +178,7 @@ func (p *PreciseConfig) validate(c *ServeConfig) error {
 
 // kvKeys names package kvevents' Config fields by their YAML keys in errors.
 var kvKeys = strings.NewReplacer("kvevents: ", "", "LeaseTTL", "lease_ttl", "RenewBefore", "lease_ttl", "RenewEvery", "lease_ttl",
-	"BlockTokens", "index.block_tokens")
+	"BlockTokens", "index.block_tokens", "MaxMessageBytes", "max_message_bytes")
 
 // startPrecise starts the KV-event ingestion into sink (the mesh node,
 // whose changes replicate everywhere, or alone the router's learner): with

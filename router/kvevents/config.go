@@ -58,6 +58,14 @@ type Config struct {
 	// DialRetry is the wait between attempts to reach a publisher that is
 	// down. 1 s reconnects quickly after an engine restart without spinning.
 	DialRetry time.Duration
+	// MaxMessageBytes bounds one ZMQ message read from an engine (its
+	// frames together), and MaxMessageFrames its frames: a connection whose
+	// peer declares more is closed before anything is allocated for it
+	// (framecap.go). 32 MiB is far above any event batch (a 128k-token
+	// prompt's stored blocks take about 1 MiB); 16 frames above the three
+	// of an event message or a replay answer.
+	MaxMessageBytes  int
+	MaxMessageFrames int
 	// Listen, if set (e.g. tcp://0.0.0.0:5557), binds a SUB socket that
 	// engines' publishers connect to; streams without an Endpoint are read
 	// from it, told apart by Topic.
@@ -74,7 +82,14 @@ func DefaultConfig() Config {
 		ReplayTimeout:      2 * time.Second,
 		MaxBlocksPerEngine: 262_144,
 		DialRetry:          time.Second,
+		MaxMessageBytes:    32 << 20,
+		MaxMessageFrames:   16,
 	}
+}
+
+// limits are the frame limits of this configuration's sockets.
+func (c Config) limits() frameLimits {
+	return frameLimits{maxBytes: uint64(c.MaxMessageBytes), maxFrames: c.MaxMessageFrames}
 }
 
 // Validate reports the first setting that cannot work.
@@ -94,6 +109,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("kvevents: MaxBlocksPerEngine must be positive")
 	case c.DialRetry <= 0:
 		return fmt.Errorf("kvevents: DialRetry must be positive")
+	case c.MaxMessageBytes < 1<<10:
+		return fmt.Errorf("kvevents: MaxMessageBytes must be at least 1 KiB, got %d", c.MaxMessageBytes)
+	case c.MaxMessageFrames < 3:
+		return fmt.Errorf("kvevents: MaxMessageFrames must be at least 3 (an event message's), got %d", c.MaxMessageFrames)
 	}
 	return nil
 }

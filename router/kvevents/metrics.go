@@ -35,13 +35,16 @@ var (
 	descStreamOwned = prometheus.NewDesc("kvmesh_kvevents_stream_owned",
 		"1 while this node consumes the backend's stream in connect mode (its owner among the mesh's alive members), else 0.",
 		[]string{"backend"}, nil)
+	descListenErrors = prometheus.NewDesc("kvmesh_kvevents_listen_disconnects_total",
+		"Engine connections to the listen socket that ended: an engine restarted or left, or a peer was refused for a message over max_message_bytes.",
+		nil, nil)
 	descLastSeq = prometheus.NewDesc("kvmesh_kvevents_last_sequence",
 		"Sequence number of the last message applied (-1 before any).",
 		[]string{"backend"}, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descMessages, descBlocks, descClaims, descDropped, descInvalidations, descReplays, descMapped, descOwned, descStreamOwned, descLastSeq} {
+	for _, d := range []*prometheus.Desc{descMessages, descBlocks, descClaims, descDropped, descInvalidations, descReplays, descMapped, descOwned, descStreamOwned, descLastSeq, descListenErrors} {
 		ch <- d
 	}
 }
@@ -59,6 +62,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	c.m.mu.Unlock()
 	ch <- prometheus.MustNewConstMetric(descOwned, prometheus.GaugeValue, float64(owned))
+	if c.m.cfg.Listen != "" {
+		ch <- prometheus.MustNewConstMetric(descListenErrors, prometheus.CounterValue, float64(c.m.listenErrors.Load()))
+	}
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
@@ -46,9 +47,11 @@ type Manager struct {
 	running   map[string]context.CancelFunc
 	byTopic   map[string]*consumer // streams read from the Listen socket
 	listen    zmq4.Socket          // the Listen socket, nil without
-	ctx       context.Context
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
+
+	listenErrors atomic.Uint64 // receive errors on the Listen socket (an engine's connection ended)
+	ctx          context.Context
+	cancel       context.CancelFunc
+	wg           sync.WaitGroup
 }
 
 // NewManager validates the configuration and registers the metrics.
@@ -79,7 +82,7 @@ func NewManager(cfg Config, streams []StreamConfig, deps Deps) (*Manager, error)
 		}
 		var rp Replayer
 		if s.ReplayEndpoint != "" {
-			rp = &zmqReplayer{endpoint: s.ReplayEndpoint, zlog: m.zlog}
+			rp = &zmqReplayer{endpoint: s.ReplayEndpoint, limits: cfg.limits(), zlog: m.zlog}
 		}
 		c := newConsumer(s.Backend, id, s, &m.cfg, deps.Sink, rp, deps.Now, m.log)
 		m.consumers[s.Backend] = c
@@ -116,7 +119,11 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.ctx, m.cancel = context.WithCancel(ctx)
 	if m.cfg.Listen != "" {
 		sub := zmq4.NewSub(m.ctx, zmq4.WithLogger(m.zlog))
-		if err := sub.Listen(m.cfg.Listen); err != nil {
+		ep, err := guarded(m.cfg.Listen, m.cfg.limits())
+		if err == nil {
+			err = sub.Listen(ep)
+		}
+		if err != nil {
 			sub.Close()
 			m.cancel()
 			return fmt.Errorf("kvevents: listen %s: %w", m.cfg.Listen, err)
@@ -131,7 +138,7 @@ func (m *Manager) Start(ctx context.Context) error {
 		go func() {
 			defer m.wg.Done()
 			defer sub.Close()
-			m.read(m.ctx, sub, func(topic []byte) *consumer { return m.byTopic[string(topic)] })
+			m.read(m.ctx, sub, true, func(topic []byte) *consumer { return m.byTopic[string(topic)] })
 		}()
 	}
 	m.wg.Add(1)
@@ -219,12 +226,16 @@ func (m *Manager) dialLoop(ctx context.Context, s StreamConfig, c *consumer) {
 		sub := zmq4.NewSub(sctx, zmq4.WithLogger(m.zlog), zmq4.WithDialerRetry(m.cfg.DialRetry),
 			zmq4.WithDialerMaxRetries(-1), zmq4.WithAutomaticReconnect(true))
 		err := sub.SetOption(zmq4.OptionSubscribe, s.Topic)
+		var ep string
 		if err == nil {
-			err = sub.Dial(s.Endpoint)
+			ep, err = guarded(s.Endpoint, m.cfg.limits())
+		}
+		if err == nil {
+			err = sub.Dial(ep)
 		}
 		if err == nil {
 			c.resync(sctx)
-			m.read(sctx, sub, func([]byte) *consumer { return c })
+			m.read(sctx, sub, false, func([]byte) *consumer { return c })
 		} else if ctx.Err() == nil {
 			m.log.Debug().Err(err).Str("backend", s.Backend).Msg("kvevents: cannot reach the publisher")
 		}
@@ -237,16 +248,40 @@ func (m *Manager) dialLoop(ctx context.Context, s StreamConfig, c *consumer) {
 	}
 }
 
-// read receives messages until the socket fails or ctx ends.
-func (m *Manager) read(ctx context.Context, sub zmq4.Socket, route func(topic []byte) *consumer) {
+// read receives messages until ctx ends or, in connect mode, the socket
+// fails (dialLoop then connects again). The Listen socket is shared by
+// every engine that connects to it, and the library reports one engine's
+// connection ending (a restart, a dropped link, a peer refused for a frame
+// over the limit) as an error of the whole socket: listen mode keeps
+// reading after a pause, so the other engines' streams go on and the one
+// that left is read again when it connects back.
+func (m *Manager) read(ctx context.Context, sub zmq4.Socket, listen bool, route func(topic []byte) *consumer) {
+	pause := listenErrorPause
 	for ctx.Err() == nil {
 		msg, err := sub.Recv()
 		if err != nil {
-			if ctx.Err() == nil {
-				m.log.Debug().Err(err).Msg("kvevents: receive failed; reconnecting")
+			if ctx.Err() != nil {
+				return
 			}
-			return
+			if !listen {
+				m.log.Debug().Err(err).Msg("kvevents: receive failed; reconnecting")
+				return
+			}
+			m.listenErrors.Add(1)
+			lvl := zerolog.DebugLevel // an engine restarted or left
+			if errors.Is(err, ErrFrameTooLarge) {
+				lvl = zerolog.WarnLevel
+			}
+			m.log.WithLevel(lvl).Err(err).Msg("kvevents: an engine's connection to the listen socket ended")
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(pause):
+			}
+			pause = min(2*pause, maxListenErrorPause) // a socket failing at once every time costs no CPU
+			continue
 		}
+		pause = listenErrorPause
 		if ctx.Err() != nil {
 			// Handed over while a message was waiting: the next owner
 			// consumes it. (Applying it here would make this node a second
@@ -264,6 +299,14 @@ func (m *Manager) read(ctx context.Context, sub zmq4.Socket, route func(topic []
 		c.handle(ctx, msg.Frames)
 	}
 }
+
+// listenErrorPause and maxListenErrorPause bound how often listen mode
+// retries a failing receive: at once is what one engine leaving needs,
+// and a socket that fails every time is retried at most once a second.
+const (
+	listenErrorPause    = time.Millisecond
+	maxListenErrorPause = time.Second
+)
 
 func (m *Manager) renewLoop(ctx context.Context) {
 	defer m.wg.Done()
@@ -295,6 +338,7 @@ func (m *Manager) renewLoop(ctx context.Context) {
 // accepted too).
 type zmqReplayer struct {
 	endpoint string
+	limits   frameLimits
 	zlog     *log.Logger
 }
 
@@ -303,7 +347,11 @@ func (r *zmqReplayer) Replay(ctx context.Context, from int64, fn func(int64, []b
 	defer cancel()
 	d := zmq4.NewDealer(ctx, zmq4.WithLogger(r.zlog), zmq4.WithDialerMaxRetries(0))
 	defer d.Close()
-	if err := d.Dial(r.endpoint); err != nil {
+	ep, err := guarded(r.endpoint, r.limits)
+	if err == nil {
+		err = d.Dial(ep)
+	}
+	if err != nil {
 		return fmt.Errorf("kvevents: replay dial %s: %w", r.endpoint, err)
 	}
 	if err := d.SendMulti(zmq4.NewMsgFrom([]byte{}, AppendSeq(nil, from))); err != nil {

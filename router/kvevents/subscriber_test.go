@@ -205,3 +205,34 @@ func TestSubscriberListenMode(t *testing.T) {
 		t.Fatal("engines' claims mixed up")
 	}
 }
+
+// TestListenModeOutlivesAnEngine: one engine leaving the listen socket (a
+// restart, a dropped connection) does not stop the others' streams.
+func TestListenModeOutlivesAnEngine(t *testing.T) {
+	sink := newMemSink(t)
+	cfg := testConfig()
+	cfg.Listen = "tcp://127.0.0.1:0"
+	m := startManager(t, cfg, []StreamConfig{{Backend: "a", Topic: "engine-a", Model: "m"}, {Backend: "b", Topic: "engine-b", Model: "m"}}, sink)
+	pa := startPublisher(t, PublisherConfig{Connect: m.ListenAddr(), Topic: "engine-a"})
+	pb := startPublisher(t, PublisherConfig{Connect: m.ListenAddr(), Topic: "engine-b"})
+	ta, tb := tokens(16*4, 10), tokens(16*6, 20)
+	wa, wb := routerChain(t, "m", "", ta), routerChain(t, "m", "", tb)
+	waitFor(t, "both engines", func() bool {
+		pa.Publish(storedBatch(ta, 0, 4))
+		pb.Publish(storedBatch(tb, 0, 3))
+		return sink.has("a", wa) && sink.has("b", wb[:3])
+	})
+	pa.Close()
+	waitFor(t, "engine b after engine a left", func() bool {
+		pb.Publish(storedBatch(tb, 3, 6))
+		return sink.has("b", wb)
+	})
+	// And an engine that comes back is read again.
+	pa2 := startPublisher(t, PublisherConfig{Connect: m.ListenAddr(), Topic: "engine-a"})
+	tc := tokens(16*2, 30)
+	wc := routerChain(t, "m", "", tc)
+	waitFor(t, "engine a back", func() bool {
+		pa2.Publish(storedBatch(tc, 0, 2))
+		return sink.has("a", wc)
+	})
+}

@@ -1,0 +1,187 @@
+package kvevents
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/go-zeromq/zmq4/transport"
+)
+
+// The ZMQ library allocates each frame at the size its header declares,
+// before reading it: one 9-byte header from anyone who can reach a socket
+// (the Listen socket above all, which engines reach without
+// authentication) declaring 2^50 bytes crashed the process, and smaller
+// sizes made it allocate gigabytes. Every socket of this package therefore
+// runs over a TCP transport whose connections parse ZMTP's framing as the
+// bytes arrive and fail the connection at the first header that would take
+// a message past Config.MaxMessageBytes or MaxMessageFrames: the library
+// sees a read error, which ends that connection only.
+
+// ErrFrameTooLarge is the read error of a connection whose peer sent a
+// frame header over the limits.
+var ErrFrameTooLarge = errors.New("kvevents: ZMQ message over the size or frame limit (Config.MaxMessageBytes, MaxMessageFrames)")
+
+// zmtpGreeting is ZMTP 3's greeting: signature (10), version (2),
+// mechanism (20), as-server (1), filler (31).
+const zmtpGreeting = 64
+
+// ZMTP frame flags.
+const (
+	zmtpMore = 0x01
+	zmtpLong = 0x02
+)
+
+// frameLimits are the limits one connection enforces.
+type frameLimits struct {
+	maxBytes  uint64 // a message's frames' bodies together
+	maxFrames int    // frames of one message
+}
+
+// frameGuard follows the framing of the bytes a connection reads.
+type frameGuard struct {
+	lim      frameLimits
+	skip     uint64 // bytes of the greeting or of a frame body still to pass
+	hdr      [9]byte
+	hdrN     int // header bytes collected
+	msgBytes uint64
+	frames   int
+	err      error
+}
+
+func newFrameGuard(lim frameLimits) frameGuard {
+	return frameGuard{lim: lim, skip: zmtpGreeting}
+}
+
+// feed follows p, the next bytes read; it returns ErrFrameTooLarge once a
+// header declares more than the limits allow (and every call after).
+func (g *frameGuard) feed(p []byte) error {
+	for len(p) > 0 && g.err == nil {
+		if g.skip > 0 {
+			n := min(g.skip, uint64(len(p)))
+			g.skip -= n
+			p = p[n:]
+			continue
+		}
+		g.hdr[g.hdrN] = p[0]
+		g.hdrN++
+		p = p[1:]
+		need := 2
+		if g.hdr[0]&zmtpLong != 0 {
+			need = 9
+		}
+		if g.hdrN < need {
+			continue
+		}
+		var size uint64
+		if need == 2 {
+			size = uint64(g.hdr[1])
+		} else {
+			for _, b := range g.hdr[1:9] {
+				size = size<<8 | uint64(b)
+			}
+		}
+		g.hdrN = 0
+		g.frames++
+		if size > g.lim.maxBytes || g.msgBytes+size > g.lim.maxBytes || g.frames > g.lim.maxFrames {
+			g.err = fmt.Errorf("%w: frame %d of %d bytes, %d in the message before it", ErrFrameTooLarge, g.frames, size, g.msgBytes)
+			break
+		}
+		g.msgBytes += size
+		if g.hdr[0]&zmtpMore == 0 { // the message's last frame (a command is always one)
+			g.msgBytes, g.frames = 0, 0
+		}
+		g.skip = size
+	}
+	return g.err
+}
+
+// guardedConn is a net.Conn whose reads go through a frameGuard.
+type guardedConn struct {
+	net.Conn
+	g frameGuard
+}
+
+func (c *guardedConn) Read(p []byte) (int, error) {
+	if c.g.err != nil {
+		return 0, c.g.err
+	}
+	n, err := c.Conn.Read(p)
+	if gerr := c.g.feed(p[:n]); gerr != nil {
+		c.Conn.Close()
+		return 0, gerr
+	}
+	return n, err
+}
+
+type guardedListener struct {
+	net.Listener
+	lim frameLimits
+}
+
+func (l guardedListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &guardedConn{Conn: c, g: newFrameGuard(l.lim)}, nil
+}
+
+// guardedTCP is zmq4's TCP transport with every connection guarded.
+type guardedTCP struct {
+	tcp transport.Transport
+	lim frameLimits
+}
+
+func (t guardedTCP) Dial(ctx context.Context, d transport.Dialer, addr string) (net.Conn, error) {
+	c, err := t.tcp.Dial(ctx, d, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &guardedConn{Conn: c, g: newFrameGuard(t.lim)}, nil
+}
+
+func (t guardedTCP) Listen(ctx context.Context, addr string) (net.Listener, error) {
+	l, err := t.tcp.Listen(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	return guardedListener{Listener: l, lim: t.lim}, nil
+}
+
+func (t guardedTCP) Addr(ep string) (string, error) { return t.tcp.Addr(ep) }
+
+// guardedSchemes are the transports registered so far, one per set of
+// limits (the library's registry is process-wide and never forgets one).
+var guardedSchemes struct {
+	sync.Mutex
+	byLimits map[frameLimits]string
+}
+
+// guarded returns endpoint (tcp://host:port) on the guarded transport for
+// lim; other schemes are returned as they are (ipc and inproc peers are
+// local processes).
+func guarded(endpoint string, lim frameLimits) (string, error) {
+	rest, ok := strings.CutPrefix(endpoint, "tcp://")
+	if !ok {
+		return endpoint, nil
+	}
+	guardedSchemes.Lock()
+	defer guardedSchemes.Unlock()
+	name, ok := guardedSchemes.byLimits[lim]
+	if !ok {
+		name = fmt.Sprintf("kvmesh-tcp-%d-%d", lim.maxBytes, lim.maxFrames)
+		if err := zmq4.RegisterTransport(name, guardedTCP{tcp: transport.New("tcp"), lim: lim}); err != nil {
+			return "", err
+		}
+		if guardedSchemes.byLimits == nil {
+			guardedSchemes.byLimits = map[frameLimits]string{}
+		}
+		guardedSchemes.byLimits[lim] = name
+	}
+	return name + "://" + rest, nil
+}
