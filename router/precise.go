@@ -176,10 +176,10 @@ func newPreciseMetrics(reg prometheus.Registerer, cacheTokens func() float64) (*
 // precise is a router's precise mode.
 type precise struct {
 	cfg    PreciseConfig
-	slots  []bool     // by backend slot: in precise mode
-	urls   []*url.URL // by backend slot: its /tokenize (precise slots only)
-	fixed  *url.URL   // TokenizerURL's /tokenize, nil without
-	ratio  int32      // engine block / index block
+	slots  []bool                           // by backend slot: in precise mode
+	urls   []atomic.Pointer[tokenizeTarget] // by backend slot: its /tokenize, built at first use (tokenizeURL)
+	fixed  *url.URL                         // TokenizerURL's /tokenize, nil without
+	ratio  int32                            // engine block / index block
 	sem    chan struct{}
 	cache  *tokenCache // nil when CacheTokens is 0
 	next   atomic.Uint64
@@ -194,6 +194,13 @@ type precise struct {
 	refreshing map[uint64]struct{}
 	closed     bool
 	wg         sync.WaitGroup
+}
+
+// tokenizeTarget is a backend's /tokenize URL and the base URL it was
+// built from.
+type tokenizeTarget struct {
+	base string
+	u    *url.URL
 }
 
 // preciseScratch is one tokenization's buffers, pooled.
@@ -213,7 +220,7 @@ func newPrecise(cfg PreciseConfig, backends []*backend, blockTokens int, rtrip h
 	if err := cfg.Validate(blockTokens); err != nil {
 		return nil, err
 	}
-	pc := &precise{cfg: cfg, slots: make([]bool, len(backends)), urls: make([]*url.URL, len(backends)),
+	pc := &precise{cfg: cfg, slots: make([]bool, len(backends)), urls: make([]atomic.Pointer[tokenizeTarget], len(backends)),
 		ratio: int32(cfg.EngineBlockTokens / blockTokens), sem: make(chan struct{}, cfg.MaxTokenizeInFlight),
 		m: m, rtrip: rtrip, seeds: map[string]tree.Seed{}, refreshing: map[uint64]struct{}{}}
 	if cfg.CacheTokens > 0 {
@@ -230,9 +237,6 @@ func newPrecise(cfg PreciseConfig, backends []*backend, blockTokens int, rtrip h
 			return nil, fmt.Errorf("precise: backend %q is not among the router's backends", name)
 		}
 		pc.slots[i] = true
-		u := backends[i].url
-		u.Path += "/tokenize"
-		pc.urls[i] = &u
 	}
 	pc.states.New = func() any { return &preciseScratch{reader: &closeReader{}} }
 	return pc, nil
@@ -281,10 +285,25 @@ func (pc *precise) target(rt *Router, model string) *url.URL {
 	for i := uint64(0); i < n; i++ {
 		b := bs[(start+i)%n]
 		if pc.on(b) && b.healthy.Load() {
-			return pc.urls[b.slot]
+			return pc.tokenizeURL(b)
 		}
 	}
 	return nil
+}
+
+// tokenizeURL returns b's /tokenize URL. A backend keeps its slot when a
+// reload moves it to another URL (replaceLocked builds a new backend in the
+// same slot), so the URL is checked against b's base on every call and
+// built again only when that changed: no allocation per request.
+func (pc *precise) tokenizeURL(b *backend) *url.URL {
+	p := &pc.urls[b.slot]
+	if t := p.Load(); t != nil && t.base == b.base {
+		return t.u
+	}
+	u := b.url
+	u.Path += "/tokenize"
+	p.Store(&tokenizeTarget{base: b.base, u: &u})
+	return &u
 }
 
 // seed returns kvevents.Seed(model, salt), memoized.

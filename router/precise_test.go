@@ -349,3 +349,22 @@ func TestPreciseRequestsMatchEventClaims(t *testing.T) {
 		t.Fatalf("after the removal b still holds %d blocks", h["b"])
 	}
 }
+
+// A reload that moves a precise backend to another URL (same name, so the
+// same slot) sends its /tokenize calls to the new address.
+func TestPreciseTokenizeFollowsReload(t *testing.T) {
+	a1, a2 := newTokenizingBackend(t, "a"), newTokenizingBackend(t, "a")
+	g := preciseRig(t, nil, a1.fakeBackend)
+	chainFor(t, g, EndpointChat, chat("m1", longText("before", 2000), "q"), "")
+	if a1.calls.Load() != 1 {
+		t.Fatalf("%d calls to the first address, want 1", a1.calls.Load())
+	}
+	if err := g.rt.SetBackends([]BackendConfig{{Name: "a", URL: a2.URL(), Models: []string{"m1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	ch := chainFor(t, g, EndpointChat, chat("m1", longText("after", 2000), "q"), "")
+	if a2.calls.Load() != 1 || a1.calls.Load() != 1 || ch.UnitsPerBlock != 16 {
+		t.Fatalf("after the move: %d calls to the new address, %d to the old, %d units per block",
+			a2.calls.Load(), a1.calls.Load(), ch.UnitsPerBlock)
+	}
+}

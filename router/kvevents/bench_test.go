@@ -52,7 +52,7 @@ func BenchmarkIngest(b *testing.B) {
 			id, _ := ix.EnsureBackend("e0")
 			now := int64(1_700_000_000_000)
 			sink := &indexSink{ix: ix, clock: tree.NewClock(500), now: now}
-			c := newConsumer("e0", id, StreamConfig{Model: "m"}, &cfg, sink, nil, func() time.Time { return time.UnixMilli(now) }, zerolog.Nop())
+			c := newConsumer("e0", id, ix, StreamConfig{Model: "m"}, &cfg, sink, nil, func() time.Time { return time.UnixMilli(now) }, zerolog.Nop())
 			// distinct chains, each stored then removed keep messages later.
 			payloads := make([][]byte, distinct)
 			for i := range payloads {

@@ -37,7 +37,9 @@ type Config struct {
 	// when removed, so the owner renews the claims of blocks still held
 	// (RenewBefore). 10 minutes matches the router's confirmed-claim TTL:
 	// when the owner dies, its claims fade on the same schedule as learned
-	// ones while the next owner resyncs.
+	// ones while the next owner resyncs. In listen mode it is also how long
+	// an engine may stay silent before its claims are no longer renewed
+	// (consumer.renew).
 	LeaseTTL time.Duration
 	// RenewBefore: a claim is re-announced once its lease has less than this
 	// left. A quarter of LeaseTTL keeps renewal traffic at about

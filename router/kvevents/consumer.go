@@ -21,6 +21,9 @@ type Sink interface {
 	End(keys []tree.Key, backend tree.BackendID)
 	// Invalidate starts a new generation of the backend: none of its claims
 	// match any more (an engine cleared its cache, or a gap lost track).
+	// When it returns, Deps.Index shows the new generation: a consumer
+	// takes any other change of the generation for someone else's
+	// invalidation (consumer.currentLocked).
 	Invalidate(backend string, removed bool)
 }
 
@@ -44,9 +47,11 @@ const (
 type consumer struct {
 	name   string
 	id     tree.BackendID
+	ix     *tree.Index // where the backend's current generation is read
 	cfg    *Config
 	sink   Sink
 	replay Replayer // nil: none
+	listen bool     // read from the Listen socket (no Endpoint)
 	now    func() time.Time
 	log    zerolog.Logger
 
@@ -62,6 +67,13 @@ type consumer struct {
 	// resynced: resync invalidated the backend and applied nothing since,
 	// so the stream's first message need not invalidate it again.
 	resynced bool
+	// gen is the backend's generation the map's claims were made in: the
+	// one this consumer started (invalidating) or found when it last
+	// applied events. Any other means someone else invalidated the backend
+	// since, and the map's entries are no claims any more (currentLocked).
+	gen uint16
+	// heard is when the engine's last message arrived (Unix ms, c.now).
+	heard int64
 }
 
 // counters are a consumer's message-level counts (the Mapper counts blocks).
@@ -73,19 +85,25 @@ type counters struct {
 	lastSeq                                  int64
 }
 
-func newConsumer(name string, id tree.BackendID, sc StreamConfig, cfg *Config, sink Sink, rp Replayer, now func() time.Time, log zerolog.Logger) *consumer {
-	return &consumer{
-		name: name, id: id, cfg: cfg, sink: sink, replay: rp, now: now,
+func newConsumer(name string, id tree.BackendID, ix *tree.Index, sc StreamConfig, cfg *Config, sink Sink, rp Replayer, now func() time.Time, log zerolog.Logger) *consumer {
+	c := &consumer{
+		name: name, id: id, ix: ix, cfg: cfg, sink: sink, replay: rp, listen: sc.Endpoint == "", now: now,
 		log: log.With().Str("backend", name).Logger(),
 		mp:  NewMapper(MapperConfig{BlockTokens: cfg.BlockTokens, MaxBlocks: cfg.MaxBlocksPerEngine, Model: sc.Model}),
 		c:   counters{invalidations: map[string]uint64{}, lastSeq: -1},
 	}
+	c.gen, _ = ix.Generation(id)
+	return c
 }
 
 // handle applies one multipart message [topic, seq, payload].
 func (c *consumer) handle(ctx context.Context, frames [][]byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if ctx.Err() != nil {
+		return // the stream was handed over (stop) while the message waited
+	}
+	c.heard = c.now().UnixMilli()
 	if len(frames) != 3 {
 		c.c.badFrames++
 		return
@@ -134,13 +152,14 @@ func (c *consumer) handle(ctx context.Context, frames [][]byte) {
 // applied from the first message the engine still holds up to its last,
 // stopping at a hole; live messages it covered are then duplicates.
 // Without a replay socket the stream's first message does the resync
-// (handle, SeqFirst).
+// (handle, SeqFirst). Either way the map of the stream before is forgotten
+// at once: its entries were claimed in a generation the resync (or the
+// first message) ends, and none of them may be renewed meanwhile.
 func (c *consumer) resync(ctx context.Context) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.seq.Reset()
-	c.resynced = false
-	if c.replay == nil {
+	c.stopLocked()
+	if c.replay == nil || ctx.Err() != nil {
 		return
 	}
 	c.invalidateLocked(reasonFirst)
@@ -161,13 +180,44 @@ func (c *consumer) resync(ctx context.Context) {
 		next = seq + 1
 		return true
 	})
-	if err != nil && ctx.Err() == nil {
+	switch {
+	case err == nil:
+		c.c.replayOK++
+	case ctx.Err() != nil:
+		// Cut short by a handover: neither ok nor incomplete; the next
+		// owner resyncs.
+	default:
 		c.c.replayFailed++
 		c.log.Debug().Err(err).Int64("reached", next).Msg("kvevents: resync replay incomplete")
-	} else {
-		c.c.replayOK++
 	}
 	c.resynced = next < 0 // nothing applied: the first live message starts the stream
+}
+
+// stop forgets the block map as the stream ends (SetOwned handed it over):
+// nothing reports the engine's evictions here any more, so its claims must
+// not be renewed from here; they live out their leases unless the next
+// stream invalidates them first.
+func (c *consumer) stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stopLocked()
+}
+
+// lost is stop for a connection that ended while its stream goes on (ctx,
+// the stream's, not cancelled). A cancelled stream was stopped by
+// SetOwned, and the consumer may serve the next stream already.
+func (c *consumer) lost(ctx context.Context) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ctx.Err() == nil {
+		c.stopLocked()
+	}
+}
+
+func (c *consumer) stopLocked() {
+	c.mp.Forget()
+	c.seq.Reset()
+	c.resynced = false
 }
 
 // startLocked begins a stream whose earlier messages are unknown: the
@@ -219,7 +269,36 @@ func (c *consumer) invalidateLocked(reason string) {
 	c.c.invalidations[reason]++
 	c.mp.Forget()
 	c.seq.Reset()
+	c.newGenerationLocked()
+}
+
+// newGenerationLocked invalidates the backend through the sink and adopts
+// the generation that starts.
+func (c *consumer) newGenerationLocked() {
 	c.sink.Invalidate(c.name, false)
+	c.gen, _ = c.ix.Generation(c.id)
+}
+
+// currentLocked reports whether the map's entries are claims of the
+// backend's current generation. When someone else started another one
+// (the node an engine's connection moved to, in listen mode; a takeover;
+// the router finding the backend restarted or removed), they are not: the
+// map is forgotten, so that neither renewal nor the events that follow
+// claim them again in the new generation (where the node now consuming
+// the engine's stream would never end them), and the new generation is
+// adopted.
+func (c *consumer) currentLocked() bool {
+	g, active := c.ix.Generation(c.id)
+	if g == c.gen && active {
+		return true
+	}
+	if n := c.mp.Len(); n > 0 && g != c.gen {
+		c.log.Info().Int("blocks", n).Uint16("generation", g).Bool("active", active).
+			Msg("kvevents: the backend was invalidated elsewhere; forgetting its block map")
+	}
+	c.mp.Forget()
+	c.gen = g
+	return false
 }
 
 // applyLocked decodes one payload and applies its events in order.
@@ -232,6 +311,7 @@ func (c *consumer) applyLocked(payload []byte) {
 	c.c.applied++
 	leaseEnd := c.now().Add(c.cfg.LeaseTTL).UnixMilli()
 	for i := range c.batch.Events {
+		c.currentLocked()
 		c.ops.Reset()
 		c.mp.Apply(&c.batch.Events[i], leaseEnd, &c.ops)
 		c.flushLocked()
@@ -243,7 +323,7 @@ func (c *consumer) applyLocked(payload []byte) {
 func (c *consumer) flushLocked() {
 	if c.ops.Clear {
 		c.c.invalidations[reasonCleared]++
-		c.sink.Invalidate(c.name, false)
+		c.newGenerationLocked()
 	}
 	if len(c.ops.End) > 0 {
 		c.sink.End(c.ops.End, c.id)
@@ -270,11 +350,35 @@ func (c *consumer) learnLocked(keys []tree.Key) {
 	c.chain.Keys, c.chain.Learn = nil, nil
 }
 
-// renew re-announces the claims whose lease is running out.
+// renew re-announces the claims whose lease is running out, while they are
+// this consumer's to renew:
+//
+//   - They are claims of the backend's current generation (currentLocked):
+//     after someone else's invalidation they are none, and renewing them
+//     would claim them anew where nobody ends them.
+//   - In listen mode, the engine was heard from within the last LeaseTTL.
+//     An engine's connection can end or move to another node without this
+//     node knowing (the socket is shared and does not say which engine
+//     left; the node it moved to invalidates only at its first message
+//     there), and then its evictions go elsewhere or nowhere. An engine that
+//     stays idle that long sends nothing either: its claims lapse a lease
+//     after their last renewal, as claims learned by routing do, and its
+//     next message brings them back at the next renewal (the map is kept:
+//     an idle engine evicts nothing, so it is still right if the engine is
+//     back on this node).
+//
+// A connect-mode stream renews only while its connection is up: losing it
+// forgets the map (lost), and so does resync.
 func (c *consumer) renew() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !c.currentLocked() {
+		return
+	}
 	now := c.now()
+	if c.listen && now.UnixMilli()-c.heard > c.cfg.LeaseTTL.Milliseconds() {
+		return
+	}
 	c.keys = c.mp.Due(now.UnixMilli(), c.cfg.RenewBefore.Milliseconds(), now.Add(c.cfg.LeaseTTL).UnixMilli(), c.keys[:0])
 	c.c.renewed += uint64(len(c.keys))
 	c.learnLocked(c.keys)

@@ -29,17 +29,20 @@ type MapperConfig struct {
 
 // MapperStats counts what the mapper did, by outcome.
 type MapperStats struct {
-	StoredGPU, StoredCPU   uint64 // blocks reported stored, per tier
-	RemovedGPU, RemovedCPU uint64 // blocks reported removed, per tier
-	Claimed                uint64 // blocks that became claims
-	Ended                  uint64 // claims ended by removals
-	UnknownParent          uint64 // stored blocks whose parent was never seen (joined mid-stream)
-	UnknownRemoved         uint64 // removals of blocks never seen
-	Unmatchable            uint64 // blocks with extra keys the router cannot reproduce (multimodal, embeddings)
-	BadBlockSize           uint64 // blocks whose size is not a multiple of BlockTokens
-	OtherGroup             uint64 // blocks of a secondary KV-cache group (hybrid models)
-	Full                   uint64 // blocks not mapped because MaxBlocks was reached
-	Clears                 uint64 // AllBlocksCleared events
+	// Blocks reported stored and removed, per tier (Other: any tier but
+	// GPU and CPU). Only GPU blocks make claims.
+	StoredGPU, StoredCPU, StoredOther    uint64
+	RemovedGPU, RemovedCPU, RemovedOther uint64
+
+	Claimed        uint64 // blocks that became claims
+	Ended          uint64 // claims ended by removals
+	UnknownParent  uint64 // stored blocks whose parent was never seen (joined mid-stream)
+	UnknownRemoved uint64 // removals of blocks never seen
+	Unmatchable    uint64 // blocks with extra keys the router cannot reproduce (multimodal, embeddings)
+	BadBlockSize   uint64 // blocks whose size is not a multiple of BlockTokens
+	OtherGroup     uint64 // blocks of a secondary KV-cache group (hybrid models)
+	Full           uint64 // blocks not mapped because MaxBlocks was reached
+	Clears         uint64 // AllBlocksCleared events
 }
 
 // Ops is what events ask of the claim state. Keys alias the Mapper's
@@ -99,11 +102,17 @@ func (mp *Mapper) Apply(e *Event, leaseEnd int64, ops *Ops) {
 }
 
 func (mp *Mapper) removed(e *Event, ops *Ops) {
-	if e.Medium != MediumGPU {
-		mp.Stats.RemovedCPU += uint64(len(e.Hashes))
+	n := uint64(len(e.Hashes))
+	switch e.Medium {
+	case MediumCPU:
+		mp.Stats.RemovedCPU += n
+		return
+	case MediumGPU:
+		mp.Stats.RemovedGPU += n
+	default:
+		mp.Stats.RemovedOther += n
 		return
 	}
-	mp.Stats.RemovedGPU += uint64(len(e.Hashes))
 	if e.Group > 0 {
 		return
 	}
@@ -121,11 +130,16 @@ func (mp *Mapper) removed(e *Event, ops *Ops) {
 
 func (mp *Mapper) stored(e *Event, leaseEnd int64, ops *Ops) {
 	n := len(e.Hashes)
-	if e.Medium != MediumGPU {
+	switch e.Medium {
+	case MediumCPU:
 		mp.Stats.StoredCPU += uint64(n)
 		return
+	case MediumGPU:
+		mp.Stats.StoredGPU += uint64(n)
+	default:
+		mp.Stats.StoredOther += uint64(n)
+		return
 	}
-	mp.Stats.StoredGPU += uint64(n)
 	bt := mp.cfg.BlockTokens
 	switch {
 	case e.Group > 0:

@@ -13,7 +13,7 @@ var (
 		"Event messages by outcome: applied, duplicate (already replayed), malformed (payload dropped), bad_frame.",
 		[]string{"backend", "outcome"}, nil)
 	descBlocks = prometheus.NewDesc("kvmesh_kvevents_blocks_total",
-		"Blocks the engine reported, by event (stored, removed) and tier (gpu, cpu).",
+		"Blocks the engine reported, by event (stored, removed) and tier: gpu (the only one claimed), cpu, other (any other tier the engine names, e.g. disk).",
 		[]string{"backend", "event", "medium"}, nil)
 	descClaims = prometheus.NewDesc("kvmesh_kvevents_claims_total",
 		"Claim changes made from events: stored, ended, renewed.",
@@ -25,7 +25,7 @@ var (
 		"Backend invalidations from the event stream, by reason: first (new stream or takeover), gap, restart, cleared.",
 		[]string{"backend", "reason"}, nil)
 	descReplays = prometheus.NewDesc("kvmesh_kvevents_replays_total",
-		"Replay requests to the engine's ROUTER socket, by result: ok, incomplete.",
+		"Replay requests to the engine's ROUTER socket, by result: ok, incomplete (a resync's replay cut short by a handover counts as neither).",
 		[]string{"backend", "result"}, nil)
 	descMapped = prometheus.NewDesc("kvmesh_kvevents_mapped_blocks",
 		"Engine blocks this node maps to claims (the engine's GPU prefix cache as this node knows it).",
@@ -77,7 +77,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descBlocks, st.StoredGPU, b, "stored", "gpu")
 		counter(descBlocks, st.StoredCPU, b, "stored", "cpu")
 		counter(descBlocks, st.RemovedGPU, b, "removed", "gpu")
+		counter(descBlocks, st.StoredOther, b, "stored", "other")
 		counter(descBlocks, st.RemovedCPU, b, "removed", "cpu")
+		counter(descBlocks, st.RemovedOther, b, "removed", "other")
 		counter(descClaims, st.Claimed, b, "stored")
 		counter(descClaims, st.Ended, b, "ended")
 		counter(descClaims, cc.renewed, b, "renewed")

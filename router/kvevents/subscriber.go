@@ -84,7 +84,7 @@ func NewManager(cfg Config, streams []StreamConfig, deps Deps) (*Manager, error)
 		if s.ReplayEndpoint != "" {
 			rp = &zmqReplayer{endpoint: s.ReplayEndpoint, limits: cfg.limits(), zlog: m.zlog}
 		}
-		c := newConsumer(s.Backend, id, s, &m.cfg, deps.Sink, rp, deps.Now, m.log)
+		c := newConsumer(s.Backend, id, deps.Index, s, &m.cfg, deps.Sink, rp, deps.Now, m.log)
 		m.consumers[s.Backend] = c
 		if s.Endpoint == "" {
 			m.byTopic[s.Topic] = c
@@ -174,6 +174,7 @@ func (m *Manager) SetOwned(owned []string) {
 	for b, cancel := range m.running {
 		if !want[b] {
 			cancel()
+			m.consumers[b].stop() // after cancel: the stream applies nothing more
 			delete(m.running, b)
 			m.log.Info().Str("backend", b).Msg("kvevents: stream handed over")
 		}
@@ -219,12 +220,19 @@ func (m *Manager) Close() error {
 
 // dialLoop connects to one engine's publisher and reads it until ctx ends,
 // reconnecting when the connection drops. A new connection is a new stream:
-// the consumer resyncs on its first message.
+// the consumer resyncs as it connects. A connection that drops ends the
+// stream at once (consumer.lost): what the engine evicts meanwhile is
+// unknown, so its claims are no longer renewed.
+//
+// The library's automatic reconnection is off: it would redial inside the
+// socket's reader, retrying for as long as the engine stays unreachable,
+// and Recv would report nothing meanwhile, so the stream would look alive
+// and its claims be renewed with no end.
 func (m *Manager) dialLoop(ctx context.Context, s StreamConfig, c *consumer) {
 	for ctx.Err() == nil {
 		sctx, cancel := context.WithCancel(ctx)
 		sub := zmq4.NewSub(sctx, zmq4.WithLogger(m.zlog), zmq4.WithDialerRetry(m.cfg.DialRetry),
-			zmq4.WithDialerMaxRetries(-1), zmq4.WithAutomaticReconnect(true))
+			zmq4.WithDialerMaxRetries(-1))
 		err := sub.SetOption(zmq4.OptionSubscribe, s.Topic)
 		var ep string
 		if err == nil {
@@ -236,6 +244,7 @@ func (m *Manager) dialLoop(ctx context.Context, s StreamConfig, c *consumer) {
 		if err == nil {
 			c.resync(sctx)
 			m.read(sctx, sub, false, func([]byte) *consumer { return c })
+			c.lost(ctx)
 		} else if ctx.Err() == nil {
 			m.log.Debug().Err(err).Str("backend", s.Backend).Msg("kvevents: cannot reach the publisher")
 		}
@@ -308,6 +317,10 @@ const (
 	maxListenErrorPause = time.Second
 )
 
+// renewLoop renews the claims of the streams consumed here: the
+// connect-mode streams running here, and every listen-mode stream (an
+// engine may connect any time). Each consumer decides which of its claims
+// are still its to renew (consumer.renew).
 func (m *Manager) renewLoop(ctx context.Context) {
 	defer m.wg.Done()
 	t := time.NewTicker(m.cfg.RenewEvery)

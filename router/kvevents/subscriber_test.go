@@ -9,12 +9,15 @@ import (
 	"github.com/kvmesh/kvmesh/tree"
 )
 
-// memSink records the claim state events produce: live keys per backend.
+// memSink records the claim state events produce: live keys per backend,
+// and how many keys were learned (renewals included). Its invalidations
+// start a new generation in ix, as a mesh node's do.
 type memSink struct {
-	ix   *tree.Index
-	mu   sync.Mutex
-	live map[string]map[tree.Key]bool
-	inv  map[string]int
+	ix      *tree.Index
+	mu      sync.Mutex
+	live    map[string]map[tree.Key]bool
+	inv     map[string]int
+	learned int
 }
 
 func newMemSink(t *testing.T) *memSink {
@@ -37,6 +40,7 @@ func (s *memSink) Learn(ch *tree.Chain, b tree.BackendID, ttl time.Duration) {
 	for _, d := range ch.Learn {
 		s.live[n][ch.Keys[d-1]] = true
 	}
+	s.learned += len(ch.Learn)
 }
 
 func (s *memSink) End(keys []tree.Key, b tree.BackendID) {
@@ -52,6 +56,16 @@ func (s *memSink) Invalidate(backend string, removed bool) {
 	defer s.mu.Unlock()
 	delete(s.live, backend)
 	s.inv[backend]++
+	if _, err := s.ix.Invalidate(backend, removed, tree.MakeTimestamp(time.Now().UnixMilli(), 0), 1); err != nil {
+		panic(err)
+	}
+}
+
+// learns returns how many keys were learned so far.
+func (s *memSink) learns() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.learned
 }
 
 func (s *memSink) has(backend string, keys []tree.Key) bool {
