@@ -211,6 +211,16 @@ type Config struct {
 	// extra endpoints.
 	ForwardPaths []string `yaml:"forward_paths"`
 
+	// ForwardDeny are path prefixes under ForwardPaths that are refused
+	// (403) rather than forwarded: endpoints that change one backend's
+	// state, which a client of the API must not reach through the router
+	// and which, sent to whichever backend is least loaded, would change
+	// one replica of the fleet only. The defaults are vLLM's runtime LoRA
+	// endpoints (with VLLM_ALLOW_RUNTIME_LORA_UPDATING, anyone who can
+	// reach the API could load an adapter from a path of their choosing);
+	// an operator calls each backend directly.
+	ForwardDeny []string `yaml:"forward_deny"`
+
 	// Belief is how far claims are believed: the model of each backend's
 	// cache turnover (see BeliefConfig).
 	Belief BeliefConfig `yaml:"belief"`
@@ -264,6 +274,7 @@ func DefaultConfig() Config {
 		ORCAFormat:             "TEXT",
 		ForwardPaths: []string{"/v1/", "/v2/", "/tokenize", "/detokenize", "/pooling", "/classify",
 			"/score", "/rerank", "/invocations", "/version"},
+		ForwardDeny: []string{"/v1/load_lora_adapter", "/v1/unload_lora_adapter"},
 		Belief:         DefaultBeliefConfig(),
 		Discovery:      DefaultDiscoveryConfig(),
 		Admission:      DefaultAdmissionConfig(),
@@ -394,6 +405,11 @@ func (c *Config) Validate() error {
 	for i, p := range c.ForwardPaths {
 		if !strings.HasPrefix(p, "/") {
 			bad("forward_paths[%d] %q must start with /", i, p)
+		}
+	}
+	for i, p := range c.ForwardDeny {
+		if !strings.HasPrefix(p, "/") {
+			bad("forward_deny[%d] %q must start with /", i, p)
 		}
 	}
 	errs = append(errs, c.Belief.validate()...)

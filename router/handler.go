@@ -22,6 +22,7 @@ const endpointNone Endpoint = 255
 //   - other paths under Config.ForwardPaths are forwarded to the least
 //     loaded backend in rotation that serves the body's "model" (any
 //     backend when there is none);
+//   - paths under Config.ForwardDeny get 403;
 //   - anything else gets 404.
 //
 // Errors are OpenAI-style JSON bodies: 400 malformed request, 404 unknown
@@ -63,6 +64,9 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case strings.HasPrefix(path, "/v1/models/") && (r.Method == http.MethodGet || r.Method == http.MethodHead):
 		label = epModels
 		status = rt.serveModel(w, strings.TrimPrefix(path, "/v1/models/"))
+	case rt.forwardable(path) && rt.denied(path):
+		status = rt.fail(w, errForbiddenPath, &APIError{Status: http.StatusForbidden, Type: TypeInvalidRequest, Code: "path_not_forwarded",
+			Message: "The router does not forward " + clip(path) + ": it changes one backend's state (router.forward_deny); call each backend directly."})
 	case rt.forwardable(path):
 		status = rt.serveForward(w, r, start, &model)
 	default:
@@ -122,6 +126,16 @@ func methodNotAllowed(w http.ResponseWriter, allow string) int {
 
 func (rt *Router) forwardable(path string) bool {
 	for _, p := range rt.cfg.ForwardPaths {
+		if strings.HasPrefix(path, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// denied says whether path is one of Config.ForwardDeny's.
+func (rt *Router) denied(path string) bool {
+	for _, p := range rt.cfg.ForwardDeny {
 		if strings.HasPrefix(path, p) {
 			return true
 		}

@@ -201,6 +201,28 @@ func TestForwardOtherPaths(t *testing.T) {
 	}
 }
 
+// vLLM's runtime LoRA endpoints change one backend's state: refused, not
+// forwarded to whichever backend is least loaded.
+func TestForwardDenied(t *testing.T) {
+	a := newFakeBackend(t, "a", "m1")
+	g := newRig(t, nil, a)
+	for _, p := range []string{"/v1/load_lora_adapter", "/v1/unload_lora_adapter", "/v1/load_lora_adapter/"} {
+		status, _, body := g.call("POST", p, `{"lora_name":"x","lora_path":"/tmp/x"}`)
+		if status != http.StatusForbidden || !strings.Contains(body, "path_not_forwarded") {
+			t.Fatalf("%s: %d %s", p, status, body)
+		}
+	}
+	if n := len(a.requests()); n != 0 {
+		t.Fatalf("the backend saw %d requests", n)
+	}
+	// Configurable: an empty list forwards them.
+	b := newFakeBackend(t, "b", "m1")
+	g = newRig(t, func(c *Config, _ *Deps) { c.ForwardDeny = nil }, b)
+	if status, _, _ := g.call("POST", "/v1/load_lora_adapter", `{"lora_name":"x"}`); status != 200 {
+		t.Fatalf("with forward_deny empty: %d", status)
+	}
+}
+
 // Forwarded requests go by the least_loaded policy: away from the busy
 // backend, taking turns among the idle ones.
 func TestForwardLeastLoaded(t *testing.T) {

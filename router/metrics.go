@@ -57,12 +57,13 @@ const (
 	errTokenize                      // the tokenizer rejected a prompt (keyed by bytes instead)
 	errLimit                         // a configured limit refused the request (model or salt length, messages, JSON values)
 	errKindSlowBody                  // the body arrived slower than the minimum rate (408)
+	errForbiddenPath                 // a path under Config.ForwardDeny (403)
 	numErrKinds
 )
 
 var errKindNames = [numErrKinds]string{"bad_request", "too_large", "model_not_found", "path_not_found",
 	"no_backend", "backend_connect", "backend_timeout", "backend_5xx", "client_canceled", "stream_broken",
-	"signal_parse", "probe", "discovery", "scrape", "tokenize", "limit", "slow_body"}
+	"signal_parse", "probe", "discovery", "scrape", "tokenize", "limit", "slow_body", "path_denied"}
 
 // metrics holds the router's Prometheus metrics with their label children
 // resolved up front, so the request path never looks a label up.
