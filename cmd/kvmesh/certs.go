@@ -47,6 +47,12 @@ func certsCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	ca, err := transport.ReadCAFiles(*dir)
 	switch {
+	case errors.Is(err, fs.ErrNotExist) && (exists(filepath.Join(*dir, transport.CACertFile)) || exists(filepath.Join(*dir, transport.CAKeyFile))):
+		// One of the pair is there: a new CA would replace a certificate
+		// the cluster's nodes trust (a CA key kept offline is common).
+		fmt.Fprintf(stderr, "kvmesh certs: %s holds only one of %s and %s: %v; put the other back (or move both away to create a new CA)\n",
+			*dir, transport.CACertFile, transport.CAKeyFile, err)
+		return 1
 	case err == nil:
 		fmt.Fprintf(stdout, "using the CA in %s\n", *dir)
 	case errors.Is(err, fs.ErrNotExist):
@@ -71,4 +77,11 @@ func certsCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "node %s: --tls-ca %s --tls-cert %s --tls-key %s\n", n, files.CA, files.Cert, files.Key)
 	}
 	return 0
+}
+
+// exists says whether a file is at path (anything but "does not exist"
+// counts: a file we cannot stat must not be overwritten either).
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return !errors.Is(err, fs.ErrNotExist)
 }

@@ -153,13 +153,21 @@ func TestDevModeStaysOnLoopback(t *testing.T) {
 	if w := cfg.warnings(); len(w) != 1 || !strings.Contains(w[0], "DEV MODE ON A NETWORK") || !strings.Contains(w[0], ":7946") {
 		t.Errorf("no loud warning for a dev mesh on every interface: %q", w)
 	}
-	cfg, _ = loadServeConfig(append(base, "--bind", "0.0.0.0:7946", "--gossip-key", "k"), env(nil), io.Discard)
+	cfg, _ = loadServeConfig(append(base, "--bind", "0.0.0.0:7946", "--gossip-key", testGossipKey), env(nil), io.Discard)
 	if cfg == nil || len(cfg.warnings()) != 0 {
 		t.Error("a warning although gossip is encrypted")
 	}
+	// Mesh settings without --mesh: a node that routes alone says so.
+	cfg, _ = loadServeConfig([]string{"--backends", "http://a", "--join", "10.0.0.2:7946"}, env(nil), io.Discard)
+	if w := cfg.warnings(); len(w) != 1 || !strings.Contains(w[0], "the mesh is off") {
+		t.Errorf("no warning for a join list without --mesh: %q", w)
+	}
 	// Without --dev the defaults stay: a cluster needs every interface.
-	cfg, _ = loadServeConfig([]string{"--backends", "http://a", "--mesh", "--gossip-key", "k", "--tls-ca", "ca", "--tls-cert", "c", "--tls-key", "k"}, env(nil), io.Discard)
+	cfg, _ = loadServeConfig([]string{"--backends", "http://a", "--mesh", "--gossip-key", testGossipKey, "--tls-ca", "ca", "--tls-cert", "c", "--tls-key", "k"}, env(nil), io.Discard)
 	if cfg == nil || cfg.Mesh.Bind != ":7946" {
 		t.Errorf("production bind moved: %+v", cfg)
 	}
 }
+
+// testGossipKey is a valid gossip key (32 bytes, base64) for tests.
+const testGossipKey = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/kvmesh/kvmesh/mesh"
 	"github.com/kvmesh/kvmesh/router"
 	"github.com/kvmesh/kvmesh/tree"
 )
@@ -238,6 +240,10 @@ func (m *MeshConfig) validate() error {
 	}
 	if m.GossipKey == "" && !m.Dev {
 		errs = append(errs, errors.New("gossip_key is required (32 bytes, base64: `kvmesh gossip-key` makes one) unless dev mode is on"))
+	} else if m.GossipKey != "" {
+		if k, err := base64.StdEncoding.DecodeString(strings.TrimSpace(m.GossipKey)); err != nil || len(k) != mesh.GossipKeyBytes {
+			errs = append(errs, fmt.Errorf("gossip_key must be %d bytes in base64 (`kvmesh gossip-key` makes one); the one given is not", mesh.GossipKeyBytes))
+		}
 	}
 	if m.TLSCA == "" || m.TLSCert == "" || m.TLSKey == "" {
 		errs = append(errs, errors.New("tls_ca, tls_cert and tls_key are required (create a dev set with `kvmesh certs`)"))
@@ -276,7 +282,11 @@ func (m *MeshConfig) devDefaults(bindSet, quicSet bool) {
 // mesh without a gossip key listening beyond loopback.
 func (c *ServeConfig) warnings() []string {
 	m := &c.Mesh
-	if !c.Mesh.Enabled || !m.Dev || m.GossipKey != "" {
+	if !m.Enabled && (len(m.Join) > 0 || m.GossipKey != "" || m.TLSCA != "" || m.TLSCert != "" || m.TLSKey != "") {
+		return []string{"mesh settings are given (join, gossip_key or tls_*) but the mesh is off: this node routes alone. " +
+			"Set --mesh (KVMESH_MESH=true, mesh.enabled: true) to join the others."}
+	}
+	if !m.Enabled || !m.Dev || m.GossipKey != "" {
 		return nil
 	}
 	var out []string

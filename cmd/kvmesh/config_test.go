@@ -73,6 +73,8 @@ func TestConfigErrorsAreClear(t *testing.T) {
 		{args: nil, env: map[string]string{"KVMESH_BACKENDS": "http://a", "KVMESH_INDEX_CAPACITY": "lots"}, want: []string{"KVMESH_INDEX_CAPACITY", "whole number"}},
 		{args: []string{"--backends", "http://a", "--mesh"}, want: []string{"gossip_key is required", "tls_ca"}},
 		{args: []string{"--backends", "http://a", "--mesh", "--dev"}, want: []string{"tls_ca"}},
+		{args: []string{"--backends", "http://a", "--mesh", "--gossip-key", "x", "--tls-ca", "c", "--tls-cert", "c", "--tls-key", "k"}, want: []string{"gossip_key must be 32 bytes"}},
+		{args: []string{"--backends", "http://a", "--mesh", "--gossip-key", "MDEyMzQ1Njc4OWFiY2RlZg==", "--tls-ca", "c", "--tls-cert", "c", "--tls-key", "k"}, want: []string{"gossip_key must be 32 bytes"}},
 		{args: []string{"stray"}, want: []string{"unexpected argument"}},
 		{file: "router:\n  polcy: kvmesh\n", want: []string{"polcy"}}, // a typo is an error, not a silent default
 		{args: []string{"--config", "/does/not/exist.yaml"}, want: []string{"exist.yaml"}},
@@ -136,6 +138,21 @@ func TestCertsCommand(t *testing.T) {
 	}
 	if code := run([]string{"certs", "--dir", dir}, &out, &errb); code != 2 {
 		t.Fatal("missing --nodes accepted")
+	}
+	// With the CA key moved away (kept offline), no new CA replaces the
+	// certificate the nodes trust: an error, ca.pem untouched.
+	if err := os.Rename(filepath.Join(dir, "ca-key.pem"), filepath.Join(dir, "offline-key.pem")); err != nil {
+		t.Fatal(err)
+	}
+	errb.Reset()
+	if code := run([]string{"certs", "--dir", dir, "--nodes", "n4"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "only one of") {
+		t.Fatalf("CA key missing: exit %d: %s", code, errb.String())
+	}
+	if ca3, _ := os.ReadFile(filepath.Join(dir, "ca.pem")); string(ca3) != string(ca1) {
+		t.Fatal("the CA was replaced while its key was away")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "n4.pem")); err == nil {
+		t.Fatal("a certificate was issued without the CA key")
 	}
 }
 

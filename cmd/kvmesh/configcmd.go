@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -28,13 +29,14 @@ func configCommand(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	out := *cfg
-	if out.Mesh.GossipKey != "" {
-		out.Mesh.GossipKey = redactedKey
-	}
+	out.Mesh.GossipKey = "" // never printed; marked below when set
 	b, err := yaml.Marshal(&out)
 	if err != nil {
 		fmt.Fprintf(stderr, "kvmesh config: %v\n", err)
 		return 2
+	}
+	if cfg.Mesh.GossipKey != "" {
+		b = bytes.Replace(b, []byte(`gossip_key: ""`), []byte(`gossip_key: "" # `+redactedKey), 1)
 	}
 	fmt.Fprintln(stdout, "# The configuration kvmesh serve would run with: defaults, the config file, KVMESH_* variables, flags.")
 	_, _ = stdout.Write(b)
@@ -45,5 +47,7 @@ func configCommand(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// redactedKey stands for a gossip key in printed configurations.
-const redactedKey = "<set: not printed>"
+// redactedKey marks a gossip key left out of a printed configuration: the
+// file loads as it is, and serve then wants the key from KVMESH_GOSSIP_KEY
+// or --gossip-key.
+const redactedKey = "set, not printed: give it with KVMESH_GOSSIP_KEY or --gossip-key"
