@@ -199,6 +199,7 @@ func startPrecise(ctx context.Context, cfg *ServeConfig, ix *tree.Index, sink kv
 		return nil, err
 	}
 	if err := m.Start(ctx); err != nil {
+		m.Close()
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)

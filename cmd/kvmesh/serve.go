@@ -43,6 +43,12 @@ func serveCommand(args []string, stdout, stderr io.Writer) int {
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(signals)
+	// SIGHUP too, for the whole life of serve: it reloads the backends
+	// while the node serves and is ignored while it starts or stops (not
+	// subscribed, it would kill the process).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	ready := make(chan serving, 1)
@@ -53,7 +59,7 @@ func serveCommand(args []string, stdout, stderr io.Writer) int {
 		<-signals
 		s.hurry()
 	}()
-	if err := serve(ctx, cfg, log, ready); err != nil {
+	if err := serveSignals(ctx, cfg, log, ready, hup); err != nil {
 		log.Error().Str("node", cfg.Node.Name).Err(err).Msg("kvmesh serve failed")
 		return 1
 	}
@@ -96,10 +102,22 @@ const (
 // (so balancers see it leave first), then stops accepting and in-flight
 // requests get ShutdownTimeout to finish, the node leaves the mesh, and
 // everything closes. ready, if not nil, receives the listen addresses once
-// the node serves.
+// the node serves. A SIGHUP reloads the backend list while the node serves
+// and is ignored while it starts or stops.
 func serve(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, ready chan<- serving) error {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	return serveSignals(ctx, cfg, log, ready, hup)
+}
+
+// serveSignals is serve with the SIGHUP subscription of its caller, who
+// keeps it for at least as long.
+func serveSignals(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, ready chan<- serving, hup <-chan os.Signal) error {
 	meshLog := log // the mesh and its transport name the node themselves
 	log = log.With().Str("node", cfg.Node.Name).Logger()
+	reloads, stopReloads := handleReloads(hup, cfg, log)
+	defer stopReloads() // last: a SIGHUP is handled until serve returns
 	for _, w := range cfg.warnings() {
 		log.Warn().Msg(w)
 	}
@@ -162,11 +180,12 @@ func serve(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, ready chan
 	if err != nil {
 		return fmt.Errorf("API listener: %w", err)
 	}
+	defer apiLn.Close() // on an error return; a no-op after the server's Shutdown
 	adminLn, err := net.Listen("tcp", cfg.Listen.Admin)
 	if err != nil {
-		apiLn.Close()
 		return fmt.Errorf("admin listener: %w", err)
 	}
+	defer adminLn.Close()
 	apiAddr, adminAddr := apiLn.Addr().String(), adminLn.Addr().String()
 	if n := cfg.Router.MaxConnections; n > 0 {
 		apiLn = netutil.LimitListener(apiLn, n) // past n, connections wait in the accept queue
@@ -210,11 +229,19 @@ func serve(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, ready chan
 	if err := rt.Start(runCtx); err != nil {
 		return err
 	}
-	watchReload(runCtx, cfg, rt, log) // SIGHUP: the config file's backend list again
+	reloads.open(rt) // SIGHUP: the config file's backend list again
+	defer reloads.close()
+	leave := func() {} // leaves the mesh gracefully, once
 	if node != nil {
 		if err := node.Start(runCtx); err != nil {
 			return fmt.Errorf("mesh: %w", err)
 		}
+		leave = sync.OnceFunc(func() {
+			if err := node.Leave(); err != nil {
+				log.Warn().Err(err).Msg("leaving the mesh")
+			}
+		})
+		defer leave() // on an error return: members see the node leave, not fail
 	}
 	if cfg.Precise.enabled() {
 		sink, members := preciseSink(node, local)
@@ -224,8 +251,10 @@ func serve(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, ready chan
 		}
 		defer stopPrecise()
 	}
+	stopSnapshots := func() {}
 	if state != nil {
-		go state.run(runCtx)
+		stopSnapshots = state.start(runCtx)
+		defer stopSnapshots()
 	}
 	errc := make(chan error, 2)
 	go func() { errc <- apiSrv.Serve(apiLn) }()
@@ -264,13 +293,10 @@ func serve(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, ready chan
 		apiSrv.Close()
 	}
 	if state != nil {
+		stopSnapshots()  // the periodic writes end before the final one
 		_ = state.save() // after the last requests confirmed their claims
 	}
-	if node != nil {
-		if err := node.Leave(); err != nil {
-			log.Warn().Err(err).Msg("leaving the mesh")
-		}
-	}
+	leave()
 	adminSrv.Shutdown(shutCtx)
 	cancel()
 	log.Info().Msg("kvmesh stopped")

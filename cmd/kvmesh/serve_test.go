@@ -3,13 +3,19 @@ package main
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/kvmesh/kvmesh/crdt"
 )
 
 // fakeBackend answers chat completions after delay and serves /v1/models
@@ -163,4 +169,96 @@ func get(t *testing.T, url string) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
+}
+
+// With a snapshot due every millisecond, the periodic writes run right up
+// to the shutdown: they stop before the final one, which is whole (under
+// -race, a periodic write beside the final one fails this test).
+func TestServeFinalSnapshotAfterPeriodic(t *testing.T) {
+	be := fakeBackend(t, 0)
+	dir := t.TempDir()
+	s, cancel, done := startServe(t, "--backends", "b1="+be.URL, "--state-dir", dir, "--state-interval", "1ms")
+	stop := sync.OnceValue(func() error { cancel(); return <-done })
+	defer stop()
+	long := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("the quick brown fox jumps over the lazy dog ", 200) + `"}]}`
+	resp, err := http.Post("http://"+s.API+"/v1/chat/completions", "application/json", strings.NewReader(long))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	// Periodic writes have happened, the request's claims in the last.
+	eventually(t, "periodic snapshots", func() bool {
+		m := get(t, "http://"+s.Admin+"/metrics")
+		return !strings.Contains(m, "kvmesh_state_snapshot_writes_total{result=\"ok\"} 0\n") &&
+			strings.Contains(m, "kvmesh_state_snapshot_claims ") && !strings.Contains(m, "kvmesh_state_snapshot_claims 0\n")
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, stateFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := crdt.ParseSnapshot(data)
+	if err != nil || snap.Info.Claims == 0 {
+		t.Fatalf("the final snapshot: %v, %d claims", err, snap.Info.Claims)
+	}
+}
+
+// freeAddr returns a loopback address no listener holds right now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// A start that fails late (here: the --kv-events-listen port is taken,
+// after the node started its mesh membership) releases the API and admin
+// ports and leaves the mesh gracefully.
+func TestServeLateStartFailureCleansUp(t *testing.T) {
+	certs := t.TempDir()
+	if code := run([]string{"certs", "--dir", certs, "--nodes", "t1"}, io.Discard, io.Discard); code != 0 {
+		t.Fatal("certs failed")
+	}
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	be := fakeBackend(t, 0)
+	api, admin := freeAddr(t), freeAddr(t)
+	cfg, err := loadServeConfig([]string{"--listen", api, "--admin-listen", admin, "--node-name", "t1", "--backends", "b1=" + be.URL,
+		"--mesh", "--dev", "--bind", "127.0.0.1:0", "--quic-listen", "127.0.0.1:0",
+		"--tls-ca", filepath.Join(certs, "ca.pem"), "--tls-cert", filepath.Join(certs, "t1.pem"), "--tls-key", filepath.Join(certs, "t1-key.pem"),
+		"--kv-events", "b1", "--kv-events-listen", "tcp://" + taken.Addr().String(), "--kv-events-model", "m"}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- serve(context.Background(), cfg, newLogger(cfg.Log, &logs), nil) }()
+	select {
+	case err = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("serve did not fail")
+	}
+	if err == nil || !strings.Contains(err.Error(), "precise") {
+		t.Fatalf("serve returned %v, want the precise listener's error", err)
+	}
+	for name, addr := range map[string]string{"API": api, "admin": admin} {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Errorf("the %s port is still held after the failed start: %v", name, err)
+			continue
+		}
+		ln.Close()
+	}
+	if !strings.Contains(logs.String(), `"mesh: left"`) {
+		t.Errorf("the node did not leave the mesh gracefully:\n%s", logs.String())
+	}
 }

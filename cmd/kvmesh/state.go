@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,8 +18,12 @@ import (
 	"github.com/kvmesh/kvmesh/tree"
 )
 
-// stateFile is the snapshot's name in --state-dir.
-const stateFile = "claims.snap"
+// stateFile is the snapshot's name in --state-dir; its temporary files
+// are named stateTempPrefix followed by a random suffix.
+const (
+	stateFile       = "claims.snap"
+	stateTempPrefix = stateFile + ".tmp-"
+)
 
 // stateStore keeps the node's claim state on disk (--state-dir), so that a
 // node, or a whole mesh, restarted at once starts warm: it writes a
@@ -26,7 +32,8 @@ const stateFile = "claims.snap"
 // renamed over the last one, so a crash never leaves half a snapshot in its
 // place; at start it loads the snapshot before the node joins the mesh or
 // serves. A truncated, corrupted or unreadable snapshot is reported and
-// ignored: the node starts cold, as without a state directory.
+// ignored: the node starts cold, as without a state directory. Temporary
+// files a crash left behind are removed when the store opens.
 type stateStore struct {
 	dir      string
 	ix       *tree.Index
@@ -40,7 +47,9 @@ type stateStore struct {
 	claims   prometheus.Gauge
 	restored prometheus.Gauge
 	loadErrs prometheus.Counter
-	buf      []byte
+
+	mu  sync.Mutex // one write at a time: the periodic and the final one share buf
+	buf []byte
 }
 
 func newStateStore(dir string, interval time.Duration, maxTTL time.Duration, ix *tree.Index, log zerolog.Logger, reg prometheus.Registerer) (*stateStore, error) {
@@ -68,15 +77,38 @@ func newStateStore(dir string, interval time.Duration, maxTTL time.Duration, ix 
 			}
 		}
 	}
+	s.removeStaleTemps()
 	// Fail at start, not at the first periodic write, when the directory
 	// cannot take a file.
-	probe, err := os.CreateTemp(dir, ".probe-*")
+	probe, err := os.CreateTemp(dir, stateTempPrefix+"*")
 	if err != nil {
 		return nil, fmt.Errorf("state directory %s is not writable: %w", dir, err)
 	}
 	probe.Close()
 	os.Remove(probe.Name())
 	return s, nil
+}
+
+// removeStaleTemps removes the temporary files of this store (its own
+// name pattern, in its directory, nothing else) that a process killed in
+// the middle of a write left behind: nothing else removes them, and they
+// would pile up on the volume, one per such restart.
+func (s *stateStore) removeStaleTemps() {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return // the probe below reports an unusable directory
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() || !strings.HasPrefix(e.Name(), stateTempPrefix) {
+			continue
+		}
+		path := filepath.Join(s.dir, e.Name())
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			s.log.Warn().Err(err).Str("path", path).Msg("state: a temporary file left by an interrupted write could not be removed")
+			continue
+		}
+		s.log.Info().Str("path", path).Msg("state: removed a temporary file left by an interrupted write")
+	}
 }
 
 // restore loads the snapshot, if there is one, into the index. It never
@@ -105,8 +137,10 @@ func (s *stateStore) restore() {
 }
 
 // save writes a snapshot atomically: temporary file, fsync, rename, fsync
-// of the directory.
+// of the directory. Calls are serialised: safe from any goroutine.
 func (s *stateStore) save() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	err := s.write()
 	if err != nil {
 		s.writes.WithLabelValues("error").Inc()
@@ -125,7 +159,7 @@ func (s *stateStore) write() error {
 	if cap(data) <= 64<<20 {
 		s.buf = data[:0]
 	}
-	tmp, err := os.CreateTemp(s.dir, stateFile+".tmp-*")
+	tmp, err := os.CreateTemp(s.dir, stateTempPrefix+"*")
 	if err != nil {
 		return err
 	}
@@ -152,6 +186,23 @@ func (s *stateStore) write() error {
 	s.claims.Set(float64(info.Claims))
 	s.log.Debug().Int("claims", info.Claims).Int("bytes", info.Bytes).Msg("state: snapshot written")
 	return nil
+}
+
+// start writes a snapshot every interval until ctx is done or the
+// function it returns is called; that function returns once the loop has
+// stopped, so no periodic write runs after it (the final write at
+// shutdown comes after it). It may be called more than once.
+func (s *stateStore) start(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.run(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 // run writes a snapshot every interval until ctx is done.

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"os"
+	"sync"
+
+	"github.com/rs/zerolog"
+
+	"github.com/kvmesh/kvmesh/router"
+)
+
+// backendSetter is what a reload changes: the router's backend list.
+type backendSetter interface {
+	SetBackends([]router.BackendConfig) error
+}
+
+// reloadHandler answers SIGHUP for the whole life of serve. While the node
+// serves (from open to close) a SIGHUP reloads the backend list (see
+// reloadBackends); while it starts or stops, the signal is logged and
+// ignored. Subscribed for less than the whole life, a SIGHUP in a gap
+// would take the signal's default action: the process killed, with the
+// wrong exit status and the last spans not flushed.
+type reloadHandler struct {
+	cfg *ServeConfig
+	log zerolog.Logger
+
+	mu    sync.Mutex    // held while a signal is handled: close waits for a reload
+	rt    backendSetter // nil outside the reload window
+	phase string        // what the node does outside it: starting or stopping
+}
+
+// handleReloads handles the signals hup delivers (SIGHUP) until the
+// function it returns is called; that function returns once no signal is
+// being handled. The handler starts outside the reload window.
+func handleReloads(hup <-chan os.Signal, cfg *ServeConfig, log zerolog.Logger) (h *reloadHandler, stop func()) {
+	h = &reloadHandler{cfg: cfg, log: log, phase: "starting"}
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		for {
+			select {
+			case <-done:
+				return
+			case <-hup:
+				h.handle()
+			}
+		}
+	}()
+	return h, sync.OnceFunc(func() {
+		close(done)
+		<-exited
+	})
+}
+
+// open starts the reload window: SIGHUP reloads rt's backends.
+func (h *reloadHandler) open(rt backendSetter) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.rt = rt
+}
+
+// close ends the reload window for good, once a reload in progress is
+// done: rt is not changed after it returns (it may close).
+func (h *reloadHandler) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.rt, h.phase = nil, "stopping"
+}
+
+func (h *reloadHandler) handle() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.rt == nil {
+		h.log.Info().Msg("SIGHUP: reload ignored: " + h.phase)
+		return
+	}
+	reloadBackends(h.cfg, h.rt, h.log)
+}
+
+// reloadBackends reads the configuration again (file, environment and
+// flags, with the same precedence as at start) and applies its backend
+// list, in static mode. Nothing else is reloaded: other settings need a
+// restart. A configuration that no longer validates changes nothing.
+func reloadBackends(cfg *ServeConfig, rt backendSetter, log zerolog.Logger) {
+	if cfg.Router.Discovery.Mode != router.DiscoveryStatic {
+		log.Info().Str("discovery", cfg.Router.Discovery.Mode).Msg("SIGHUP: the backends come from discovery; nothing to reload")
+		return
+	}
+	if cfg.reload == nil {
+		log.Warn().Msg("SIGHUP: this node was not started from a configuration that can be read again")
+		return
+	}
+	nc, err := cfg.reload()
+	if err != nil {
+		log.Error().Err(err).Msg("SIGHUP: the configuration does not load; the backends are unchanged")
+		return
+	}
+	if nc.Router.Discovery.Mode != router.DiscoveryStatic {
+		log.Error().Str("discovery", nc.Router.Discovery.Mode).Msg("SIGHUP: changing the discovery mode needs a restart; the backends are unchanged")
+		return
+	}
+	if err := rt.SetBackends(nc.Router.Backends); err != nil {
+		log.Warn().Err(err).Msg("SIGHUP: some backends were not applied")
+	}
+	log.Info().Int("backends", len(nc.Router.Backends)).Msg("SIGHUP: backend list reloaded (other settings need a restart)")
+}
