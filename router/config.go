@@ -274,7 +274,7 @@ func DefaultConfig() Config {
 		ORCAFormat:             "TEXT",
 		ForwardPaths: []string{"/v1/", "/v2/", "/tokenize", "/detokenize", "/pooling", "/classify",
 			"/score", "/rerank", "/invocations", "/version"},
-		ForwardDeny: []string{"/v1/load_lora_adapter", "/v1/unload_lora_adapter"},
+		ForwardDeny:    []string{"/v1/load_lora_adapter", "/v1/unload_lora_adapter"},
 		Belief:         DefaultBeliefConfig(),
 		Discovery:      DefaultDiscoveryConfig(),
 		Admission:      DefaultAdmissionConfig(),
