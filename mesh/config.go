@@ -366,7 +366,13 @@ func (c *Config) gossipKey() ([]byte, error) {
 	if c.GossipKey == "" {
 		return nil, nil
 	}
-	k, err := base64.StdEncoding.DecodeString(strings.TrimSpace(c.GossipKey))
+	return ParseGossipKey(c.GossipKey)
+}
+
+// ParseGossipKey decodes a gossip key in GossipKey's format (base64 of
+// GossipKeyBytes bytes; surrounding space ignored).
+func ParseGossipKey(s string) ([]byte, error) {
+	k, err := base64.StdEncoding.DecodeString(strings.TrimSpace(s))
 	if err != nil {
 		return nil, fmt.Errorf("mesh: GossipKey is not valid base64: %v", err)
 	}

@@ -54,7 +54,9 @@ func (e BackendEntry) written() bool { return e.Time != 0 }
 // minute for 23 days, or a KV-event stream losing its place every few
 // seconds for a day in precise mode), and its own
 // generation-0 entry, sent with its first claims, won on every peer and
-// took every claim of that backend from the mesh.
+// took every claim of that backend from the mesh. (Nodes of earlier
+// versions still order it by generation: in a mesh that mixes them, past
+// 32,768 the two disagree until every node runs this order.)
 func (a BackendEntry) dominates(b BackendEntry) bool {
 	if a.written() != b.written() {
 		return a.written()

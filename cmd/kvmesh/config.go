@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -241,7 +240,7 @@ func (m *MeshConfig) validate() error {
 	if m.GossipKey == "" && !m.Dev {
 		errs = append(errs, errors.New("gossip_key is required (32 bytes, base64: `kvmesh gossip-key` makes one) unless dev mode is on"))
 	} else if m.GossipKey != "" {
-		if k, err := base64.StdEncoding.DecodeString(strings.TrimSpace(m.GossipKey)); err != nil || len(k) != mesh.GossipKeyBytes {
+		if _, err := mesh.ParseGossipKey(m.GossipKey); err != nil {
 			errs = append(errs, fmt.Errorf("gossip_key must be %d bytes in base64 (`kvmesh gossip-key` makes one); the one given is not", mesh.GossipKeyBytes))
 		}
 	}

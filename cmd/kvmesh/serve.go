@@ -274,6 +274,7 @@ func serveSignals(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, rea
 	case serveErr = <-errc:
 	}
 	draining.Store(true)
+	reloads.close() // stopping: a SIGHUP from here on is ignored
 	if serveErr == nil && cfg.DrainDelay > 0 {
 		log.Info().Dur("drain_delay", cfg.DrainDelay).Msg("shutting down: /readyz fails; the API listener closes after the drain delay (a second signal skips it)")
 		delay := time.NewTimer(cfg.DrainDelay)

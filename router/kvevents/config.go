@@ -68,6 +68,12 @@ type Config struct {
 	// of an event message or a replay answer.
 	MaxMessageBytes  int
 	MaxMessageFrames int
+	// HandshakeTimeout bounds how long a connection to the Listen socket
+	// may take to send its greeting and handshake command. The library
+	// accepts connections one at a time and reads each handshake before
+	// the next, so a client that connected and sent nothing held every
+	// engine's connection back. 10 s is far above a handshake on a LAN.
+	HandshakeTimeout time.Duration
 	// Listen, if set (e.g. tcp://0.0.0.0:5557), binds a SUB socket that
 	// engines' publishers connect to; streams without an Endpoint are read
 	// from it, told apart by Topic.
@@ -86,12 +92,13 @@ func DefaultConfig() Config {
 		DialRetry:          time.Second,
 		MaxMessageBytes:    32 << 20,
 		MaxMessageFrames:   16,
+		HandshakeTimeout:   10 * time.Second,
 	}
 }
 
 // limits are the frame limits of this configuration's sockets.
 func (c Config) limits() frameLimits {
-	return frameLimits{maxBytes: uint64(c.MaxMessageBytes), maxFrames: c.MaxMessageFrames}
+	return frameLimits{maxBytes: uint64(c.MaxMessageBytes), maxFrames: c.MaxMessageFrames, handshake: c.HandshakeTimeout}
 }
 
 // Validate reports the first setting that cannot work.
@@ -113,6 +120,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("kvevents: DialRetry must be positive")
 	case c.MaxMessageBytes < 1<<10:
 		return fmt.Errorf("kvevents: MaxMessageBytes must be at least 1 KiB, got %d", c.MaxMessageBytes)
+	case c.HandshakeTimeout < time.Millisecond:
+		return fmt.Errorf("kvevents: HandshakeTimeout must be at least 1ms, got %v", c.HandshakeTimeout)
 	case c.MaxMessageFrames < 3:
 		return fmt.Errorf("kvevents: MaxMessageFrames must be at least 3 (an event message's), got %d", c.MaxMessageFrames)
 	}

@@ -2,6 +2,7 @@ package kvevents
 
 import (
 	"context"
+	"math"
 	"sync"
 	"time"
 
@@ -81,6 +82,7 @@ type counters struct {
 	applied, duplicate, malformed, badFrames uint64
 	replayed, replayOK, replayFailed         uint64
 	renewed                                  uint64
+	reannounced                              uint64 // claims announced again after someone else's invalidation
 	invalidations                            map[string]uint64
 	lastSeq                                  int64
 }
@@ -113,6 +115,7 @@ func (c *consumer) handle(ctx context.Context, frames [][]byte) {
 		c.c.badFrames++
 		return
 	}
+	c.currentLocked() // before the sequence: in listen mode a new generation restarts the stream here
 	switch c.seq.Observe(seq) {
 	case SeqDuplicate:
 		c.c.duplicate++
@@ -158,8 +161,11 @@ func (c *consumer) handle(ctx context.Context, frames [][]byte) {
 func (c *consumer) resync(ctx context.Context) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if ctx.Err() != nil {
+		return // handed over already: the consumer may serve the next stream
+	}
 	c.stopLocked()
-	if c.replay == nil || ctx.Err() != nil {
+	if c.replay == nil {
 		return
 	}
 	c.invalidateLocked(reasonFirst)
@@ -280,24 +286,42 @@ func (c *consumer) newGenerationLocked() {
 }
 
 // currentLocked reports whether the map's entries are claims of the
-// backend's current generation. When someone else started another one
-// (the node an engine's connection moved to, in listen mode; a takeover;
-// the router finding the backend restarted or removed), they are not: the
-// map is forgotten, so that neither renewal nor the events that follow
-// claim them again in the new generation (where the node now consuming
-// the engine's stream would never end them), and the new generation is
-// adopted.
+// backend's current generation, after dealing with a generation someone
+// else started (a router that found the backend restarted, or lost it for
+// a while; the node an engine's connection moved to, in listen mode):
+//
+//   - a removed backend: the map is forgotten;
+//   - connect mode: this stream still receives every eviction of the
+//     engine (a restart would have ended the connection, and the resync
+//     forgets), so the map is still the engine's cache: it is announced
+//     again, whole, in the new generation (forgetting it left every block
+//     chained on a still-cached one unclaimable until the engine evicted
+//     the chain's head);
+//   - listen mode: the engine may be talking to another node now, which
+//     ends nothing of this map; it is forgotten and the stream starts
+//     again at its next message here (a new generation, the replay if
+//     configured), as a new connection does.
 func (c *consumer) currentLocked() bool {
 	g, active := c.ix.Generation(c.id)
 	if g == c.gen && active {
 		return true
 	}
-	if n := c.mp.Len(); n > 0 && g != c.gen {
+	n := c.mp.Len()
+	c.gen = g
+	if active && !c.listen {
+		now := c.now()
+		c.keys = c.mp.Due(now.UnixMilli(), math.MaxInt64/2, now.Add(c.cfg.LeaseTTL).UnixMilli(), c.keys[:0])
+		c.c.reannounced += uint64(len(c.keys))
+		c.learnLocked(c.keys)
+		c.log.Info().Int("blocks", n).Uint16("generation", g).
+			Msg("kvevents: the backend was invalidated elsewhere; its block map announced again in the new generation")
+		return true
+	}
+	if n > 0 {
 		c.log.Info().Int("blocks", n).Uint16("generation", g).Bool("active", active).
 			Msg("kvevents: the backend was invalidated elsewhere; forgetting its block map")
 	}
-	c.mp.Forget()
-	c.gen = g
+	c.stopLocked()
 	return false
 }
 

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/go-zeromq/zmq4/transport"
@@ -38,8 +39,9 @@ const (
 
 // frameLimits are the limits one connection enforces.
 type frameLimits struct {
-	maxBytes  uint64 // a message's frames' bodies together
-	maxFrames int    // frames of one message
+	maxBytes  uint64        // a message's frames' bodies together
+	maxFrames int           // frames of one message
+	handshake time.Duration // an accepted connection's greeting and handshake command (Config.HandshakeTimeout)
 }
 
 // frameGuard follows the framing of the bytes a connection reads.
@@ -48,6 +50,8 @@ type frameGuard struct {
 	skip     uint64 // bytes of the greeting or of a frame body still to pass
 	hdr      [9]byte
 	hdrN     int // header bytes collected
+	inFrame  bool
+	done     int // frames read whole (the first is the handshake's command)
 	msgBytes uint64
 	frames   int
 	err      error
@@ -65,6 +69,10 @@ func (g *frameGuard) feed(p []byte) error {
 			n := min(g.skip, uint64(len(p)))
 			g.skip -= n
 			p = p[n:]
+			if g.skip == 0 && g.inFrame {
+				g.inFrame = false
+				g.done++
+			}
 			continue
 		}
 		g.hdr[g.hdrN] = p[0]
@@ -96,6 +104,11 @@ func (g *frameGuard) feed(p []byte) error {
 			g.msgBytes, g.frames = 0, 0
 		}
 		g.skip = size
+		if size == 0 {
+			g.done++
+		} else {
+			g.inFrame = true
+		}
 	}
 	return g.err
 }
@@ -103,7 +116,8 @@ func (g *frameGuard) feed(p []byte) error {
 // guardedConn is a net.Conn whose reads go through a frameGuard.
 type guardedConn struct {
 	net.Conn
-	g frameGuard
+	g         frameGuard
+	handshake bool // a read deadline is set until the peer's handshake command is in
 }
 
 func (c *guardedConn) Read(p []byte) (int, error) {
@@ -115,6 +129,15 @@ func (c *guardedConn) Read(p []byte) (int, error) {
 		c.Conn.Close()
 		return 0, gerr
 	}
+	if c.handshake {
+		switch {
+		case c.g.done > 0:
+			c.handshake = false
+			_ = c.Conn.SetReadDeadline(time.Time{})
+		case err != nil:
+			c.Conn.Close() // the library keeps a connection whose handshake failed
+		}
+	}
 	return n, err
 }
 
@@ -124,11 +147,17 @@ type guardedListener struct {
 }
 
 func (l guardedListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if err := c.SetReadDeadline(time.Now().Add(l.lim.handshake)); err != nil {
+			c.Close() // gone already; an error here would end the library's accept loop
+			continue
+		}
+		return &guardedConn{Conn: c, g: newFrameGuard(l.lim), handshake: true}, nil
 	}
-	return &guardedConn{Conn: c, g: newFrameGuard(l.lim)}, nil
 }
 
 // guardedTCP is zmq4's TCP transport with every connection guarded.
@@ -174,7 +203,7 @@ func guarded(endpoint string, lim frameLimits) (string, error) {
 	defer guardedSchemes.Unlock()
 	name, ok := guardedSchemes.byLimits[lim]
 	if !ok {
-		name = fmt.Sprintf("kvmesh-tcp-%d-%d", lim.maxBytes, lim.maxFrames)
+		name = fmt.Sprintf("kvmesh-tcp-%d-%d-%d", lim.maxBytes, lim.maxFrames, lim.handshake.Milliseconds())
 		if err := zmq4.RegisterTransport(name, guardedTCP{tcp: transport.New("tcp"), lim: lim}); err != nil {
 			return "", err
 		}

@@ -139,3 +139,38 @@ func FuzzFrameGuard(f *testing.F) {
 		}
 	})
 }
+
+// TestListenSurvivesSilentClient: a client that connects to the listen
+// socket and sends nothing holds the library's accept loop only until
+// HandshakeTimeout; an engine connecting after it gets through.
+func TestListenSurvivesSilentClient(t *testing.T) {
+	sink := newMemSink(t)
+	cfg := testConfig()
+	cfg.Listen = "tcp://127.0.0.1:0"
+	cfg.HandshakeTimeout = 100 * time.Millisecond
+	m := startManager(t, cfg, []StreamConfig{{Backend: "a", Topic: "engine-a", Model: "m"}}, sink)
+	silent, err := net.Dial("tcp", strings.TrimPrefix(m.ListenAddr(), "tcp://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	p := startPublisher(t, PublisherConfig{Connect: m.ListenAddr(), Topic: "engine-a"})
+	toks := tokens(16*2, 50)
+	want := routerChain(t, "m", "", toks)
+	waitFor(t, "the engine behind a silent client", func() bool {
+		p.Publish(storedBatch(toks, 0, 2))
+		return sink.has("a", want)
+	})
+	// The silent client's connection was closed by the node.
+	_ = silent.SetReadDeadline(time.Now().Add(20 * time.Second))
+	buf := make([]byte, 256)
+	for {
+		if _, err := silent.Read(buf); err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatal("the silent connection stayed open")
+			}
+			break
+		}
+	}
+}

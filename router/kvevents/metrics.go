@@ -16,7 +16,7 @@ var (
 		"Blocks the engine reported, by event (stored, removed) and tier: gpu (the only one claimed), cpu, other (any other tier the engine names, e.g. disk).",
 		[]string{"backend", "event", "medium"}, nil)
 	descClaims = prometheus.NewDesc("kvmesh_kvevents_claims_total",
-		"Claim changes made from events: stored, ended, renewed.",
+		"Claim changes made from events: stored, ended, renewed, reannounced (the whole map again after another node invalidated the backend, connect mode).",
 		[]string{"backend", "op"}, nil)
 	descDropped = prometheus.NewDesc("kvmesh_kvevents_dropped_blocks_total",
 		"GPU blocks that made no claim change, by reason: unknown_parent, unknown_removed, unmatchable, bad_block_size, other_group, full.",
@@ -83,6 +83,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descClaims, st.Claimed, b, "stored")
 		counter(descClaims, st.Ended, b, "ended")
 		counter(descClaims, cc.renewed, b, "renewed")
+		counter(descClaims, cc.reannounced, b, "reannounced")
 		counter(descDropped, st.UnknownParent, b, "unknown_parent")
 		counter(descDropped, st.UnknownRemoved, b, "unknown_removed")
 		counter(descDropped, st.Unmatchable, b, "unmatchable")

@@ -86,6 +86,32 @@ func TestNoRenewalAfterAnInvalidationElsewhere(t *testing.T) {
 	}
 }
 
+// TestConnectModeReannouncesAfterAnInvalidationElsewhere: a router that
+// lost the engine for a while (or took it for restarted) invalidates the
+// backend, but a connect-mode stream still receives the engine's every
+// eviction: its map is announced again in the new generation, and blocks
+// chained on it are claimed.
+func TestConnectModeReannouncesAfterAnInvalidationElsewhere(t *testing.T) {
+	sink := newMemSink(t)
+	c, _ := clockedConsumer(t, sink, StreamConfig{Endpoint: "tcp://e0:5557", Topic: "kv", Model: "m"}, nil)
+	ctx := context.Background()
+	toks := tokens(16*12, 8)
+	want := routerChain(t, "m", "", toks)
+	c.handle(ctx, message(0, storedBatch(toks, 0, 10)))
+	sink.Invalidate("e0", false) // another router
+	if n := renewals(sink, c); n != 10 {
+		t.Fatalf("%d claims announced in the new generation, want 10", n)
+	}
+	c.handle(ctx, message(1, storedBatch(toks, 10, 12)))
+	if !sink.has("e0", want) {
+		n, _ := sink.count("e0")
+		t.Fatalf("%d of 12 claims after the invalidation elsewhere", n)
+	}
+	if cc, st, _ := c.snapshot(); cc.reannounced != 10 || st.UnknownParent != 0 {
+		t.Fatalf("reannounced %d, unknown parents %d", cc.reannounced, st.UnknownParent)
+	}
+}
+
 // TestListenModeRenewsOnlyWhileHeard: a listen-mode engine not heard from
 // for a lease (gone, or now connected elsewhere) has its claims lapse; its
 // next message here brings them back.

@@ -310,11 +310,13 @@ func (m *Manager) read(ctx context.Context, sub zmq4.Socket, listen bool, route 
 }
 
 // listenErrorPause and maxListenErrorPause bound how often listen mode
-// retries a failing receive: at once is what one engine leaving needs,
-// and a socket that fails every time is retried at most once a second.
+// retries a failing receive: at once is what one engine leaving needs (a
+// burst of them, every engine dropping with the node's network, costs at
+// most a few pauses of 50 ms), and a socket failing every time, which the
+// library should not do, costs no more than a wake-up every 50 ms.
 const (
 	listenErrorPause    = time.Millisecond
-	maxListenErrorPause = time.Second
+	maxListenErrorPause = 50 * time.Millisecond
 )
 
 // renewLoop renews the claims of the streams consumed here: the

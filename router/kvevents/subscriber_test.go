@@ -237,6 +237,7 @@ func TestListenModeOutlivesAnEngine(t *testing.T) {
 		return sink.has("a", wa) && sink.has("b", wb[:3])
 	})
 	pa.Close()
+	waitFor(t, "engine a's connection to end", func() bool { return m.listenErrors.Load() > 0 })
 	waitFor(t, "engine b after engine a left", func() bool {
 		pb.Publish(storedBatch(tb, 3, 6))
 		return sink.has("b", wb)
