@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -89,19 +90,7 @@ func TestListenSurvivesOversizedFrame(t *testing.T) {
 		if _, err := c.Write(attack); err != nil {
 			t.Fatal(err)
 		}
-		// The node closes the connection: reads end (the greeting it sent
-		// first, then EOF or a reset).
-		_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
-		buf := make([]byte, 4096)
-		for {
-			if _, err := c.Read(buf); err != nil {
-				var ne net.Error
-				if errors.As(err, &ne) && ne.Timeout() {
-					t.Fatalf("declared %d bytes: the connection stayed open", size)
-				}
-				break
-			}
-		}
+		awaitClosed(t, c, fmt.Sprintf("a connection that declared %d bytes", size))
 		c.Close()
 	}
 	p := startPublisher(t, PublisherConfig{Connect: m.ListenAddr(), Topic: "engine-a"})
@@ -161,16 +150,22 @@ func TestListenSurvivesSilentClient(t *testing.T) {
 		p.Publish(storedBatch(toks, 0, 2))
 		return sink.has("a", want)
 	})
-	// The silent client's connection was closed by the node.
-	_ = silent.SetReadDeadline(time.Now().Add(20 * time.Second))
-	buf := make([]byte, 256)
+	awaitClosed(t, silent, "the silent connection")
+}
+
+// awaitClosed reads c until the node closes it (the greeting it sent first,
+// then EOF or a reset); a read timing out means it stayed open.
+func awaitClosed(t *testing.T, c net.Conn, what string) {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	buf := make([]byte, 4096)
 	for {
-		if _, err := silent.Read(buf); err != nil {
+		if _, err := c.Read(buf); err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
-				t.Fatal("the silent connection stayed open")
+				t.Fatalf("%s stayed open", what)
 			}
-			break
+			return
 		}
 	}
 }
