@@ -29,6 +29,12 @@ import (
 )
 
 func serveCommand(args []string, stdout, stderr io.Writer) int {
+	// SIGHUP for the whole life of serve, from before the configuration is
+	// read: it reloads the backends while the node serves and is ignored
+	// while it starts or stops (not subscribed, it would kill the process).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	cfg, err := loadServeConfig(args, os.Getenv, stdout)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -43,12 +49,6 @@ func serveCommand(args []string, stdout, stderr io.Writer) int {
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(signals)
-	// SIGHUP too, for the whole life of serve: it reloads the backends
-	// while the node serves and is ignored while it starts or stops (not
-	// subscribed, it would kill the process).
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	ready := make(chan serving, 1)
