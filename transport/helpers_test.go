@@ -181,6 +181,17 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 }
 
 // logBuffer is a goroutine-safe sink for a zerolog.Logger.
+// observedConfig is testConfig for node name with its metrics in a registry
+// of its own and its logs kept.
+func observedConfig(t *testing.T, ca *CA, name string) (Config, *prometheus.Registry, *logBuffer) {
+	t.Helper()
+	reg, logs := prometheus.NewRegistry(), new(logBuffer)
+	cfg := testConfig(t, ca, name)
+	cfg.Registerer = reg
+	cfg.Logger = logs.logger()
+	return cfg, reg, logs
+}
+
 type logBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer

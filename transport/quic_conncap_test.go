@@ -103,11 +103,7 @@ func checkEvicted(t *testing.T, c *quic.Conn) {
 func TestQUICInboundConnCapClosesOldest(t *testing.T) {
 	defer checkGoroutines(t)()
 	ca := testCA(t)
-	reg := prometheus.NewRegistry()
-	var logs logBuffer
-	cfg := testConfig(t, ca, "victim")
-	cfg.Registerer = reg
-	cfg.Logger = logs.logger()
+	cfg, reg, logs := observedConfig(t, ca, "victim")
 	cfg.MaxInboundConnsPerPeer = 2
 	victim := startQUIC(t, cfg)
 	mallory := newRawPeer(t, ca, "mallory")

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/quic-go/quic-go"
 )
 
@@ -14,11 +13,7 @@ import (
 func TestQUICHostilePeer(t *testing.T) {
 	defer checkGoroutines(t)()
 	ca := testCA(t)
-	reg := prometheus.NewRegistry()
-	var logs logBuffer
-	cfg := testConfig(t, ca, "victim")
-	cfg.Registerer = reg
-	cfg.Logger = logs.logger()
+	cfg, reg, logs := observedConfig(t, ca, "victim")
 	cfg.ReadTimeout = time.Second // the stalled stream below must hit it
 	cfg.MaxMessageBytes = 1 << 20
 	victim := startQUIC(t, cfg)

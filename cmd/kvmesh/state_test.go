@@ -47,6 +47,23 @@ func learnSome(t *testing.T, ix *tree.Index) *tree.Chain {
 	return &ch
 }
 
+// savedStore is a store in a new directory over an index with some claims,
+// saved once.
+func savedStore(t *testing.T) (dir string, ix *tree.Index, s *stateStore) {
+	t.Helper()
+	dir = t.TempDir()
+	ix = stateIndex(t)
+	learnSome(t, ix)
+	s, err := newStateStore(dir, time.Minute, 2*time.Hour, ix, zerolog.Nop(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.save(); err != nil {
+		t.Fatal(err)
+	}
+	return dir, ix, s
+}
+
 func depth(ix *tree.Index, ch *tree.Chain) int32 {
 	id, ok := ix.BackendByName("b")
 	if !ok {
@@ -95,16 +112,7 @@ func TestStateStoreRoundTrip(t *testing.T) {
 // A truncated or corrupted snapshot is counted and ignored: the index stays
 // empty and nothing panics; a missing one is simply a cold start.
 func TestStateStoreIgnoresDamage(t *testing.T) {
-	dir := t.TempDir()
-	ix := stateIndex(t)
-	learnSome(t, ix)
-	s, err := newStateStore(dir, time.Minute, 2*time.Hour, ix, zerolog.Nop(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.save(); err != nil {
-		t.Fatal(err)
-	}
+	dir, _, _ := savedStore(t)
 	path := filepath.Join(dir, stateFile)
 	good, err := os.ReadFile(path)
 	if err != nil {
@@ -157,16 +165,7 @@ func TestStateStoreNeedsAWritableDir(t *testing.T) {
 // (which share a buffer) take turns, each succeeds, and the file left is
 // whole. Under -race, unserialised writes fail this test.
 func TestStateStoreConcurrentSaves(t *testing.T) {
-	dir := t.TempDir()
-	ix := stateIndex(t)
-	learnSome(t, ix)
-	s, err := newStateStore(dir, time.Minute, 2*time.Hour, ix, zerolog.Nop(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.save(); err != nil { // the buffer the next writes share
-		t.Fatal(err)
-	}
+	dir, ix, s := savedStore(t) // its buffer the next writes share
 	const writers = 8
 	errs := make(chan error, writers)
 	var wg sync.WaitGroup
@@ -200,16 +199,7 @@ func TestStateStoreConcurrentSaves(t *testing.T) {
 // the next store in the directory removes such files, its own only, and
 // leaves the snapshot as it was.
 func TestStateStoreRemovesStaleTemps(t *testing.T) {
-	dir := t.TempDir()
-	ix := stateIndex(t)
-	learnSome(t, ix)
-	s, err := newStateStore(dir, time.Minute, 2*time.Hour, ix, zerolog.Nop(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.save(); err != nil {
-		t.Fatal(err)
-	}
+	dir, ix, _ := savedStore(t)
 	snapshot, err := os.ReadFile(filepath.Join(dir, stateFile))
 	if err != nil {
 		t.Fatal(err)

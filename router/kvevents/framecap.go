@@ -214,3 +214,21 @@ func guarded(endpoint string, lim frameLimits) (string, error) {
 	}
 	return name + "://" + rest, nil
 }
+
+// dialGuarded connects sock to endpoint over the guarded transport.
+func dialGuarded(sock zmq4.Socket, endpoint string, lim frameLimits) error {
+	ep, err := guarded(endpoint, lim)
+	if err != nil {
+		return err
+	}
+	return sock.Dial(ep)
+}
+
+// listenGuarded binds sock to endpoint over the guarded transport.
+func listenGuarded(sock zmq4.Socket, endpoint string, lim frameLimits) error {
+	ep, err := guarded(endpoint, lim)
+	if err != nil {
+		return err
+	}
+	return sock.Listen(ep)
+}

@@ -119,11 +119,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.ctx, m.cancel = context.WithCancel(ctx)
 	if m.cfg.Listen != "" {
 		sub := zmq4.NewSub(m.ctx, zmq4.WithLogger(m.zlog))
-		ep, err := guarded(m.cfg.Listen, m.cfg.limits())
-		if err == nil {
-			err = sub.Listen(ep)
-		}
-		if err != nil {
+		if err := listenGuarded(sub, m.cfg.Listen, m.cfg.limits()); err != nil {
 			sub.Close()
 			m.cancel()
 			return fmt.Errorf("kvevents: listen %s: %w", m.cfg.Listen, err)
@@ -234,12 +230,8 @@ func (m *Manager) dialLoop(ctx context.Context, s StreamConfig, c *consumer) {
 		sub := zmq4.NewSub(sctx, zmq4.WithLogger(m.zlog), zmq4.WithDialerRetry(m.cfg.DialRetry),
 			zmq4.WithDialerMaxRetries(-1))
 		err := sub.SetOption(zmq4.OptionSubscribe, s.Topic)
-		var ep string
 		if err == nil {
-			ep, err = guarded(s.Endpoint, m.cfg.limits())
-		}
-		if err == nil {
-			err = sub.Dial(ep)
+			err = dialGuarded(sub, s.Endpoint, m.cfg.limits())
 		}
 		if err == nil {
 			c.resync(sctx)
@@ -362,11 +354,7 @@ func (r *zmqReplayer) Replay(ctx context.Context, from int64, fn func(int64, []b
 	defer cancel()
 	d := zmq4.NewDealer(ctx, zmq4.WithLogger(r.zlog), zmq4.WithDialerMaxRetries(0))
 	defer d.Close()
-	ep, err := guarded(r.endpoint, r.limits)
-	if err == nil {
-		err = d.Dial(ep)
-	}
-	if err != nil {
+	if err := dialGuarded(d, r.endpoint, r.limits); err != nil {
 		return fmt.Errorf("kvevents: replay dial %s: %w", r.endpoint, err)
 	}
 	if err := d.SendMulti(zmq4.NewMsgFrom([]byte{}, AppendSeq(nil, from))); err != nil {
