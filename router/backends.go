@@ -268,6 +268,7 @@ func (rt *Router) replaceLocked(m *member, bc BackendConfig) error {
 		return err
 	}
 	b.discovered.Store(m.b.discovered.Load())
+	b.carryFrom(m.b) // its claims stay: so does what ages them (backend_carry.go)
 	if m.cancel != nil {
 		m.cancel()
 		m.cancel = nil
@@ -364,14 +365,20 @@ func (rt *Router) sweepRemoved() {
 				Msg("backend removed with requests still in flight (they go on; their claims are not kept)")
 		}
 	}
+	// Invalidated and forgotten under setMu: a SetBackends listing the
+	// name again in between would otherwise find its registry entry still
+	// active (and not start a new generation) and have its new series
+	// deleted.
+	for _, m := range done {
+		rt.learner.Invalidate(m.b.name, true)
+		rt.deleteSeries(m.b.name)
+	}
 	if len(done) > 0 {
 		rt.publishLocked()
 	}
 	rt.setMu.Unlock()
 	for _, m := range done {
 		b := m.b
-		rt.learner.Invalidate(b.name, true)
-		rt.deleteSeries(b.name)
 		if d := rt.disc; d != nil {
 			d.drain.Observe(now.Sub(m.removedAt).Seconds())
 		}
