@@ -103,6 +103,7 @@ func (rt *Router) newMemberBackend(bc BackendConfig) (*backend, error) {
 		return nil, err
 	}
 	rt.slots[name] = slot
+	b.written.Store(rt.retired[name])
 	if _, active := rt.ix.Generation(b.id); !active {
 		// Removed earlier (here or by a peer) and back: a new generation,
 		// active again everywhere. Its old claims stay dead: it comes back
@@ -370,6 +371,10 @@ func (rt *Router) sweepRemoved() {
 	// active (and not start a new generation) and have its new series
 	// deleted.
 	for _, m := range done {
+		if rt.retired == nil {
+			rt.retired = make(map[string]int64)
+		}
+		rt.retired[m.b.name] = m.b.written.Load()
 		rt.learner.Invalidate(m.b.name, true)
 		rt.deleteSeries(m.b.name)
 	}

@@ -318,7 +318,12 @@ func TestSetBackends(t *testing.T) {
 	if len(g.rt.Backends()) != 3 {
 		t.Errorf("%d backends", len(g.rt.Backends()))
 	}
-	// b leaves for good; a later b comes back in its old slot, active again.
+	// b leaves for good; a later b comes back in its old slot, active again,
+	// counting its writes on from the old one's (peers keep the largest).
+	wroteB := g.rt.backendByName("b").written.Load()
+	if wroteB == 0 {
+		t.Fatal("nothing written to b")
+	}
 	if err := g.rt.SetBackends(list(BackendConfig{Name: "a", URL: a2.URL()}, C)); err != nil {
 		t.Fatal(err)
 	}
@@ -331,6 +336,9 @@ func TestSetBackends(t *testing.T) {
 	bb := g.rt.backendByName("b")
 	if _, active := g.ix.Generation(bb.id); !active || bb.slot != slotB {
 		t.Errorf("b back: active %v, slot %d (was %d)", active, bb.slot, slotB)
+	}
+	if got := bb.written.Load(); got != wroteB {
+		t.Errorf("b back: written %d, want %d (the removed one's)", got, wroteB)
 	}
 }
 

@@ -111,7 +111,11 @@ type Router struct {
 	slots     map[string]int     // every name ever in the set -> its slot; guarded by setMu
 	runCtx    context.Context    // the loops' context once started; guarded by setMu
 	setClosed bool               // guarded by setMu
-	disc      *discoveryMetrics
+	// retired is what this router had written to each backend it removed
+	// (backend.written), for a later one of the same name to count on from:
+	// peers keep the largest count they heard from us. Guarded by setMu.
+	retired map[string]int64
+	disc    *discoveryMetrics
 	// discoverer finds the backends (nil: the static list, changed only
 	// by SetBackends).
 	discoverer Discoverer
