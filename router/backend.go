@@ -1,6 +1,7 @@
 package router
 
 import (
+	"math"
 	"net/url"
 	"strings"
 	"sync"
@@ -43,8 +44,8 @@ type backend struct {
 	// backend held (blocking.go).
 	bound arrivalRate
 	// written counts every uncached prompt unit this router has sent the
-	// backend (the pending units it ever booked): what it wrote into the
-	// backend's cache.
+	// backend (the pending units it ever booked, each dispatch's at most a
+	// capacity: addPending): what it wrote into the backend's cache.
 	written atomic.Int64
 	// booked, if set, is told every change of the pending counts (the
 	// mesh's load channel ships them at once: PeerLoad.BookingsChanged).
@@ -174,17 +175,38 @@ type pendingPrefill struct {
 }
 
 // addPending counts units of uncached prompt (of a prompt of prompt
-// units) as queued at b from now.
+// units) as queued at b from now, for a request whose first answer byte
+// ends its prefill.
 func (b *backend) addPending(units, prompt int, now time.Time) pendingPrefill {
+	return b.addPendingAs(units, prompt, false, now)
+}
+
+// addPendingAs is addPending for a request that is silent or not: a
+// silent one's first byte comes only after its generation (prefillQueue).
+func (b *backend) addPendingAs(units, prompt int, silent bool, now time.Time) pendingPrefill {
 	u := int64(max(units, 0))
 	b.pendingUnits.Add(u)
 	b.pendingRequests.Add(1)
-	b.written.Add(u)
-	seq, ahead := b.queue.book(float64(u), float64(max(prompt, units, 0)), now)
+	b.written.Add(b.writable(u))
+	seq, ahead := b.queue.bookAs(float64(u), float64(max(prompt, units, 0)), silent, now)
 	if b.booked != nil {
 		b.booked()
 	}
 	return pendingPrefill{b: b, units: u, at: now, seq: seq, ahead: ahead}
+}
+
+// writable is what a dispatch of u uncached units adds to b.written: u, at
+// most the backend's capacity when it is known. The count is written before
+// the backend has looked at the prompt and, shared with the mesh, never
+// goes back; a prompt the backend rejects (one past the model's context
+// length answers 400 in milliseconds) would otherwise push every claim on
+// it past the edge on every node. No prompt that is computed writes more
+// than the whole cache.
+func (b *backend) writable(u int64) int64 {
+	if k := math.Float64frombits(b.belief.kappa.Load()); k > 0 && k < float64(u) {
+		return int64(k)
+	}
+	return u
 }
 
 // release takes the attempt's units off its backend at now; firstByte says

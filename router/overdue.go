@@ -27,16 +27,24 @@ import (
 // included, over its wait: decayed sums of both), and reports how long
 // the head has been at the front and what it was booked at. The policy
 // decides when that is overdue.
+//
+// A request that does not stream is silent: vLLM sends its headers and
+// body only when the generation is over, so its first byte says nothing
+// of when its prefill ended. Its units stay queued until it ends (they
+// are work ahead of the requests behind it), but it teaches no rate and
+// is never the head: the head is the oldest unreleased request that is
+// not silent, or a decode would pass for an overdue prefill.
 type prefillQueue struct {
 	mu sync.Mutex
-	// q[h:] is the requests not released yet or released behind the head,
-	// oldest first; base is q[h]'s sequence number, next the next
-	// booking's.
+	// q[h:] is the requests not released yet or released behind the
+	// oldest unreleased one, oldest first; base is q[h]'s sequence number,
+	// next the next booking's. q[lead] is the head: the oldest unreleased
+	// entry that is not silent (len(q) when there is none).
 	q          []queuedPrefill
-	h          int
+	h, lead    int
 	base, next uint64
-	sum        float64   // booked units of the unreleased entries
-	headAt     time.Time // when q[h] became the head
+	sum        float64   // booked units of the unreleased entries, silent ones included
+	headAt     time.Time // when q[lead] became the head
 	// work and waited are decayed sums over first answers of the units
 	// booked ahead of each request (its own included) and its wait in
 	// seconds.
@@ -44,8 +52,8 @@ type prefillQueue struct {
 }
 
 type queuedPrefill struct {
-	booked, prompt float64 // units: booked as uncached; the whole prompt
-	released       bool
+	booked, prompt   float64 // units: booked as uncached; the whole prompt
+	released, silent bool
 }
 
 // queueMemory is the weight of one answer in the learned rate: the rate
@@ -56,24 +64,36 @@ const queueMemory = 0.05
 // units at now. It returns its sequence number and the units booked ahead
 // of its first byte, its own included (for settle).
 func (q *prefillQueue) book(booked, prompt float64, now time.Time) (seq uint64, ahead float64) {
+	return q.bookAs(booked, prompt, false, now)
+}
+
+// bookAs is book for a request that is silent or not (see prefillQueue).
+func (q *prefillQueue) bookAs(booked, prompt float64, silent bool, now time.Time) (seq uint64, ahead float64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.h == len(q.q) { // nothing pending: the queue starts over, and this request is its head
-		q.q, q.h, q.base, q.sum, q.headAt = q.q[:0], 0, q.next, 0, now
+	if q.h == len(q.q) { // nothing pending: the queue starts over
+		q.q, q.h, q.lead, q.base, q.sum = q.q[:0], 0, 0, q.next, 0
 	} else if q.h > 32 && q.h > len(q.q)/2 { // a mostly released front: move the rest down
 		n := copy(q.q, q.q[q.h:])
-		q.q, q.h = q.q[:n], 0
+		q.q, q.lead, q.h = q.q[:n], q.lead-q.h, 0
+	}
+	if q.lead == len(q.q) { // no head ahead of it
+		if silent {
+			q.lead++
+		} else {
+			q.headAt = now // this request is the head from now
+		}
 	}
 	seq = q.next
 	q.next++
-	q.q = append(q.q, queuedPrefill{booked: booked, prompt: prompt})
+	q.q = append(q.q, queuedPrefill{booked: booked, prompt: prompt, silent: silent})
 	q.sum += booked
 	return seq, q.sum
 }
 
 // settle releases request seq, booked at at with ahead units ahead of it,
-// at now. firstByte says its answer came: only then does its wait teach
-// the rate.
+// at now. firstByte says its answer came: only then, and only if it is not
+// silent, does its wait teach the rate.
 func (q *prefillQueue) settle(seq uint64, ahead float64, at, now time.Time, firstByte bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -91,9 +111,14 @@ func (q *prefillQueue) settle(seq uint64, ahead float64, at, now time.Time, firs
 			q.h++
 			q.base++
 		}
+	}
+	if i == q.lead {
+		for q.lead < len(q.q) && (q.q[q.lead].released || q.q[q.lead].silent) {
+			q.lead++
+		}
 		q.headAt = now
 	}
-	if w := now.Sub(at).Seconds(); firstByte && w > 0 && ahead > 0 {
+	if w := now.Sub(at).Seconds(); firstByte && !q.q[i].silent && w > 0 && ahead > 0 {
 		q.work = q.work*(1-queueMemory) + ahead
 		q.waited = q.waited*(1-queueMemory) + w
 	}
@@ -106,10 +131,10 @@ func (q *prefillQueue) settle(seq uint64, ahead float64, at, now time.Time, firs
 func (q *prefillQueue) head(now time.Time) (booked, prompt, progress float64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.h == len(q.q) || q.waited <= 0 {
+	if q.lead == len(q.q) || q.waited <= 0 {
 		return 0, 0, 0
 	}
-	e := q.q[q.h]
+	e := q.q[q.lead]
 	if dt := now.Sub(q.headAt).Seconds(); dt > 0 {
 		progress = q.rateLocked() * dt
 	}

@@ -102,9 +102,9 @@ func TestOverduePricesTheHeadsHiddenPrefill(t *testing.T) {
 	}
 }
 
-// Through the proxy: a first byte teaches the backend's queue its rate,
-// a request waiting for its first byte is the head, and /admin/backends
-// shows how far it has had time to get.
+// Through the proxy: a streamed answer's first byte teaches the backend's
+// queue its rate, a streamed request waiting for its first byte is the
+// head, and /admin/backends shows how far it has had time to get.
 func TestOverdueQueueThroughTheProxy(t *testing.T) {
 	a := newFakeBackend(t, "a")
 	var clock atomic.Int64
@@ -123,7 +123,7 @@ func TestOverdueQueueThroughTheProxy(t *testing.T) {
 	g := newRig(t, func(c *Config, d *Deps) {
 		d.Now = func() time.Time { return time.UnixMilli(clock.Load()) }
 	}, a)
-	g.call("POST", "/v1/chat/completions", chat("m1", longText("first", 4000), "q"))
+	g.call("POST", "/v1/chat/completions", streamed(chat("m1", longText("first", 4000), "q")))
 	b := g.rt.backendByName("a")
 	rate := queueRate(&b.queue)
 	if !(rate > 1000 && rate < 10000) {
@@ -132,7 +132,7 @@ func TestOverdueQueueThroughTheProxy(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		g.call("POST", "/v1/chat/completions", chat("m1", longText("second", 8000), "q"))
+		g.call("POST", "/v1/chat/completions", streamed(chat("m1", longText("second", 8000), "q")))
 	}()
 	for i := 0; b.pendingRequests.Load() == 0; i++ {
 		if i == 2000 {

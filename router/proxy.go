@@ -212,7 +212,7 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, st *reqState, 
 	if st.routed {
 		now := rt.now()
 		uncached := st.uncached(&st.cands[d.Index])
-		pending = b.addPending(uncached, st.chain.Units, now)
+		pending = b.addPendingAs(uncached, st.chain.Units, silentAnswer(&st.prompt), now)
 		b.countArrival(uncached, st.chain.Units, now, &rt.cfg.KVMesh)
 		if cfg := &rt.cfg.Belief; st.depthEdge {
 			upt := rt.unitsPerToken()
@@ -283,6 +283,8 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, st *reqState, 
 	st.usage.start(sse)
 	if resp.StatusCode/100 != 2 {
 		st.confirm = nil // an error answer computed nothing to confirm
+		// Nor did it prefill: its quick first byte must not teach the rate.
+		pending.release(now, false)
 	}
 	rerr, werr := rt.copyBody(w, resp.Body, st, stream, start, ep, &pending)
 	switch {
@@ -302,6 +304,14 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, st *reqState, 
 		}
 	}
 	return attemptResult{out: outDone, status: resp.StatusCode, ok: ok}
+}
+
+// silentAnswer says p's answer comes whole after its generation (it does
+// not stream), so its first byte does not mark the end of its prefill
+// (prefillQueue). An embedding has no generation: its answer follows its
+// prefill.
+func silentAnswer(p *Prompt) bool {
+	return !p.Stream && p.Endpoint != EndpointEmbeddings
 }
 
 // setRoute sets the x-kvmesh-route header for b.

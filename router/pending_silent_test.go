@@ -1,0 +1,196 @@
+package router
+
+import (
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// streamed is a chat body for model m1 asking for a streamed answer.
+func streamed(body string) string {
+	return strings.Replace(body, `"model":"m1"`, `"model":"m1","stream":true`, 1)
+}
+
+// A silent request (one that does not stream: its first byte comes after
+// its generation) stays queued work ahead of later requests, but it is
+// never the head and its first byte teaches no rate; releasing it leaves
+// the head and how long it has been at the front as they were.
+func TestPrefillQueueSilentEntry(t *testing.T) {
+	var q prefillQueue
+	t0 := time.Unix(1000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	seqX, aheadX := q.book(100, 100, at(0))
+	q.settle(seqX, aheadX, at(0), at(1), true) // 100 units/s
+	seqS, aheadS := q.bookAs(1000, 1000, true, at(10))
+	if b, p, g := q.head(at(11)); b != 0 || p != 0 || g != 0 {
+		t.Fatalf("only a silent request pending: head %v/%v/%v, want none", b, p, g)
+	}
+	seqA, aheadA := q.book(100, 500, at(12))
+	if aheadA != 1100 {
+		t.Fatalf("ahead of A %v, want 1100 (the silent request's units are queued work)", aheadA)
+	}
+	if b, p, g := q.head(at(13)); b != 100 || p != 500 || math.Abs(g-100) > 1e-6 {
+		t.Fatalf("head %v/%v/%v, want A (100/500) at the front since its booking (progress 100)", b, p, g)
+	}
+	q.settle(seqA, aheadA, at(12), at(14), true) // 1100 units in 2 s: taught
+	rate := queueRate(&q)
+	seqB, aheadB := q.book(200, 200, at(20))
+	q.settle(seqS, aheadS, at(10), at(30), true) // the silent answer, after its generation
+	if r := queueRate(&q); r != rate {
+		t.Fatalf("a silent first byte taught the rate: %v, was %v", r, rate)
+	}
+	if b, _, g := q.head(at(31)); b != 200 || math.Abs(g-11*rate) > 1e-6 {
+		t.Fatalf("head %v with progress %v, want B (200) at the front since its booking at +20 s (%v)", b, g, 11*rate)
+	}
+	q.settle(seqB, aheadB, at(20), at(32), true)
+	if q.h != len(q.q) || q.lead != len(q.q) || q.sum != 0 {
+		t.Fatalf("all released: h %d, lead %d, %d entries, sum %v", q.h, q.lead, len(q.q), q.sum)
+	}
+}
+
+// Whatever the order of bookings and releases, silent or not, the queue
+// reports as the head the oldest unreleased request that is not silent,
+// at the front since it was booked or the one before it was released.
+func TestPrefillQueueSilentRandom(t *testing.T) {
+	type entry struct {
+		seq            uint64
+		ahead          float64
+		at             time.Time
+		booked         float64
+		silent, closed bool
+	}
+	var q prefillQueue
+	var all []*entry
+	rng := rand.New(rand.NewPCG(1, 2))
+	now := time.Unix(0, 0)
+	var head *entry // the model's head and when it became so
+	var headAt time.Time
+	modelHead := func() *entry {
+		for _, e := range all {
+			if !e.closed && !e.silent {
+				return e
+			}
+		}
+		return nil
+	}
+	for i := 0; i < 20000; i++ {
+		now = now.Add(time.Duration(1+rng.IntN(50)) * time.Millisecond)
+		open := 0
+		for _, e := range all {
+			if !e.closed {
+				open++
+			}
+		}
+		if open == 0 || (open < 60 && rng.IntN(2) == 0) {
+			e := &entry{at: now, booked: float64(i + 1), silent: rng.IntN(3) == 0}
+			e.seq, e.ahead = q.bookAs(e.booked, e.booked, e.silent, now)
+			all = append(all, e)
+		} else {
+			k := rng.IntN(open)
+			for _, e := range all {
+				if e.closed {
+					continue
+				}
+				if k == 0 {
+					e.closed = true
+					q.settle(e.seq, e.ahead, e.at, now, rng.IntN(4) != 0)
+					break
+				}
+				k--
+			}
+		}
+		if h := modelHead(); h != head {
+			head, headAt = h, now
+		}
+		want, wantProgress := 0.0, 0.0
+		if r := queueRate(&q); head != nil && r > 0 {
+			want, wantProgress = head.booked, r*now.Add(time.Second).Sub(headAt).Seconds()
+		}
+		if b, _, g := q.head(now.Add(time.Second)); b != want || math.Abs(g-wantProgress) > 1e-6*max(1, wantProgress) {
+			t.Fatalf("step %d: head %v with progress %v, want %v with %v", i, b, g, want, wantProgress)
+		}
+		if len(all) > 4096 { // forget what is released from the front, as the queue does
+			n := 0
+			for n < len(all) && all[n].closed {
+				n++
+			}
+			all = all[n:]
+		}
+	}
+	if n := cap(q.q); n > 4096 {
+		t.Fatalf("queue capacity %d with at most 60 requests pending", n)
+	}
+}
+
+// Through the proxy: a request that does not stream, answered only after
+// its generation, counts as pending while it runs but is not the head,
+// and its late first byte teaches no rate.
+func TestSilentAnswerThroughTheProxy(t *testing.T) {
+	a := newFakeBackend(t, "a")
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixMilli())
+	hold := make(chan struct{})
+	var n atomic.Int32
+	a.setHook(func(w http.ResponseWriter, r *http.Request, body []byte) {
+		switch n.Add(1) {
+		case 1:
+			clock.Add(1000) // the first, streamed, answer takes a second
+		case 2:
+			<-hold // the second generates until the test lets it go
+		}
+		answerCached(w, body, 0)
+	})
+	g := newRig(t, func(c *Config, d *Deps) {
+		d.Now = func() time.Time { return time.UnixMilli(clock.Load()) }
+	}, a)
+	g.call("POST", "/v1/chat/completions", streamed(chat("m1", longText("first", 4000), "q")))
+	b := g.rt.backendByName("a")
+	rate := queueRate(&b.queue)
+	if !(rate > 0) {
+		t.Fatal("set-up: a streamed first byte taught no rate")
+	}
+	body := chat("m1", longText("second", 8000), "q")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		g.call("POST", "/v1/chat/completions", body)
+	}()
+	waitFor(t, "the second request at the backend", func() bool { return n.Load() == 2 })
+	clock.Add(20000) // a long generation
+	if u, _ := pendingOf(g, "a"); u != int64(chainFor(t, g, EndpointChat, body, "").Units) {
+		t.Errorf("pending %d units while the silent request runs, want its prompt", u)
+	}
+	if bk, _, g := b.queue.head(time.UnixMilli(clock.Load())); bk != 0 || g != 0 {
+		t.Errorf("a silent request is the head: booked %v, progress %v", bk, g)
+	}
+	close(hold)
+	<-done
+	if r := queueRate(&b.queue); r != rate {
+		t.Errorf("the silent answer taught the rate: %v, was %v", r, rate)
+	}
+	if u, n := pendingOf(g, "a"); u != 0 || n != 0 {
+		t.Errorf("pending %d units in %d requests after the answer", u, n)
+	}
+}
+
+// A request is silent when it does not stream, unless it is an embedding:
+// its answer follows its prefill.
+func TestSilentAnswer(t *testing.T) {
+	for _, c := range []struct {
+		p    Prompt
+		want bool
+	}{
+		{Prompt{Endpoint: EndpointChat}, true},
+		{Prompt{Endpoint: EndpointCompletions}, true},
+		{Prompt{Endpoint: EndpointChat, Stream: true}, false},
+		{Prompt{Endpoint: EndpointEmbeddings}, false},
+	} {
+		if got := silentAnswer(&c.p); got != c.want {
+			t.Errorf("%v stream %v: silent %v, want %v", c.p.Endpoint, c.p.Stream, got, c.want)
+		}
+	}
+}
