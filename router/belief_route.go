@@ -207,6 +207,30 @@ func (rt *Router) noteBelief(st *reqState, b *backend, c *Candidate) {
 // unitsPerTokenEWMA weighs one answer's units-per-token in the estimate.
 const unitsPerTokenEWMA = 1.0 / 32
 
+// unitsPerTokenBand bounds one answer's units-per-token sample to
+// [estimate/band, estimate*band] before it enters the estimate. The sample
+// is the backend's word (its prompt_tokens): a buggy or hostile backend
+// answering prompt_tokens 1 for a 100 KB prompt would otherwise move the
+// router-wide estimate from ~4 to ~3,000 in one answer, and with it every
+// backend's capacity in units (the belief would trust every claim until
+// a few hundred answers wore it off). Real prompts' samples stay inside
+// the band: bytes per token are a few whatever the text, a token-mode
+// prompt is at about 1, and a precise-mode prompt (keyed by the engine's
+// tokens) is at 1, inside the band of a byte-mode estimate up to 4. The band
+// bounds only what enters the estimate: the answer's own checks use the
+// prompt's own ratio. A wrong configured units_per_token is still
+// corrected, each sample counting for at most this factor.
+const unitsPerTokenBand = 4
+
+// uptSample is one answer's units-per-token as it may enter the estimate
+// at old: upt clamped to old's band (unitsPerTokenBand).
+func uptSample(upt, old float64) float64 {
+	if !(old > 0) || math.IsInf(old, 0) {
+		return upt
+	}
+	return min(max(upt, old/unitsPerTokenBand), old*unitsPerTokenBand)
+}
+
 // unitsPerToken is the estimated prompt units per token (bytes per token
 // in byte mode).
 func (rt *Router) unitsPerToken() float64 { return math.Float64frombits(rt.upt.Load()) }
@@ -219,13 +243,19 @@ func (rt *Router) unitsPerToken() float64 { return math.Float64frombits(rt.upt.L
 func (rt *Router) learnFromAnswer(b *backend, st *reqState, d Decision, prompt, cached int64) {
 	rt.observeReuse(prompt, cached)
 	fb := st.fb
-	if !fb.ok || prompt <= 0 || st.chain.Units <= 0 {
+	// An answer reporting more cached tokens than its prompt had (or no
+	// prompt) is not a usage report the router can reason with: it
+	// teaches nothing (observeReuse counts it, clamped).
+	if !fb.ok || prompt <= 0 || cached > prompt || st.chain.Units <= 0 {
 		return
 	}
 	cfg := &rt.cfg.Belief
-	upt := float64(st.chain.Units) / float64(prompt) // this prompt's own units per token
+	// This prompt's own units per token: its cached tokens are converted
+	// with it (a precise-mode prompt is keyed by the engine's tokens, 1).
+	// The router-wide estimate takes it only within its band.
+	upt := float64(st.chain.Units) / float64(prompt)
 	old := rt.unitsPerToken()
-	rt.upt.Store(math.Float64bits(old + (upt-old)*unitsPerTokenEWMA))
+	rt.upt.Store(math.Float64bits(old + (uptSample(upt, old)-old)*unitsPerTokenEWMA))
 	// The dispatch booked what it expected the backend to write; the answer
 	// says what it did. A backend that computed more (a match it no longer
 	// held) wrote more: the count of what was written to it, which ages its

@@ -65,9 +65,22 @@ type Config struct {
 	// "cache_salt" strings; longer ones get 400 before any other work. 256
 	// bytes is above the longest Hugging Face repository id (96 + 1 + 96)
 	// and any served-model or LoRA adapter name; a salt is a secret of tens
-	// of bytes, and 1 KiB holds any encoding of one.
+	// of bytes, and 1 KiB holds any encoding of one. A model id longer than
+	// MaxModelBytes in a backend's GET /v1/models is skipped (no request
+	// could name it), counted in
+	// kvmesh_router_discovered_models_skipped_total.
 	MaxModelBytes     int `yaml:"max_model_bytes"`
 	MaxCacheSaltBytes int `yaml:"max_cache_salt_bytes"`
+	// MaxModelsPerBackend bounds the models kept from one backend's GET
+	// /v1/models; the rest of its list is skipped, counted in
+	// kvmesh_router_discovered_models_skipped_total and logged once per
+	// discovery. Every model served is a value of the model label of the
+	// request metrics (three series and more per endpoint): without a
+	// bound a backend listing hundreds of thousands of ids (its answer may
+	// hold 4 MiB) would make every one of them a series a client can
+	// create. 256 is far above what a real server lists (a base model and
+	// its LoRA adapters), while it bounds the series per backend.
+	MaxModelsPerBackend int `yaml:"max_models_per_backend"`
 	// MaxMessages bounds a prompt's messages (a chat request's messages, a
 	// completions prompt's segments, a responses input's items, an
 	// embeddings batch's inputs); more get 400 before the body is parsed.
@@ -245,6 +258,7 @@ func DefaultConfig() Config {
 		MaxBodyBytes:           32 << 20,
 		MaxModelBytes:          256,
 		MaxCacheSaltBytes:      1024,
+		MaxModelsPerBackend:    256,
 		MaxMessages:            8192,
 		MaxJSONValues:          1 << 18,
 		MaxLearnPositions:      512,
@@ -341,7 +355,7 @@ func (c *Config) Validate() error {
 		name string
 		v    int
 	}{
-		{"max_model_bytes", c.MaxModelBytes}, {"max_cache_salt_bytes", c.MaxCacheSaltBytes},
+		{"max_model_bytes", c.MaxModelBytes}, {"max_cache_salt_bytes", c.MaxCacheSaltBytes}, {"max_models_per_backend", c.MaxModelsPerBackend},
 		{"max_messages", c.MaxMessages}, {"max_json_values", c.MaxJSONValues}, {"max_learn_positions", c.MaxLearnPositions},
 	} {
 		if l.v < 1 {

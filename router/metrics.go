@@ -157,9 +157,9 @@ func newMetrics(reg prometheus.Registerer, policy string, rt *Router) (*metrics,
 	reuse := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "prompt_cached_ratio",
 		Help: "Share of prompt tokens the backends answered they had cached, a moving average over this node's last ~128 answers (-1 before any): the r of the kvmesh policy's spread term."},
 		func() float64 { return rt.reuse.share() })
-	for _, c := range []prometheus.Collector{m.decisions, m.matchedRatio, requests, duration, ttfb, m.decisionTime,
+	for _, c := range append([]prometheus.Collector{m.decisions, m.matchedRatio, requests, duration, ttfb, m.decisionTime,
 		learned, lessons, m.lostPrefixes, m.cachedTokens, m.promptTokens, m.prefixRoutes, m.retries, m.ejections, m.invalidations, errs, m.backendsGauges,
-		m.tenantShareExceeded, reuse} {
+		m.tenantShareExceeded, reuse}, m.models.collectors()...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

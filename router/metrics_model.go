@@ -60,7 +60,24 @@ type modelLabels struct {
 	other *modelMetrics
 	cur   atomic.Pointer[modelLabelTable]
 	mu    sync.Mutex // serializes rebuilds
+	// skippedVec counts the entries of backends' GET /v1/models skipped by
+	// the limits that bound the model label's values (Config.
+	// MaxModelsPerBackend, MaxModelBytes), by reason; skipped holds its
+	// children.
+	skippedVec *prometheus.CounterVec
+	skipped    [numModelSkips]prometheus.Counter
 }
+
+// modelSkip is why a discovered model was skipped.
+type modelSkip uint8
+
+const (
+	skipTooMany modelSkip = iota // past Config.MaxModelsPerBackend
+	skipIDBytes                  // an id longer than Config.MaxModelBytes
+	numModelSkips
+)
+
+var modelSkipNames = [numModelSkips]string{"too_many", "id_too_long"}
 
 type modelLabelTable struct {
 	table  *modelTable // the model table it was built from
@@ -70,6 +87,19 @@ type modelLabelTable struct {
 func (l *modelLabels) init(m *metrics) {
 	l.m = m
 	l.other = &modelMetrics{name: otherModel, m: m}
+	l.skippedVec = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "kvmesh", Subsystem: "router",
+		Name: "discovered_models_skipped_total",
+		Help: "Entries of backends' GET /v1/models skipped at each discovery, so that a backend cannot make the model label take any number of values: past max_models_per_backend (too_many) or with an id longer than max_model_bytes (id_too_long)."},
+		[]string{"reason"})
+	for r := range numModelSkips {
+		l.skipped[r] = l.skippedVec.WithLabelValues(modelSkipNames[r])
+	}
+}
+
+// collectors are the metrics of modelLabels to register besides the
+// request metrics' vectors.
+func (l *modelLabels) collectors() []prometheus.Collector {
+	return []prometheus.Collector{l.skippedVec}
 }
 
 // forModel returns the metrics of model as the router's model table t

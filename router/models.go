@@ -132,7 +132,7 @@ const maxModelsBytes = 4 << 20
 func (rt *Router) discover(ctx context.Context, b *backend) {
 	ctx, cancel := context.WithTimeout(ctx, max(rt.cfg.ProbeTimeout, rt.cfg.ScrapeInterval))
 	defer cancel()
-	models, err := rt.fetchModels(ctx, b)
+	models, skips, err := rt.fetchModels(ctx, b)
 	if err != nil {
 		if ctx.Err() == context.Canceled {
 			return
@@ -140,6 +140,15 @@ func (rt *Router) discover(ctx context.Context, b *backend) {
 		rt.metrics.errors[errDiscovery].Inc()
 		rt.log.Debug().Str("backend", b.name).Err(err).Msg("model discovery failed")
 		return
+	}
+	if skips[skipTooMany]+skips[skipIDBytes] > 0 {
+		for r, n := range skips {
+			rt.metrics.models.skipped[r].Add(float64(n))
+		}
+		rt.log.Warn().Str("backend", b.name).Int("kept", len(models)).
+			Int("skipped_too_many", skips[skipTooMany]).Int("max_models_per_backend", rt.cfg.MaxModelsPerBackend).
+			Int("skipped_id_too_long", skips[skipIDBytes]).Int("max_model_bytes", rt.cfg.MaxModelBytes).
+			Msg("backend's GET /v1/models lists models beyond the limits: those are skipped")
 	}
 	old := b.discovered.Load()
 	if old != nil && sameModels(*old, models) {
@@ -157,34 +166,59 @@ func (rt *Router) discover(ctx context.Context, b *backend) {
 	rt.log.Info().Str("backend", b.name).Strs("models", ids).Msg("backend models discovered")
 }
 
-func (rt *Router) fetchModels(ctx context.Context, b *backend) ([]modelEntry, error) {
+func (rt *Router) fetchModels(ctx context.Context, b *backend) ([]modelEntry, modelSkips, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.base+"/v1/models", nil)
 	if err != nil {
-		return nil, err
+		return nil, modelSkips{}, err
 	}
 	resp, err := rt.client.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, modelSkips{}, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-		return nil, fmt.Errorf("GET /v1/models answered %s", resp.Status)
+		return nil, modelSkips{}, fmt.Errorf("GET /v1/models answered %s", resp.Status)
 	}
-	return parseModels(io.LimitReader(resp.Body, maxModelsBytes))
+	lim := modelLimits{maxModels: rt.cfg.MaxModelsPerBackend, maxIDBytes: rt.cfg.MaxModelBytes}
+	return parseModelList(io.LimitReader(resp.Body, maxModelsBytes), lim)
 }
 
-// parseModels reads an OpenAI model list, keeping each entry's raw object.
-// Entries without a string id are skipped; duplicates keep the first.
+// modelLimits bound what one backend's model list adds to the router's
+// models, each a value of the request metrics' model label
+// (Config.MaxModelsPerBackend, Config.MaxModelBytes). 0: no bound.
+type modelLimits struct {
+	maxModels  int
+	maxIDBytes int
+}
+
+// modelSkips counts a list's entries skipped by its limits, by reason.
+type modelSkips [numModelSkips]int
+
+// parseModels reads an OpenAI model list without limits (parseModelList).
 func parseModels(r io.Reader) ([]modelEntry, error) {
+	out, _, err := parseModelList(r, modelLimits{})
+	return out, err
+}
+
+// parseModelList reads an OpenAI model list, keeping each entry's raw
+// object. Entries without a string id are skipped; duplicates keep the
+// first. Past lim, entries are skipped and counted: an id longer than
+// lim.maxIDBytes, and every entry after the first lim.maxModels kept.
+func parseModelList(r io.Reader, lim modelLimits) ([]modelEntry, modelSkips, error) {
+	var skips modelSkips
 	var list struct {
 		Data []json.RawMessage `json:"data"`
 	}
 	if err := json.NewDecoder(r).Decode(&list); err != nil {
-		return nil, fmt.Errorf("GET /v1/models: %w", err)
+		return nil, skips, fmt.Errorf("GET /v1/models: %w", err)
 	}
-	out := make([]modelEntry, 0, len(list.Data))
-	seen := make(map[string]struct{}, len(list.Data))
+	n := len(list.Data)
+	if lim.maxModels > 0 {
+		n = min(n, lim.maxModels)
+	}
+	out := make([]modelEntry, 0, n)
+	seen := make(map[string]struct{}, n)
 	for _, raw := range list.Data {
 		var m struct {
 			ID string `json:"id"`
@@ -192,7 +226,15 @@ func parseModels(r io.Reader) ([]modelEntry, error) {
 		if json.Unmarshal(raw, &m) != nil || m.ID == "" {
 			continue
 		}
+		if lim.maxIDBytes > 0 && len(m.ID) > lim.maxIDBytes {
+			skips[skipIDBytes]++
+			continue
+		}
 		if _, dup := seen[m.ID]; dup {
+			continue
+		}
+		if lim.maxModels > 0 && len(out) >= lim.maxModels {
+			skips[skipTooMany]++
 			continue
 		}
 		var compact bytes.Buffer
@@ -202,7 +244,7 @@ func parseModels(r io.Reader) ([]modelEntry, error) {
 		seen[m.ID] = struct{}{}
 		out = append(out, modelEntry{ID: m.ID, Raw: compact.Bytes()})
 	}
-	return out, nil
+	return out, skips, nil
 }
 
 func sameModels(a, b []modelEntry) bool {

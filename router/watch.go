@@ -8,9 +8,51 @@ import (
 )
 
 // scrapeEvery: while ORCA reports keep a backend's load fresh, its
-// /metrics page is still read every scrapeEvery intervals, for the running
-// count ORCA may lack and the prefix-cache counters that reveal a restart.
+// /metrics page is still read at least every scrapeEvery intervals, for
+// the running count ORCA may lack and the prefix-cache counters that
+// reveal a restart (scrapeCadence: more often with a short SignalMaxAge).
 const scrapeEvery = 10
+
+// scrapeCadence is how many scrape intervals apart a backend's /metrics
+// page is read while ORCA keeps its load fresh. vLLM's ORCA report has no
+// num_requests_running: the load view borrows it from the last scrape
+// while that is younger than SignalMaxAge (freshest), so the scrape must
+// come again before that, with an interval to spare for the scrape's own
+// time and a late tick: floor(SignalMaxAge/ScrapeInterval) - 1 intervals
+// (5 s at the defaults), at least 1, at most scrapeEvery. At scrapeEvery
+// the running count was gone from the view 4 s of every 10.
+func scrapeCadence(cfg *Config) int {
+	if cfg.ScrapeInterval <= 0 {
+		return 1
+	}
+	return min(max(int(cfg.SignalMaxAge/cfg.ScrapeInterval)-1, 1), scrapeEvery)
+}
+
+// scrapeGate decides which of a backend's scrape ticks read its /metrics
+// page (one per watch loop).
+type scrapeGate struct {
+	cadence int // scrapeCadence
+	skipped int // ticks passed since the last scrape
+}
+
+// newScrapeGate is the gate of a watch loop: its first tick scrapes
+// (nothing has been read yet, ORCA or not).
+func newScrapeGate(cfg *Config) scrapeGate {
+	c := scrapeCadence(cfg)
+	return scrapeGate{cadence: c, skipped: c - 1}
+}
+
+// due reports whether the scrape tick at now reads b's /metrics page:
+// always unless an ORCA report came within the last interval, then every
+// cadence-th tick.
+func (g *scrapeGate) due(rt *Router, b *backend, now time.Time) bool {
+	if at := b.orca.at.Load(); at != 0 && now.UnixNano()-at < int64(rt.cfg.ScrapeInterval) && g.skipped < g.cadence-1 {
+		g.skipped++
+		return false
+	}
+	g.skipped = 0
+	return true
+}
 
 // watch runs one backend's background work until ctx ends: active probes,
 // load scrapes and model discovery, each on its own ticker. ready is called
@@ -41,7 +83,7 @@ func (rt *Router) watch(ctx context.Context, b *backend, ready func()) {
 	}
 	scrapeT := time.NewTicker(rt.cfg.ScrapeInterval)
 	defer scrapeT.Stop()
-	skipped := 0
+	gate := newScrapeGate(&rt.cfg)
 	for {
 		select {
 		case <-ctx.Done():
@@ -53,12 +95,9 @@ func (rt *Router) watch(ctx context.Context, b *backend, ready func()) {
 		case <-discoverC:
 			rt.discover(ctx, b)
 		case <-scrapeT.C:
-			if at := b.orca.at.Load(); at != 0 && rt.now().UnixNano()-at < int64(rt.cfg.ScrapeInterval) && skipped < scrapeEvery-1 {
-				skipped++
-				continue
+			if gate.due(rt, b, rt.now()) {
+				rt.scrapeLoad(ctx, b)
 			}
-			skipped = 0
-			rt.scrapeLoad(ctx, b)
 		}
 	}
 }
