@@ -49,8 +49,8 @@ func routerCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	if len(urls) == 0 {
 		return errors.New("-backends is required")
 	}
-	rc := bench.RouterConfig(&cfg, *policy, urls)
-	ix, err := tree.New(cfg.Tree)
+	rc, tc := nodeConfig(&cfg, *policy, urls)
+	ix, err := tree.New(tc)
 	if err != nil {
 		return err
 	}
@@ -79,4 +79,12 @@ func routerCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return srv.Shutdown(sctx)
+}
+
+// nodeConfig is the router and index configuration of a node of cfg's
+// in-process arms for policy over urls, durations on cfg's clock: the
+// index's from bench.TreeConfig, not cfg.Tree, whose claim refresh slack
+// would stay on the wall clock.
+func nodeConfig(cfg *bench.Config, policy string, urls []string) (router.Config, tree.Config) {
+	return bench.RouterConfig(cfg, policy, urls), bench.TreeConfig(cfg)
 }

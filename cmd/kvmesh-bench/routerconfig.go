@@ -20,6 +20,12 @@ func loadRouterConfig(path string, base router.Config) (router.Config, error) {
 	if err != nil {
 		return base, fmt.Errorf("-router-config: %w", err)
 	}
+	return decodeRouterConfig(b, path, base)
+}
+
+// decodeRouterConfig is loadRouterConfig on the file's bytes b (path only
+// names it in errors).
+func decodeRouterConfig(b []byte, path string, base router.Config) (router.Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	cfg := base

@@ -79,7 +79,7 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
 	fs.StringVar(&f.title, "title", "", "title of the results")
 	fs.StringVar(&f.notes, "notes", "", "a note printed with the setup")
 	fs.StringVar(&f.backendURLs, "backend-urls", "", "use running kvmesh-sim processes (comma-separated base URLs) instead of in-process fleets; each run restarts them (empty caches) and reads their /metrics; -cache-blocks must say their size")
-	fs.StringVar(&f.fronts, "fronts", "", "with -backend-urls: send requests to these running router nodes (comma-separated, spread at random) instead of deploying arms")
+	fs.StringVar(&f.fronts, "fronts", "", "with -backend-urls and -repeats 1: send requests to these running router nodes (comma-separated, spread at random) instead of deploying arms")
 	fs.StringVar(&f.label, "label", "external", "with -fronts: the arm name for the runs")
 	fs.StringVar(&f.routerConfig, "router-config", "", "YAML file of router settings for every arm (the `router:` section of kvmesh serve's config, e.g. kvmesh: {cache_weight: 0}); backends and policy are the bench's")
 	fs.BoolVar(&f.keepSamples, "keep-samples", false, "store every request's sample in results.json")
@@ -104,6 +104,8 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
 		return nil, fmt.Errorf("-backend-urls needs -cache-blocks (the processes' -cache-blocks)")
 	case f.fronts != "" && f.backendURLs == "":
 		return nil, fmt.Errorf("-fronts needs -backend-urls (where the hits are counted)")
+	case f.fronts != "" && f.repeats > 1:
+		return nil, fmt.Errorf("-fronts needs -repeats 1: the running routers would keep one repeat's claims into the next while the backends restart empty (restart the routers between runs instead)")
 	case f.retries < 0:
 		return nil, fmt.Errorf("-retries must be at least 0")
 	case f.explainHolders && !f.keepSamples:

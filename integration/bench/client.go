@@ -33,8 +33,10 @@ type Sample struct {
 	// Late is how much later than its scheduled arrival the request was sent
 	// (open loop: the in-flight cap or a slow machine held it back).
 	Late time.Duration `json:"late_ns,omitempty"`
-	// Capped says the request waited for the open loop's in-flight cap (so
-	// its lateness is the system's backlog, not the load generator's).
+	// Capped says the open loop's in-flight cap held the request back: it
+	// waited for a slot, or was due while the loop waited for one for an
+	// earlier request (so its lateness is the system's backlog, not the
+	// load generator's, and stays out of RunResult.DispatchLateP99).
 	Capped bool `json:"capped,omitempty"`
 	// OutputTokens and CachedTokens are the answer's usage (completion
 	// tokens; prompt_tokens_details.cached_tokens as the backend reported).
@@ -81,12 +83,20 @@ func (s *Sample) OK() bool { return s.Err == "" }
 // newHTTPClient returns a client for one run: its own connection pool (so no
 // connection outlives an arm), keep-alive sized for the concurrency, no
 // compression, no proxy from the environment.
+//
+// conns bounds the idle connections per host only. A total bound of conns
+// (MaxIdleConns) made a client that spreads fewer than one connection per
+// host over several hosts (the raw-proxy comparison's direct arm over 4
+// backends at concurrency 1, a replay over more fronts than clients) close
+// one host's idle connection to keep another's, and dial again on nearly
+// every request: the direct c1 baseline measured slower than the proxies.
+// The per-host bound already caps the pool at conns per target.
 func newHTTPClient(conns int) *http.Client {
 	d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	return &http.Client{Transport: &http.Transport{
 		Proxy:               nil,
 		DialContext:         d.DialContext,
-		MaxIdleConns:        conns,
+		MaxIdleConns:        0, // no total bound: see above
 		MaxIdleConnsPerHost: conns,
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,
@@ -201,12 +211,44 @@ var (
 	doneMarker   = []byte("[DONE]")
 	contentKey   = []byte(`"content":"`)
 	textKey      = []byte(`"text":"`)
-	usageKey     = []byte(`"usage":{`)
+	usageName    = []byte(`"usage"`)
 	completionKy = []byte(`"completion_tokens":`)
 	cachedKey    = []byte(`"cached_tokens":`)
 	promptKey    = []byte(`"prompt_tokens":`)
-	errorKey     = []byte(`"error":{`)
+	errorName    = []byte(`"error"`)
 )
+
+// objectAt returns the offset in b of the object that is the value of the
+// first member named name (quoted) in b, -1 if none. JSON allows whitespace
+// around the colon, and vLLM writes it there where its output comes from
+// json.dumps: a stream that fails after some content ends with
+// `data: {"error": {...}}` and then `data: [DONE]`, so a compact-only match
+// counted the failure as a success. A name inside a string is escaped
+// (\"error\") and so never matches.
+func objectAt(b, name []byte) int {
+	for off := 0; ; {
+		j := bytes.Index(b[off:], name)
+		if j < 0 {
+			return -1
+		}
+		k := skipSpace(b, off+j+len(name))
+		if k < len(b) && b[k] == ':' {
+			if k = skipSpace(b, k+1); k < len(b) && b[k] == '{' {
+				return k
+			}
+		}
+		off += j + 1
+	}
+}
+
+// skipSpace returns the offset of the first non-whitespace byte of b at or
+// after i (len(b) if none).
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
 
 // readStream reads an SSE stream: TTFT at the first data event whose delta
 // carries non-empty content (or text), usage from the event that has it,
@@ -228,13 +270,13 @@ func readStream(br *bufio.Reader, t0 time.Time, s *Sample) error {
 			switch {
 			case bytes.Equal(ev, doneMarker):
 				return nil
-			case bytes.Contains(ev, errorKey):
+			case objectAt(ev, errorName) >= 0:
 				return &streamError{msg: "error event"}
 			}
 			if s.TTFT == 0 && hasContent(ev) {
 				s.TTFT = time.Since(t0)
 			}
-			if i := bytes.Index(ev, usageKey); i >= 0 {
+			if i := objectAt(ev, usageName); i >= 0 {
 				s.OutputTokens = intAfter(ev[i:], completionKy)
 				s.CachedTokens = intAfter(ev[i:], cachedKey)
 				s.PromptTokens = intAfter(ev[i:], promptKey)
@@ -255,11 +297,12 @@ func readJSON(br *bufio.Reader, t0 time.Time, s *Sample) error {
 	if err != nil {
 		return err
 	}
-	if bytes.Contains(body, errorKey) && !bytes.Contains(body, usageKey) {
+	usage := objectAt(body, usageName)
+	if usage < 0 && objectAt(body, errorName) >= 0 {
 		return &streamError{msg: "error object"}
 	}
 	s.TTFT = time.Since(t0)
-	if i := bytes.Index(body, usageKey); i >= 0 {
+	if i := usage; i >= 0 {
 		s.OutputTokens = intAfter(body[i:], completionKy)
 		s.CachedTokens = intAfter(body[i:], cachedKey)
 		s.PromptTokens = intAfter(body[i:], promptKey)

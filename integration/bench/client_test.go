@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -46,11 +48,55 @@ func TestReadStream(t *testing.T) {
 	if _, err := readCanned(t, tokenEvent+`data: {"error":{"message":"boom","code":500}}`+"\n\n"); err == nil {
 		t.Error("an error event was accepted")
 	}
+	// vLLM ends a stream that failed after content with json.dumps output
+	// (spaces after the colons) and then [DONE]: a failure either way.
+	for _, ev := range []string{
+		`data: {"error":{"message":"boom","code":500}}`,
+		`data: {"error": {"message": "boom", "type": "InternalServerError", "code": 500}}`,
+		"data: {\"error\" :\t{\"message\":\"boom\"}}",
+	} {
+		if _, err := readCanned(t, roleEvent+tokenEvent+ev+"\n\n"+doneEvent); err == nil {
+			t.Errorf("an error event followed by [DONE] was accepted: %s", ev)
+		}
+	}
+	// Neither an error member that is not an object nor the word inside
+	// content is a failure.
+	for _, ev := range []string{
+		`data: {"choices":[{"delta":{"content":"an \"error\": {x}"}}]}`,
+		`data: {"choices":[{"finish_reason":"error"}],"error": null}`,
+	} {
+		if _, err := readCanned(t, roleEvent+ev+"\n\n"+doneEvent); err != nil {
+			t.Errorf("%s: %v", ev, err)
+		}
+	}
+	// Usage is read with either spelling too.
+	s, err = readCanned(t, tokenEvent+`data: {"choices": [], "usage": {"prompt_tokens": 70, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 64}}}`+"\n\n"+doneEvent)
+	if err != nil || s.OutputTokens != 2 || s.CachedTokens != 64 || s.PromptTokens != 70 {
+		t.Errorf("spaced usage: %+v, %v", s, err)
+	}
 	// Lines longer than the reader's buffer are reassembled.
 	long := `data: {"choices":[{"delta":{"content":"` + strings.Repeat("w ", 5000) + `"}}]}` + "\n\n"
 	s, err = readCanned(t, long+doneEvent)
 	if err != nil || s.TTFT <= 0 {
 		t.Errorf("long event: TTFT %v err %v", s.TTFT, err)
+	}
+}
+
+// A non-streaming answer that is an error object fails, with or without
+// spaces around the colon; one with usage is an answer.
+func TestReadJSONErrors(t *testing.T) {
+	for body, fails := range map[string]bool{
+		`{"error":{"message":"boom"}}`:                               true,
+		`{"error": {"message": "boom", "code": 400}}`:                true,
+		`{"choices":[],"usage": {"completion_tokens": 3}}`:           false,
+		`{"choices":[{"message":{"content":"error: {x}"}}]}`:         false,
+		`{"error": {"message": "x"}, "usage": {"prompt_tokens": 1}}`: false,
+	} {
+		var s Sample
+		err := readJSON(bufio.NewReader(strings.NewReader(body)), time.Now(), &s)
+		if (err != nil) != fails {
+			t.Errorf("readJSON(%s): err %v, want failure %v", body, err, fails)
+		}
 	}
 }
 
@@ -129,5 +175,43 @@ func TestSendClassifiesAnswers(t *testing.T) {
 	send(context.Background(), c, "http://127.0.0.1:1", render("x"), nil, &s)
 	if s.Err != "transport" {
 		t.Errorf("refused connection: err %q, want transport", s.Err)
+	}
+}
+
+// A client spreading one connection's worth of concurrency over several
+// hosts keeps an idle connection to each: it must not close one host's to
+// keep another's and dial on every request (which made the direct arm's c1
+// baseline slower than the proxies in front of the same backends).
+func TestClientKeepsAConnectionPerHost(t *testing.T) {
+	var dials [2]atomic.Int32
+	var urls [2]string
+	for i := range urls {
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, roleEvent+tokenEvent+usageEvent+doneEvent)
+		}))
+		srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+			if st == http.StateNew {
+				dials[i].Add(1)
+			}
+		}
+		srv.Start()
+		t.Cleanup(srv.Close)
+		urls[i] = srv.URL
+	}
+	c := newHTTPClient(1)
+	defer c.CloseIdleConnections()
+	render := func(b []byte) []byte { return append(b, "{}"...) }
+	const n = 20
+	for i := range n {
+		var s Sample
+		send(context.Background(), c, urls[i%2], render, nil, &s)
+		if !s.OK() {
+			t.Fatalf("request %d: %v", i, &s)
+		}
+	}
+	if a, b := dials[0].Load(), dials[1].Load(); a+b > 2 {
+		t.Errorf("%d requests alternating over 2 hosts at concurrency 1 dialled %d+%d connections, want one per host", n, a, b)
 	}
 }

@@ -36,9 +36,12 @@ type Config struct {
 	// set per arm. Default router.DefaultConfig(), what a user gets.
 	Router router.Config
 	// ScaleRouterTimes divides the router's backend-related durations
-	// (claim TTLs, scrape interval, signal ages, hot window, SGLang's tree
-	// TTL) by TimeScale, so the router sees the simulated backends as it
-	// would real ones. Default true.
+	// (claim TTLs, scrape interval, signal ages, the kvmesh policy's hot
+	// and block windows, the belief's lost TTL, SGLang's tree TTL: see
+	// scaleRouterTimes), the index's claim refresh slack (TreeConfig) and
+	// the mesh's flush and load intervals (MeshTimes) by TimeScale, so the
+	// router sees the simulated backends as it would real ones. Default
+	// true.
 	ScaleRouterTimes bool
 	// Tree configures every router node's claim index. Default
 	// tree.DefaultConfig().
@@ -62,7 +65,10 @@ type Config struct {
 
 	// Fronts, when set, are router nodes someone else runs (the demo's
 	// processes): nothing is deployed, requests go to these URLs, and each
-	// arm's name only labels its runs. Default none.
+	// arm's name only labels its runs. There must then be one run (one
+	// arm, Repeats 1): the harness empties the backends' caches before each
+	// run but cannot reset those routers, which would route a second run
+	// on the first one's claims. Default none.
 	Fronts []string
 
 	// Arms are measured in this order in the first repeat, rotated by one
@@ -151,6 +157,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Repeats < 1 {
 		errs = append(errs, fmt.Errorf("bench: Repeats must be at least 1, got %d", c.Repeats))
+	}
+	if len(c.Fronts) > 0 && (c.Repeats > 1 || len(c.Arms) > 1) {
+		errs = append(errs, fmt.Errorf("bench: %d arms x %d repeats with Fronts: the external routers would keep one run's claims into the next while the backends restart empty; make one run (one arm, one repeat) per start of the routers", len(c.Arms), c.Repeats))
 	}
 	rp := c.Replay
 	rp.TimeScale = max(c.TimeScale, 1e-9)

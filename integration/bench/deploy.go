@@ -142,10 +142,7 @@ func deploy(ctx context.Context, cfg *Config, arm Arm, fleet Fleet) (_ *deployme
 		if cfg.Mesh == nil {
 			return nil, errors.New("bench: mesh arms need Config.Mesh (package mesh is not wired in)")
 		}
-		opts := MeshOptions{ShareLoad: arm.State == StateMesh, TimeScale: 1}
-		if cfg.ScaleRouterTimes {
-			opts.TimeScale = max(cfg.TimeScale, 1)
-		}
+		opts := MeshOptions{ShareLoad: arm.State == StateMesh, TimeScale: meshTimeScale(cfg)}
 		if learners, d.closeFn, err = cfg.Mesh(ctx, indexes, opts, cfg.Logger); err != nil {
 			return nil, fmt.Errorf("bench: starting the mesh: %w", err)
 		}

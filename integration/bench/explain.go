@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -95,16 +96,29 @@ func explainAt(c *http.Client, path string, fleet *OracleView) func(url string, 
 			return nil
 		}
 		defer resp.Body.Close()
-		var ex router.RouteExplanation
-		if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&ex) != nil {
+		if resp.StatusCode != http.StatusOK {
 			return nil
 		}
-		v := holderView(&ex, holder)
+		v, err := decodeHolderView(resp.Body, holder)
+		if err != nil {
+			return nil
+		}
 		if v != nil && fleet != nil {
 			heldBy(fleet, path, body, v.Candidates)
 		}
 		return v
 	}
+}
+
+// decodeHolderView reads a /debug/route explanation from r and returns
+// holder's view of it (see holderView; nil without an error when holder
+// is not a candidate).
+func decodeHolderView(r io.Reader, holder string) (*HolderView, error) {
+	var ex router.RouteExplanation
+	if err := json.NewDecoder(r).Decode(&ex); err != nil {
+		return nil, err
+	}
+	return holderView(&ex, holder), nil
 }
 
 // heldBy fills each candidate's HeldTokens from fleet, whose backends are

@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -162,12 +163,16 @@ func (ls *lagSampler) sample(url string) float64 {
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
 	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "kvmesh_sim_engine_lag_seconds") {
+		// The name ends at its labels or the value: another metric may
+		// begin with it (a _max, a _total).
+		rest, ok := strings.CutPrefix(sc.Text(), "kvmesh_sim_engine_lag_seconds")
+		if !ok || rest == "" || (rest[0] != ' ' && rest[0] != '{') {
 			continue
 		}
-		if i := strings.LastIndexByte(line, ' '); i >= 0 {
-			if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+		if i := strings.LastIndexByte(rest, ' '); i >= 0 {
+			// A NaN would make the run's MaxEngineLag NaN, which JSON
+			// cannot carry: results.json would not be written.
+			if v, err := strconv.ParseFloat(rest[i+1:], 64); err == nil && v >= 0 && !math.IsInf(v, 1) {
 				return v
 			}
 		}

@@ -22,14 +22,18 @@ func TestExternalFleetRestartsAndDiffs(t *testing.T) {
 	cfg := e2eConfig(t, sc, "round_robin")
 	cfg.Arms[0].Name = "direct"
 	cfg.Fleet = ExternalFleet(f.URLs())
-	cfg.Fronts = f.URLs()[:1] // straight to backend 0
-	cfg.Repeats = 2
+	cfg.Fronts = f.URLs()[:1]  // straight to backend 0
+	cfg.Repeats = 1            // with Fronts; each Run restarts the fleet
 	cfg.Replay.Concurrency = 1 // deterministic: equal hits prove equal starts
-	rep, err := Run(context.Background(), cfg, w)
-	if err != nil {
-		t.Fatal(err)
+	var runs []RunResult
+	for range 2 {
+		rep, err := Run(context.Background(), cfg, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, rep.Runs...)
 	}
-	a, b := rep.Runs[0], rep.Runs[1]
+	a, b := runs[0], runs[1]
 	if a.Queries != uint64(promptTokens(w)) || b.Queries != a.Queries {
 		t.Errorf("queries %d and %d, want %d each: counters are not per run", a.Queries, b.Queries, promptTokens(w))
 	}
@@ -38,6 +42,29 @@ func TestExternalFleetRestartsAndDiffs(t *testing.T) {
 	}
 	if st := f.Stats(); st.Total.Restarts != 4 || st.Total.PrefixCacheQueries != 2*a.Queries {
 		t.Errorf("fleet: %d restarts, %d queries in all", st.Total.Restarts, st.Total.PrefixCacheQueries)
+	}
+}
+
+// External fronts are routers the harness cannot reset: a second run
+// through them (another repeat or arm) would route on the first run's
+// claims while the backends restart empty, so Run refuses more than one.
+func TestFrontsRunOnce(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Fleet = ExternalFleet([]string{"http://127.0.0.1:1"})
+	cfg.Fronts = []string{"http://127.0.0.1:2"}
+	cfg.Arms = []Arm{{Name: "external", Policy: "external", Nodes: 1}}
+	cfg.Repeats = 1
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("one repeat through fronts: %v", err)
+	}
+	cfg.Repeats = 3
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "Fronts") {
+		t.Errorf("three repeats through fronts: err %v, want one naming Fronts", err)
+	}
+	cfg.Repeats = 1
+	cfg.Arms = append(cfg.Arms, Arm{Name: "again", Policy: "external", Nodes: 1})
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "Fronts") {
+		t.Errorf("two arms through fronts: err %v, want one naming Fronts", err)
 	}
 }
 

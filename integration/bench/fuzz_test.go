@@ -3,13 +3,15 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 )
 
-// The harness reads bytes from outside: answer streams, metrics pages and
-// route headers. None of them may panic or hang it, whatever they hold.
+// The harness reads bytes from outside: answer streams, metrics pages,
+// route headers and route explanations. None of them may panic or hang it,
+// whatever they hold.
 
 func FuzzReadStream(f *testing.F) {
 	f.Add([]byte(roleEvent + tokenEvent + usageEvent + doneEvent))
@@ -56,6 +58,46 @@ func FuzzParseRoute(f *testing.F) {
 		}
 		if !(m >= 0 && m <= 1) {
 			t.Errorf("parseRoute(%q) matched %v, want a share in [0, 1]", v, m)
+		}
+	})
+}
+
+// A /debug/route answer is the router node's JSON: whatever it holds, the
+// view is an error or taken from it, and can be stored in results.json.
+func FuzzDecodeHolderView(f *testing.F) {
+	f.Add([]byte(`{"chosen":"b1","deepest_blocks":4,"units":640,"fleet_load_prompts":1.25,"candidates":[`+
+		`{"backend":"b0","matched_blocks":2,"matched_units":128,"doubted_blocks":9,"near_blocks":5,"score":30,"load":{"pending_prefill_units":50}},`+
+		`{"backend":"b1","matched_blocks":4,"beyond":0.6,"score":20,"chosen":true}]}`), "b0")
+	f.Add([]byte(`{"chosen":"b0","candidates":null}`), "")
+	f.Add([]byte(`{"candidates":[{"backend":"b0","chosen":true},{"backend":"b0","lost":true}]}`), "b0")
+	f.Add([]byte(`{"fleet_load_prompts":null,"candidates":[{}]}`), "b9")
+	f.Add([]byte(`[1,2]`), "b0")
+	f.Fuzz(func(t *testing.T, in []byte, holder string) {
+		v, err := decodeHolderView(bytes.NewReader(in), holder)
+		if err != nil {
+			if v != nil {
+				t.Errorf("error %v with a view %+v", err, v)
+			}
+			return
+		}
+		if v == nil {
+			if holder == "" {
+				t.Error("no view without a holder: want the chosen backend's")
+			}
+			return
+		}
+		found := holder == ""
+		for _, c := range v.Candidates {
+			found = found || c.Backend == holder
+			if c.HeldTokens != -1 {
+				t.Errorf("candidate %s held %d tokens: nothing asked the fleet", c.Backend, c.HeldTokens)
+			}
+		}
+		if !found {
+			t.Errorf("a view of %q, not among its candidates", holder)
+		}
+		if _, err := json.Marshal(v); err != nil {
+			t.Errorf("the view cannot be stored: %v", err)
 		}
 	})
 }

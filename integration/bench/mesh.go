@@ -115,6 +115,25 @@ func adminHandlerOf(l router.Learner) http.Handler {
 	return nil
 }
 
+// meshTimeScale is MeshOptions.TimeScale for cfg's mesh arms: the mesh's
+// intervals follow the simulated clock when the router's do.
+func meshTimeScale(cfg *Config) float64 {
+	if cfg.ScaleRouterTimes {
+		return max(cfg.TimeScale, 1)
+	}
+	return 1
+}
+
+// MeshTimes is mesh.DefaultConfig() with the intervals InMemoryMesh puts
+// on cfg's simulated clock (scaleMeshTimes) so scaled: what a mesh node
+// outside the harness needs to replicate as fast as the in-process mesh
+// arms do (kvmesh-bench serve-config).
+func MeshTimes(cfg *Config) mesh.Config {
+	mc := mesh.DefaultConfig()
+	scaleMeshTimes(&mc, meshTimeScale(cfg))
+	return mc
+}
+
 // scaleMeshTimes divides the intervals that decide how soon a peer hears of
 // a claim or a booking by the time scale, with floors that keep an idle
 // mesh cheap. Membership and anti-entropy stay: they are about the

@@ -72,8 +72,11 @@ type RunResult struct {
 	// Precision is the share of the requests routed for a prefix the
 	// router believed the backend held (reason prefix, matched > 0) that
 	// the backend confirmed: its cached_tokens reached at least half the
-	// tokens the router believed matched. 0 when there were none.
-	Precision float64 `json:"precision,omitempty"`
+	// tokens the router believed matched, over PrecisionRoutes such
+	// routes. 0 when there were none (PrecisionRoutes 0: not measured,
+	// as against a measured 0).
+	Precision       float64 `json:"precision,omitempty"`
+	PrecisionRoutes int     `json:"precision_routes,omitempty"`
 	// DoubtPrecision is the same share over the routes made on a claim the
 	// router doubted (reason doubt: past the edge of the backend's cache).
 	DoubtPrecision float64 `json:"doubt_precision,omitempty"`
@@ -81,13 +84,17 @@ type RunResult struct {
 	// Reach is the share of the tokens the best-placed backend held when
 	// each request was sent (the simulator's real caches) that the request
 	// reused; RegretTokens the tokens per request that some backend held
-	// but the request recomputed. 0 when not measured.
-	Reach        float64 `json:"reach,omitempty"`
-	RegretTokens float64 `json:"regret_tokens_per_request,omitempty"`
+	// but the request recomputed; ReachRequests the answered requests they
+	// are over. All 0 when not measured (ReachRequests 0 tells that from
+	// a measured 0).
+	Reach         float64 `json:"reach,omitempty"`
+	RegretTokens  float64 `json:"regret_tokens_per_request,omitempty"`
+	ReachRequests int     `json:"reach_requests,omitempty"`
 	// Moved is the share of a conversation's follow-up requests sent to
 	// another backend than its previous one; MoveRegret the share of the
 	// prompt tokens those moves recomputed while some backend held them
-	// (0 when not measured). See moves.go.
+	// (0 when not measured: measured with Reach, so ReachRequests says).
+	// See moves.go.
 	Moved      float64 `json:"moved_share"`
 	MoveRegret float64 `json:"move_regret_share,omitempty"`
 	// Agreement is, for a multi-node arm, the share of requests the nodes
@@ -243,13 +250,15 @@ func Summarize(arms []Arm, runs []RunResult) []ArmSummary {
 			rcv = append(rcv, r.RequestsCV)
 			errs = append(errs, float64(r.Errors))
 			mv = append(mv, r.Moved)
-			if r.Precision > 0 {
+			// Whether a figure was measured is its count, never the figure:
+			// a run whose precision or reach was 0 belongs in the spread.
+			if r.PrecisionRoutes > 0 {
 				prec = append(prec, r.Precision)
 			}
 			if r.DoubtRoutes > 0 {
 				dprec = append(dprec, r.DoubtPrecision)
 			}
-			if r.Reach > 0 {
+			if r.ReachRequests > 0 {
 				rch = append(rch, r.Reach)
 				rgt = append(rgt, r.RegretTokens)
 				mvr = append(mvr, r.MoveRegret)

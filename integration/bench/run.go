@@ -12,7 +12,8 @@ import (
 
 // Run measures every arm of cfg on w, cfg.Repeats times. Each run starts a
 // fresh fleet (refusing one whose counters are not zero) and fresh router
-// state; repeat r runs the arms rotated by r. The report's Workload and
+// state (which is why external Fronts allow one repeat only); repeat r runs
+// the arms rotated by r. The report's Workload and
 // Setup are left for the caller, who knows the fleet's shape.
 func Run(ctx context.Context, cfg Config, w *workload.Workload) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
@@ -152,9 +153,9 @@ func fillResult(res *RunResult, samples []Sample, counters []BackendCounters, wa
 	if decided > 0 {
 		res.Agreement = float64(agree) / float64(decided)
 	}
-	res.Precision, _ = precision(samples, "prefix")
+	res.Precision, res.PrecisionRoutes = precision(samples, "prefix")
 	res.DoubtPrecision, res.DoubtRoutes = precision(samples, "doubt")
-	res.Reach, res.RegretTokens = reach(samples)
+	res.Reach, res.RegretTokens, res.ReachRequests = reach(samples)
 	mv := sessionMoves(samples, conversation)
 	res.Moved, res.MoveRegret = mv.Moved, mv.Regret
 	for i := range samples {
@@ -257,8 +258,9 @@ func availableIn(view *OracleView, path string) func([]byte) (int, string) {
 // and regret = the tokens per request that some backend held but the
 // request recomputed. A request may reuse more than was available when it
 // was sent (another request filled the cache meanwhile): then it counts as
-// available. Both are 0 when nothing was measured.
-func reach(samples []Sample) (reach, regretPerRequest float64) {
+// available. requests is how many answered requests they are over; all 0
+// when nothing was measured.
+func reach(samples []Sample) (reach, regretPerRequest float64, requests int) {
 	var used, avail float64
 	n, measured := 0, false
 	for i := range samples {
@@ -273,7 +275,7 @@ func reach(samples []Sample) (reach, regretPerRequest float64) {
 		avail += float64(a)
 	}
 	if !measured || avail == 0 {
-		return 0, 0
+		return 0, 0, 0
 	}
-	return used / avail, (avail - used) / float64(n)
+	return used / avail, (avail - used) / float64(n), n
 }

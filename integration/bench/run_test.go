@@ -270,12 +270,50 @@ func TestReach(t *testing.T) {
 		{Available: 0, CachedTokens: 500},     // more than measured (filled meanwhile)
 		{Available: 800, Err: "timeout"},      // failed: not counted
 	}
-	r, regret := reach(s)
-	if r != 1500.0/2500 || regret != 1000.0/3 {
-		t.Fatalf("reach %v regret %v, want 0.6 and 333.3", r, regret)
+	r, regret, n := reach(s)
+	if r != 1500.0/2500 || regret != 1000.0/3 || n != 3 {
+		t.Fatalf("reach %v regret %v over %d, want 0.6 and 333.3 over 3", r, regret, n)
 	}
-	if r, g := reach([]Sample{{CachedTokens: 5}}); r != 0 || g != 0 {
-		t.Fatalf("unmeasured: reach %v regret %v", r, g)
+	if r, g, n := reach([]Sample{{CachedTokens: 5}}); r != 0 || g != 0 || n != 0 {
+		t.Fatalf("unmeasured: reach %v regret %v over %d", r, g, n)
+	}
+	// Measured, and nothing reused: a reach of 0 over one request.
+	if r, g, n := reach([]Sample{{Available: 64}}); r != 0 || g != 64 || n != 1 {
+		t.Fatalf("nothing reused: reach %v regret %v over %d", r, g, n)
+	}
+}
+
+// A run whose precision or reach was measured as 0 counts in its arm's
+// spread; a run that did not measure them does not.
+func TestSummarizeKeepsMeasuredZeros(t *testing.T) {
+	arm := Arm{Name: "kvmesh", Policy: "kvmesh", Nodes: 1}
+	measuredZero := []Sample{
+		// A prefix route the backend did not confirm, and nothing reused of
+		// what a backend held.
+		{Reason: "prefix", Matched: 0.5, PromptTokens: 1000, Available: 500},
+	}
+	confirmed := []Sample{
+		{Reason: "prefix", Matched: 0.5, PromptTokens: 1000, CachedTokens: 500, Available: 500},
+	}
+	unmeasured := []Sample{{Reason: "miss", PromptTokens: 1000}}
+	var runs []RunResult
+	for _, s := range [][]Sample{measuredZero, confirmed, confirmed, unmeasured} {
+		r := RunResult{Arm: arm.Name}
+		fillResult(&r, s, nil, time.Second, 1, func(i int) int { return i })
+		runs = append(runs, r)
+	}
+	if runs[0].Precision != 0 || runs[0].PrecisionRoutes != 1 || runs[0].Reach != 0 || runs[0].ReachRequests != 1 {
+		t.Fatalf("measured zeros: precision %v over %d, reach %v over %d", runs[0].Precision, runs[0].PrecisionRoutes, runs[0].Reach, runs[0].ReachRequests)
+	}
+	a := Summarize([]Arm{arm}, runs)[0]
+	// Three runs measured each: 0, 1, 1.
+	for name, sp := range map[string]Spread{"precision": a.Precision, "reach": a.Reach, "regret": a.RegretTokens, "move regret": a.MoveRegret} {
+		if sp.N != 3 {
+			t.Errorf("%s over %d runs, want the 3 that measured it", name, sp.N)
+		}
+	}
+	if a.Precision.Min != 0 || a.Precision.Median != 1 || a.Reach.Min != 0 || a.RegretTokens.Max != 500 {
+		t.Errorf("precision %+v, reach %+v, regret %+v", a.Precision, a.Reach, a.RegretTokens)
 	}
 }
 

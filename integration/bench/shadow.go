@@ -63,7 +63,6 @@ func newShadowRouter(rc router.Config, tcfg tree.Config, tokens bool, path strin
 	}
 	s := &shadowRouter{ix: ix, learn: router.NewLocalLearner(ix, "shadow"), path: path, lessons: make(map[tree.BackendID]shadowLesson),
 		learns: make(chan shadowLearn, shadowLearnQueue), stop: make(chan struct{}), applied: make(chan struct{})}
-	go s.applyLearns()
 	deps := router.Deps{Index: ix, Learner: s.learn, Peers: s}
 	if tokens {
 		deps.Tokenizer = router.WordTokenizer{}
@@ -71,6 +70,9 @@ func newShadowRouter(rc router.Config, tcfg tree.Config, tokens bool, path strin
 	if s.rt, err = router.New(rc, deps); err != nil {
 		return nil, err
 	}
+	// Only now: on New's error nothing would ever close stop, and the
+	// goroutine would wait for it for ever.
+	go s.applyLearns()
 	return s, nil
 }
 

@@ -149,7 +149,13 @@ func niceScale(top float64) (step, axisTop float64) {
 			break
 		}
 	}
-	return step, math.Ceil(top/step-1e-9) * step
+	// Within a step of the largest float64 (a results.json can say
+	// anything) the axis top overflows to +Inf, and the tick loop, whose
+	// counter then stops growing at +Inf, would never end.
+	if axisTop = math.Ceil(top/step-1e-9) * step; math.IsInf(axisTop, 0) {
+		return 0.2, 1
+	}
+	return step, axisTop
 }
 
 // WriteHitRateSVG charts each arm's token hit rate (backend counters) with

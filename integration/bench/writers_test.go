@@ -199,6 +199,9 @@ func TestTTFTSVG(t *testing.T) {
 func TestNiceScale(t *testing.T) {
 	for _, c := range []struct{ top, step, axis float64 }{
 		{0.374, 0.1, 0.4}, {1, 0.2, 1}, {7.3, 2, 8}, {0, 0.2, 1}, {120, 25, 125},
+		// An axis top past the largest float64 would make the ticks
+		// endless: no scale then, as for an infinite top.
+		{math.Inf(1), 0.2, 1}, {math.MaxFloat64, 0.2, 1},
 	} {
 		step, axis := niceScale(c.top)
 		if !near(step, c.step) || !near(axis, c.axis) {

@@ -39,6 +39,12 @@ const (
 // included), in Requests order. blockTokens <= 0 means 16, vLLM's default
 // block size.
 //
+// A prompt whose length is a whole number of blocks, all seen before, counts
+// every block as a hit here, although kvmesh-sim, like vLLM, recomputes its
+// last block (a prompt computes at least one token): for workloads that
+// repeat identical prompts the bound slightly overstates the ceiling, by
+// one block per such request.
+//
 // Cost: one hash per prompt token and one map entry per distinct block; for
 // the whole Mooncake trace at 16 tokens that is 145M tokens, several seconds
 // and a map of 5.7M entries (a few hundred MB), so prefer a slice there. For
