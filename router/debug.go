@@ -23,6 +23,13 @@ import (
 //     (SetDrained); the answer is its BackendStatus;
 //   - GET /healthz: 200 while the process serves;
 //   - GET /readyz: 200 when at least one backend is in rotation, else 503.
+//
+// Requests other than GET, HEAD and OPTIONS that a browser labels as
+// cross-origin (Sec-Fetch-Site, or an Origin other than the Host) are
+// refused with 403 (net/http's CrossOriginProtection): a web page the
+// operator visits cannot drain backends through a listener the browser
+// can reach. curl, scripts and the status page served on the listener
+// itself are not affected.
 func (rt *Router) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /debug/route", rt.serveDebugRoute)
@@ -41,7 +48,7 @@ func (rt *Router) AdminHandler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
-	return mux
+	return http.NewCrossOriginProtection().Handler(mux)
 }
 
 // fleetGated is a policy whose blocking term is gated on the fleet's load

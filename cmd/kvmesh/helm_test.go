@@ -17,24 +17,31 @@ package main
 //     grace period around it.
 
 import (
+	"encoding/base64"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 )
 
 func TestHelmChartRendersAValidMesh(t *testing.T) {
+	gossipKey := map[string]any{"key": kubeTestGossipKey}
 	for _, tc := range []struct {
 		name    string
 		release string
 		vals    map[string]any
-		check   func(t *testing.T, objs *kubeObjects)
+		// installed renders as `helm install` against a cluster (lookup works), not as `helm template`.
+		installed bool
+		check     func(t *testing.T, objs *kubeObjects)
 	}{
-		{name: "defaults", release: "kvmesh", check: func(t *testing.T, objs *kubeObjects) {
+		{name: "defaults", release: "kvmesh", installed: true, check: func(t *testing.T, objs *kubeObjects) {
 			// The chart's own gossip key, the user's TLS Secret, no cert-manager objects.
 			if len(objs.secrets) != 1 || len(objs.certificates) != 0 || len(objs.issuers) != 0 || len(objs.serviceMonitors) != 0 {
 				t.Errorf("defaults: %d Secrets, %d Certificates, %d Issuers, %d ServiceMonitors", len(objs.secrets), len(objs.certificates), len(objs.issuers), len(objs.serviceMonitors))
@@ -43,7 +50,7 @@ func TestHelmChartRendersAValidMesh(t *testing.T) {
 				t.Errorf("default image %q, want the chart's appVersion", got)
 			}
 		}},
-		{name: "cert-manager per-pod certificates, own CA", release: "llm-router", vals: map[string]any{
+		{name: "cert-manager per-pod certificates, own CA", release: "llm-router", installed: true, vals: map[string]any{
 			"replicas": 3,
 			"tls":      map[string]any{"mode": "certManager", "certManager": map[string]any{"maxReplicas": 5}},
 		}, check: func(t *testing.T, objs *kubeObjects) {
@@ -63,6 +70,7 @@ func TestHelmChartRendersAValidMesh(t *testing.T) {
 		}},
 		{name: "cert-manager csi-driver, cluster issuer", release: "kvmesh", vals: map[string]any{
 			"replicas": 4,
+			"gossip":   gossipKey,
 			"tls":      map[string]any{"mode": "csi", "certManager": map[string]any{"issuerRef": map[string]any{"name": "corp-ca", "kind": "ClusterIssuer"}}},
 		}, check: func(t *testing.T, objs *kubeObjects) {
 			if len(objs.certificates)+len(objs.issuers) != 0 {
@@ -98,7 +106,7 @@ func TestHelmChartRendersAValidMesh(t *testing.T) {
 				}
 			}
 		}},
-		{name: "EndpointSlice discovery", release: "kvmesh", vals: map[string]any{
+		{name: "EndpointSlice discovery", release: "kvmesh", installed: true, vals: map[string]any{
 			"discovery": map[string]any{"mode": "kubernetes", "kubernetes": map[string]any{"selector": "kubernetes.io/service-name=vllm", "port": "http", "modelLabel": "model"}},
 		}, check: func(t *testing.T, objs *kubeObjects) {
 			cfg := objs.configMaps[0].Data["kvmesh.yaml"]
@@ -115,6 +123,7 @@ func TestHelmChartRendersAValidMesh(t *testing.T) {
 			}
 		}},
 		{name: "DNS discovery", release: "kvmesh", vals: map[string]any{
+			"gossip":    gossipKey,
 			"discovery": map[string]any{"mode": "dns", "interval": "5s", "dns": map[string]any{"name": "_http._tcp.vllm.llm.svc.cluster.local"}},
 		}, check: func(t *testing.T, objs *kubeObjects) {
 			if cfg := objs.configMaps[0].Data["kvmesh.yaml"]; !strings.Contains(cfg, "name: _http._tcp.vllm.llm.svc.cluster.local") || !strings.Contains(cfg, "interval: 5s") {
@@ -124,9 +133,48 @@ func TestHelmChartRendersAValidMesh(t *testing.T) {
 				t.Error("RBAC rendered without EndpointSlice discovery")
 			}
 		}},
+		{name: "claim snapshots on volumes, backend weight and KV capacity, free config keys", release: "kvmesh", vals: map[string]any{
+			"gossip": gossipKey,
+			"state":  map[string]any{"enabled": true, "size": "2Gi", "storageClass": "fast-ssd"},
+			"backends": []any{
+				map[string]any{"name": "vllm-0", "url": "http://vllm-0.vllm:8000", "weight": 2, "kv_capacity_tokens": 1500000},
+				map[string]any{"name": "vllm-1", "url": "http://vllm-1.vllm:8000", "weight": 0.5},
+			},
+			// Keys beside the ones the chart writes, in the same sections.
+			"config": map[string]any{"mesh": map[string]any{"share_lost_marks": true}, "router": map[string]any{"discovery": map[string]any{"drain_timeout": "45s"}},
+				"state_interval": "10s"},
+		}, check: func(t *testing.T, objs *kubeObjects) {
+			sts := objs.statefulSets[0]
+			if len(sts.Spec.VolumeClaimTemplates) != 1 {
+				t.Fatalf("%d volumeClaimTemplates, want the state volume", len(sts.Spec.VolumeClaimTemplates))
+			}
+			pvc := sts.Spec.VolumeClaimTemplates[0].Spec
+			if q := pvc.Resources.Requests[corev1.ResourceStorage]; q.String() != "2Gi" || pvc.StorageClassName == nil || *pvc.StorageClassName != "fast-ssd" {
+				t.Errorf("state volume: %v of class %v, want 2Gi of fast-ssd", q.String(), pvc.StorageClassName)
+			}
+			cfg, _, err := kubeNodeConfig(objs, sts, 0, t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.StateDir == "" || cfg.StateInterval != 10*time.Second || !cfg.Mesh.ShareLostMarks || cfg.Router.Discovery.DrainTimeout != 45*time.Second {
+				t.Errorf("state_dir %q, state_interval %v, share_lost_marks %v, drain_timeout %v", cfg.StateDir, cfg.StateInterval, cfg.Mesh.ShareLostMarks, cfg.Router.Discovery.DrainTimeout)
+			}
+			if b := cfg.Router.Backends; len(b) != 2 || b[0].Weight != 2 || b[0].KVCapacityTokens != 1500000 || b[1].Weight != 0.5 {
+				t.Errorf("backends %+v, want the weights and KV capacity given", b)
+			}
+		}},
+		{name: "no claim snapshots by default", release: "kvmesh", vals: map[string]any{"gossip": gossipKey}, check: func(t *testing.T, objs *kubeObjects) {
+			if n := len(objs.statefulSets[0].Spec.VolumeClaimTemplates); n != 0 || strings.Contains(objs.configMaps[0].Data["kvmesh.yaml"], "state_dir") {
+				t.Errorf("%d volumeClaimTemplates, config:\n%s", n, objs.configMaps[0].Data["kvmesh.yaml"])
+			}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			objs := renderHelmObjects(t, tc.release, "llm", tc.vals)
+			var cluster *helmCluster
+			if tc.installed {
+				cluster = newHelmCluster()
+			}
+			objs := renderHelmObjectsIn(t, cluster, tc.release, "llm", tc.vals)
 			checkKubeDeployment(t, objs)
 			if tc.check != nil {
 				tc.check(t, objs)
@@ -155,9 +203,24 @@ func TestHelmChartRefusesBadValues(t *testing.T) {
 		{"unknown discovery mode", map[string]any{"discovery": map[string]any{"mode": "consul"}}, "mode"},
 		{"bad anti-affinity", map[string]any{"podAntiAffinity": "always"}, "podAntiAffinity"},
 		{"TLS Secret with cert-manager", map[string]any{"tls": map[string]any{"mode": "csi", "existingSecret": "x"}}, "tls.existingSecret"},
+		{"negative backend weight", map[string]any{"backends": []any{map[string]any{"name": "b", "url": "http://b:8000", "weight": -1}}}, "weight"},
+		{"fractional KV capacity", map[string]any{"backends": []any{map[string]any{"name": "b", "url": "http://b:8000", "kv_capacity_tokens": 1.5}}}, "kv_capacity_tokens"},
+		{"state volume size", map[string]any{"state": map[string]any{"enabled": true, "size": "lots"}}, "size"},
+		// config adds keys; the ones the chart writes are refused, naming the value to use instead.
+		{"config sets a listener", map[string]any{"config": map[string]any{"listen": map[string]any{"api": ":80"}}}, "config.listen (set it with: ports.api"},
+		{"config sets the serf port", map[string]any{"config": map[string]any{"mesh": map[string]any{"bind": ":7000"}}}, "config.mesh.bind (set it with: ports.serf)"},
+		{"config sets the TLS key", map[string]any{"config": map[string]any{"mesh": map[string]any{"tls_key": "/k.pem"}}}, "config.mesh.tls_key"},
+		{"config sets the log level", map[string]any{"config": map[string]any{"log": map[string]any{"level": "debug"}}}, "config.log (set it with: log.level"},
+		{"config sets the shutdown timeout", map[string]any{"config": map[string]any{"shutdown_timeout": "5m"}}, "config.shutdown_timeout (set it with: shutdown.timeoutSeconds)"},
+		{"config sets the backends", map[string]any{"config": map[string]any{"router": map[string]any{"backends": []any{map[string]any{"name": "x", "url": "http://x"}}}}}, "config.router.backends (set it with: backends)"},
+		{"config sets the discovery mode", map[string]any{"config": map[string]any{"router": map[string]any{"discovery": map[string]any{"mode": "dns"}}}}, "config.router.discovery.mode"},
+		{"config sets the state directory", map[string]any{"config": map[string]any{"state_dir": "/tmp/state"}}, "config.state_dir (set it with: state.enabled)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := renderHelmChart("kvmesh", "llm", tc.vals)
+			// With a gossip key, so that helm template gets as far as the value tested.
+			vals := map[string]any{"gossip": map[string]any{"existingSecret": "kvmesh-gossip-key"}}
+			maps.Copy(vals, tc.vals)
+			_, err := renderHelmChart("kvmesh", "llm", vals)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("rendered, or an error without %q: %v", tc.want, err)
 			}
@@ -168,10 +231,59 @@ func TestHelmChartRefusesBadValues(t *testing.T) {
 // A setting the node does not know passes Helm (config is free-form) but not this check, as the node would
 // refuse to start.
 func TestHelmChartConfigIsCheckedByTheNode(t *testing.T) {
-	objs := renderHelmObjects(t, "kvmesh", "llm", map[string]any{"config": map[string]any{"router": map[string]any{"polcy": "kvmesh"}}})
+	objs := renderHelmObjects(t, "kvmesh", "llm", map[string]any{"gossip": map[string]any{"key": kubeTestGossipKey},
+		"config": map[string]any{"router": map[string]any{"polcy": "kvmesh"}}})
 	_, _, err := kubeNodeConfig(objs, objs.statefulSets[0], 0, t.TempDir())
 	if err == nil || !strings.Contains(err.Error(), "polcy") {
 		t.Fatalf("an unknown config key went unnoticed: %v", err)
+	}
+}
+
+// The gossip key the chart generates is read back from the cluster at every upgrade, so it never changes. Without
+// a cluster to read it from (helm template, GitOps tools such as Argo CD), a key made at each render would split
+// the mesh at the next rollout: the chart refuses to render unless the key or its Secret is given.
+func TestHelmChartGossipKeyIsStable(t *testing.T) {
+	keyOf := func(t *testing.T, objs *kubeObjects) []byte {
+		t.Helper()
+		for _, s := range objs.secrets {
+			if s.Name == "kvmesh-gossip" {
+				if len(s.Data["key"]) == 0 {
+					t.Fatalf("Secret kvmesh-gossip holds no key: %v", s.Data)
+				}
+				return s.Data["key"]
+			}
+		}
+		t.Fatalf("no Secret kvmesh-gossip among %d Secrets", len(objs.secrets))
+		return nil
+	}
+
+	// helm install: a new random key.
+	installed := keyOf(t, renderHelmObjectsIn(t, newHelmCluster(), "kvmesh", "llm", nil))
+	if k, err := base64.StdEncoding.DecodeString(string(installed)); err != nil || len(k) != 32 {
+		t.Fatalf("generated key %q: %d bytes, %v", installed, len(k), err)
+	}
+	// helm upgrade: the installed Secret's key, read back.
+	cluster := newHelmCluster(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "kvmesh-gossip", Namespace: "llm"}, Data: map[string][]byte{"key": installed}})
+	if again := keyOf(t, renderHelmObjectsIn(t, cluster, "kvmesh", "llm", nil)); string(again) != string(installed) {
+		t.Errorf("upgrade changed the gossip key: %q, then %q", installed, again)
+	}
+	// helm template: no cluster, no key given.
+	_, err := renderHelmChart("kvmesh", "llm", nil)
+	if err == nil || !strings.Contains(err.Error(), "gossip.existingSecret") {
+		t.Fatalf("helm template without a gossip key rendered (a new key each time), or failed without naming gossip.existingSecret: %v", err)
+	}
+	// ... and with one: the same output at every render.
+	vals := map[string]any{"gossip": map[string]any{"existingSecret": "kvmesh-gossip"}}
+	first, err := renderHelmChart("kvmesh", "llm", vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := renderHelmChart("kvmesh", "llm", vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(first, second) {
+		t.Error("helm template renders differently each time with gossip.existingSecret")
 	}
 }
 

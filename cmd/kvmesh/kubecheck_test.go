@@ -83,6 +83,9 @@ func checkKubeDeployment(t *testing.T, objs *kubeObjects) {
 	for _, v := range pod.Spec.Volumes {
 		mounts[v.Name] = true
 	}
+	for _, v := range sts.Spec.VolumeClaimTemplates {
+		mounts[v.Name] = true
+	}
 	for _, m := range c.VolumeMounts {
 		if !mounts[m.Name] {
 			t.Errorf("container %s: volume mount %s has no volume", c.Name, m.Name)
@@ -462,6 +465,23 @@ func checkKubeNode(t *testing.T, objs *kubeObjects, sts *appsv1.StatefulSet, ord
 	// mesh after the shutdown timeout.
 	if need := delay + cfg.DrainDelay + cfg.ShutdownTimeout + 15*time.Second; grace < need {
 		t.Errorf("pod %s: terminationGracePeriodSeconds %v < preStop %v + drain_delay %v + shutdown_timeout %v + 15 s to leave the mesh", podName, grace, delay, cfg.DrainDelay, cfg.ShutdownTimeout)
+	}
+
+	// The claim snapshot (state_dir): on a volume of the pod's own that outlives it (a volumeClaimTemplate),
+	// not on the read-only root filesystem nor in the small memory-backed /tmp.
+	if cfg.StateDir != "" {
+		onClaim := false
+		for _, m := range c.VolumeMounts {
+			if cfg.StateDir != m.MountPath && !strings.HasPrefix(cfg.StateDir, strings.TrimSuffix(m.MountPath, "/")+"/") {
+				continue
+			}
+			for _, v := range sts.Spec.VolumeClaimTemplates {
+				onClaim = onClaim || (v.Name == m.Name && !m.ReadOnly)
+			}
+		}
+		if !onClaim {
+			t.Errorf("pod %s: state_dir %s is not on a writable volume of its own (a volumeClaimTemplate)", podName, cfg.StateDir)
+		}
 	}
 
 	// TLS: the CA, certificate and key files are in the volume, and the certificate is this node's.

@@ -20,6 +20,11 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"sigs.k8s.io/yaml"
 )
 
@@ -178,8 +183,15 @@ func stripYAMLComments(doc string) string {
 	return b.String()
 }
 
-// renderHelmChart renders the chart as `helm template <release> deploy/helm/kvmesh --namespace <ns>` does.
+// renderHelmChart renders the chart as `helm template <release> deploy/helm/kvmesh --namespace <ns>` does: without
+// a cluster, so lookup finds nothing.
 func renderHelmChart(release, namespace string, vals map[string]any) (map[string]string, error) {
+	return renderHelmChartIn(nil, release, namespace, vals)
+}
+
+// renderHelmChartIn renders as `helm install` (or `helm upgrade`) against cluster does: lookup reads the cluster's
+// Secrets. A nil cluster is `helm template`.
+func renderHelmChartIn(cluster *helmCluster, release, namespace string, vals map[string]any) (map[string]string, error) {
 	ch, err := loader.Load(helmChartDir)
 	if err != nil {
 		return nil, fmt.Errorf("load chart: %w", err)
@@ -192,13 +204,53 @@ func renderHelmChart(release, namespace string, vals map[string]any) (map[string
 	if err != nil {
 		return nil, err
 	}
-	return engine.Render(ch, rv)
+	if cluster == nil {
+		return engine.Render(ch, rv)
+	}
+	return engine.RenderWithClientProvider(ch, rv, cluster)
 }
 
-// renderHelmObjects renders and decodes; NOTES.txt must render but is not a manifest.
+// helmCluster answers the chart's lookups as an API server holding secrets would (the chart looks up nothing
+// else): Get of a missing one is NotFound, and a List answers a SecretList, empty or not.
+type helmCluster struct {
+	client *dynamicfake.FakeDynamicClient
+}
+
+func newHelmCluster(secrets ...*corev1.Secret) *helmCluster {
+	var objs []runtime.Object
+	for _, s := range secrets {
+		data := map[string]any{}
+		for k, v := range s.Data {
+			data[k] = base64.StdEncoding.EncodeToString(v)
+		}
+		objs = append(objs, &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "v1", "kind": "Secret",
+			"metadata": map[string]any{"name": s.Name, "namespace": s.Namespace},
+			"data":     data,
+		}})
+	}
+	gvr := schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+	return &helmCluster{client: dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{gvr: "SecretList"}, objs...)}
+}
+
+func (c *helmCluster) GetClientFor(apiVersion, kind string) (dynamic.NamespaceableResourceInterface, bool, error) {
+	if apiVersion != "v1" || kind != "Secret" {
+		return nil, false, fmt.Errorf("lookup of %s %s: not simulated", apiVersion, kind)
+	}
+	return c.client.Resource(schema.GroupVersionResource{Version: "v1", Resource: "secrets"}), true, nil
+}
+
+// renderHelmObjects renders (as `helm template`) and decodes; NOTES.txt must render but is not a manifest.
 func renderHelmObjects(t *testing.T, release, namespace string, vals map[string]any) *kubeObjects {
 	t.Helper()
-	files, err := renderHelmChart(release, namespace, vals)
+	return renderHelmObjectsIn(t, nil, release, namespace, vals)
+}
+
+// renderHelmObjectsIn renders against cluster (nil: `helm template`) and decodes.
+func renderHelmObjectsIn(t *testing.T, cluster *helmCluster, release, namespace string, vals map[string]any) *kubeObjects {
+	t.Helper()
+	files, err := renderHelmChartIn(cluster, release, namespace, vals)
 	if err != nil {
 		t.Fatalf("helm template: %v", err)
 	}

@@ -115,3 +115,6 @@ certManager), or the one pair the csi-driver writes. */}}
 {{- define "kvmesh.tlsKeyFile" -}}
 {{- if eq .Values.tls.mode "csi" -}}/etc/kvmesh/tls/node-key.pem{{- else -}}/etc/kvmesh/tls/$(POD_NAME)-key.pem{{- end -}}
 {{- end -}}
+
+{{/* Where the node keeps its claim snapshot (state.enabled): the mount of its PersistentVolumeClaim. */}}
+{{- define "kvmesh.stateDir" -}}/var/lib/kvmesh{{- end -}}

@@ -1,0 +1,73 @@
+package router
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// TestAdminRefusesCrossSiteRequests: a web page the operator happens to
+// visit must not drain backends through the admin listener (the browser
+// sends the POST, with the operator's network position, to
+// localhost:9090 or a cluster-internal address). Browsers label such a
+// request (Sec-Fetch-Site, or an Origin that is not the listener's own);
+// curl, scripts and the status page served on the listener itself do not
+// or match it, and keep working.
+func TestAdminRefusesCrossSiteRequests(t *testing.T) {
+	a, b := newFakeBackend(t, "a"), newFakeBackend(t, "b")
+	g := newRig(t, nil, a, b)
+	admin := g.rt.AdminHandler()
+	do := func(method, path string, hdr map[string]string) (int, string) {
+		t.Helper()
+		var body io.Reader
+		if method == http.MethodPost && strings.HasPrefix(path, "/debug/route") {
+			body = strings.NewReader(string(chat("m1", "sys", "hello")))
+		}
+		req, err := http.NewRequest(method, "http://localhost:9090"+path, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		rec := httptest.NewRecorder()
+		admin.ServeHTTP(rec, req)
+		return rec.Code, rec.Body.String()
+	}
+	drained := func(name string) bool { return g.rt.backendByName(name).draining.Load() }
+
+	crossSite := map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example"}
+	if st, body := do(http.MethodPost, "/admin/backends/a/drain", crossSite); st != http.StatusForbidden || drained("a") {
+		t.Fatalf("cross-site drain: status %d, drained %v (%s); want 403 and a in rotation", st, drained("a"), body)
+	}
+	// A browser too old to send Sec-Fetch-Site still sends Origin.
+	oldBrowser := map[string]string{"Origin": "https://evil.example"}
+	if st, _ := do(http.MethodPost, "/admin/backends/a/drain", oldBrowser); st != http.StatusForbidden || drained("a") {
+		t.Fatalf("drain with a foreign Origin: status %d, drained %v; want 403", st, drained("a"))
+	}
+	if st, _ := do(http.MethodPost, "/debug/route", crossSite); st != http.StatusForbidden {
+		t.Errorf("cross-site POST /debug/route: status %d, want 403", st)
+	}
+
+	// curl: no Sec-Fetch-Site, no Origin.
+	if st, body := do(http.MethodPost, "/admin/backends/a/drain", nil); st != http.StatusOK || !drained("a") {
+		t.Fatalf("drain without browser headers: status %d, drained %v (%s)", st, drained("a"), body)
+	}
+	// The status page (/ui) on the listener itself: same origin.
+	sameOrigin := map[string]string{"Sec-Fetch-Site": "same-origin", "Origin": "http://localhost:9090"}
+	if st, body := do(http.MethodPost, "/admin/backends/a/undrain", sameOrigin); st != http.StatusOK || drained("a") {
+		t.Fatalf("same-origin undrain: status %d, drained %v (%s)", st, drained("a"), body)
+	}
+	if st, body := do(http.MethodPost, "/debug/route", sameOrigin); st != http.StatusOK {
+		t.Errorf("same-origin POST /debug/route: status %d (%s)", st, body)
+	}
+	// Reads stay open (a cross-site page cannot read the answer anyway).
+	if st, _ := do(http.MethodGet, "/admin/backends", crossSite); st != http.StatusOK {
+		t.Errorf("cross-site GET /admin/backends: status %d, want 200", st)
+	}
+	if st, _ := do(http.MethodGet, "/readyz", crossSite); st != http.StatusOK {
+		t.Errorf("cross-site GET /readyz: status %d, want 200", st)
+	}
+}
