@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -124,7 +125,8 @@ func (rt *Router) modelObject(t *modelTable, id string) []byte {
 	return nil
 }
 
-// maxModelsBytes bounds a backend's GET /v1/models answer.
+// maxModelsBytes is the default bound on a backend's GET /v1/models
+// answer (BackendLimits.ModelsBytes).
 const maxModelsBytes = 4 << 20
 
 // discover asks b for its models and installs the list when it changed. A
@@ -181,7 +183,44 @@ func (rt *Router) fetchModels(ctx context.Context, b *backend) ([]modelEntry, mo
 		return nil, modelSkips{}, fmt.Errorf("GET /v1/models answered %s", resp.Status)
 	}
 	lim := modelLimits{maxModels: rt.cfg.MaxModelsPerBackend, maxIDBytes: rt.cfg.MaxModelBytes}
-	return parseModelList(io.LimitReader(resp.Body, maxModelsBytes), lim)
+	return parseModelList(newCappedReader(resp.Body, rt.cfg.BackendLimits.ModelsBytes), lim)
+}
+
+// cappedReader reads at most limit bytes; when the source holds more, the
+// read that would pass the limit returns errModelsTooLarge instead, naming
+// the limit, so that a decoder still in the answer's JSON fails with it
+// rather than with "unexpected EOF". A document that ends within the limit
+// decodes whatever follows it.
+type cappedReader struct {
+	r     io.Reader
+	left  int64 // bytes still allowed
+	limit int
+}
+
+// errModelsTooLarge is wrapped by the error for a GET /v1/models answer
+// longer than BackendLimits.ModelsBytes.
+var errModelsTooLarge = errors.New("answer too large")
+
+func newCappedReader(r io.Reader, limit int) *cappedReader {
+	return &cappedReader{r: r, left: int64(limit), limit: limit}
+}
+
+func (c *cappedReader) Read(p []byte) (int, error) {
+	if c.left < 0 {
+		return 0, c.err()
+	}
+	if int64(len(p)) > c.left+1 {
+		p = p[:c.left+1] // one byte past the limit tells a longer answer from one of exactly the limit
+	}
+	n, err := c.r.Read(p)
+	if c.left -= int64(n); c.left < 0 {
+		return n - 1, c.err()
+	}
+	return n, err
+}
+
+func (c *cappedReader) err() error {
+	return fmt.Errorf("%w: more than %d bytes (the limit is backend_limits.models_bytes)", errModelsTooLarge, c.limit)
 }
 
 // modelLimits bound what one backend's model list adds to the router's

@@ -54,7 +54,7 @@ const (
 	orcaMem        = "mem_utilization"
 	orcaAppUtil    = "application_utilization"
 	orcaRPSFrac    = "rps_fractional"
-	maxORCAValue   = 64 << 10 // longest header value we parse; real ones are < 200 bytes
+	maxORCAValue   = 64 << 10 // longest header value parsed by default (BackendLimits.ORCAValueBytes); real ones are < 200 bytes
 	orcaFormatText = "TEXT"
 	orcaFormatJSON = "JSON"
 	orcaFormatBin  = "BIN"
@@ -95,10 +95,16 @@ func checkTotal(prefix, key string, total float64) error {
 // be finite and non-negative; usage values above 1 are clamped to 1; the
 // counts (Waiting, Running, RPS), summed, must not exceed 1e9. On any
 // error the returned report is zero and should be ignored: a header that is
-// partly wrong is not trusted.
+// partly wrong is not trusted. A value longer than 64 KiB is refused (a
+// router's BackendLimits.ORCAValueBytes).
 func ParseORCA(value string) (LoadReport, error) {
-	if len(value) > maxORCAValue {
-		return LoadReport{}, fmt.Errorf("orca: header value of %d bytes exceeds %d", len(value), maxORCAValue)
+	return parseORCA(value, maxORCAValue)
+}
+
+// parseORCA is ParseORCA refusing a value longer than maxBytes.
+func parseORCA(value string, maxBytes int) (LoadReport, error) {
+	if len(value) > maxBytes {
+		return LoadReport{}, errORCAValueTooLong(len(value), maxBytes)
 	}
 	value = strings.TrimLeft(value, " \t")
 	name, rest := value, ""
@@ -128,15 +134,27 @@ func ParseORCA(value string) (LoadReport, error) {
 
 // ParseORCABinary parses the legacy endpoint-load-metrics-bin header: a
 // base64 (padded or not, standard or URL alphabet) serialized OrcaLoadReport.
+// A value longer than 64 KiB is refused, as by ParseORCA.
 func ParseORCABinary(b64 string) (LoadReport, error) {
-	if len(b64) > maxORCAValue {
-		return LoadReport{}, fmt.Errorf("orca: header value of %d bytes exceeds %d", len(b64), maxORCAValue)
+	return parseORCABin(b64, maxORCAValue)
+}
+
+// parseORCABin is ParseORCABinary refusing a value longer than maxBytes.
+func parseORCABin(b64 string, maxBytes int) (LoadReport, error) {
+	if len(b64) > maxBytes {
+		return LoadReport{}, errORCAValueTooLong(len(b64), maxBytes)
 	}
 	var r LoadReport
 	if err := parseORCABinary(b64, &r); err != nil {
 		return LoadReport{}, err
 	}
 	return r, nil
+}
+
+// errORCAValueTooLong is the error for a header value of n bytes, past the
+// limit.
+func errORCAValueTooLong(n, limit int) error {
+	return fmt.Errorf("orca: header value of %d bytes exceeds %d (the limit is backend_limits.orca_value_bytes)", n, limit)
 }
 
 // parseORCAText reads "k=v, k:v, ..." pairs. A pair uses '=' when it has

@@ -28,8 +28,10 @@ type ScrapedLoad struct {
 	Has              LoadFields
 }
 
-// Limits on what ParseMetrics reads. A vLLM page is ~50 KiB; the limits
-// only stop a misbehaving backend from making the router buffer without end.
+// Limits on what ParseMetrics reads, and the defaults of the router's
+// BackendLimits.MetricsBytes and MetricsLineBytes (backend_limits.metrics_bytes,
+// metrics_line_bytes). A vLLM page is ~50 KiB; the limits only stop a
+// misbehaving backend from making the router buffer without end.
 const (
 	MaxMetricsBytes = 4 << 20  // total bytes read from one page
 	MaxMetricsLine  = 64 << 10 // longest line; Prometheus lines are < 1 KiB
@@ -46,7 +48,9 @@ const (
 )
 
 // ErrMetricsTooLarge is wrapped by ParseMetrics's error when the page or
-// one of its lines exceeds MaxMetricsBytes or MaxMetricsLine.
+// one of its lines exceeds MaxMetricsBytes or MaxMetricsLine (a router's
+// BackendLimits.MetricsBytes or MetricsLineBytes); the error names the
+// limit and its configuration key.
 var ErrMetricsTooLarge = errors.New("metrics page too large")
 
 // metric is what a recognised metric name feeds.
@@ -96,12 +100,15 @@ type metricsParser struct {
 	legacyQ, legacyH      float64
 	hasLegacyQ, hasLegacH bool
 	lineNo                int
+	maxBytes, maxLine     int // BackendLimits.MetricsBytes, MetricsLineBytes
 	// The current line's numeric num_gpu_blocks and block_size labels
 	// (cache_config_info); 0 when absent or not a number.
 	gpuBlocks, blockSize uint64
 }
 
-var metricsBufPool = sync.Pool{New: func() any { b := make([]byte, MaxMetricsLine); return &b }}
+// metricsBufPool holds read buffers; one of less capacity than the line
+// limit asked for is replaced by a larger one.
+var metricsBufPool = sync.Pool{New: func() any { return new([]byte) }}
 
 // ParseMetrics reads a Prometheus text-format page and fills dst with the
 // vLLM or SGLang load it finds; dst is zeroed first and stays zero on error.
@@ -112,11 +119,20 @@ var metricsBufPool = sync.Pool{New: func() any { b := make([]byte, MaxMetricsLin
 // timestamps, exemplars, +Inf/NaN and \r\n line ends are handled. At most
 // MaxMetricsBytes are read and lines may not exceed MaxMetricsLine.
 func ParseMetrics(r io.Reader, model string, dst *ScrapedLoad) error {
+	return parseMetrics(r, model, dst, MaxMetricsBytes, MaxMetricsLine)
+}
+
+// parseMetrics is ParseMetrics reading at most maxBytes bytes, in lines of
+// at most maxLine bytes (newline included); both must be positive.
+func parseMetrics(r io.Reader, model string, dst *ScrapedLoad, maxBytes, maxLine int) error {
 	*dst = ScrapedLoad{}
 	bp := metricsBufPool.Get().(*[]byte)
 	defer metricsBufPool.Put(bp)
-	mp := metricsParser{model: model}
-	if err := mp.read(r, *bp); err != nil {
+	if cap(*bp) < maxLine {
+		*bp = make([]byte, maxLine)
+	}
+	mp := metricsParser{model: model, maxBytes: maxBytes, maxLine: maxLine}
+	if err := mp.read(r, (*bp)[:maxLine]); err != nil {
 		return err
 	}
 	mp.finish(dst)
@@ -139,13 +155,13 @@ func (mp *metricsParser) read(r io.Reader, buf []byte) error {
 		end = copy(buf, buf[start:end])
 		start = 0
 		if end == len(buf) {
-			return fmt.Errorf("metrics: line %d: longer than %d bytes: %w", mp.lineNo+1, MaxMetricsLine, ErrMetricsTooLarge)
+			return fmt.Errorf("metrics: line %d: longer than %d bytes (the limit is backend_limits.metrics_line_bytes): %w", mp.lineNo+1, mp.maxLine, ErrMetricsTooLarge)
 		}
 		n, err := r.Read(buf[end:])
 		end += n
 		total += n
-		if total > MaxMetricsBytes {
-			return fmt.Errorf("metrics: page exceeds %d bytes: %w", MaxMetricsBytes, ErrMetricsTooLarge)
+		if total > mp.maxBytes {
+			return fmt.Errorf("metrics: page exceeds %d bytes (the limit is backend_limits.metrics_bytes): %w", mp.maxBytes, ErrMetricsTooLarge)
 		}
 		if n == 0 && err == nil {
 			if empty++; empty > 100 {

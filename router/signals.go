@@ -14,7 +14,7 @@ const (
 	orcaRequestHeader   = "Endpoint-Load-Metrics-Format"
 	orcaResponseHeader  = "Endpoint-Load-Metrics"
 	orcaResponseBin     = "Endpoint-Load-Metrics-Bin"
-	orcaMaxHeaderValues = 4 // a backend repeating the header more often is ignored past this
+	orcaMaxHeaderValues = 4 // default of BackendLimits.ORCAHeaderValues: headers past it are ignored
 )
 
 // sample is one load report, whichever way it arrived.
@@ -127,16 +127,17 @@ func (rt *Router) observeORCA(b *backend, h http.Header, at time.Time) bool {
 		bin = true
 	}
 	var s sample
+	lim := &rt.cfg.BackendLimits
 	for i, v := range vals {
-		if i == orcaMaxHeaderValues {
+		if i == lim.ORCAHeaderValues {
 			break
 		}
 		var r LoadReport
 		var err error
 		if bin {
-			r, err = ParseORCABinary(v)
+			r, err = parseORCABin(v, lim.ORCAValueBytes)
 		} else {
-			r, err = ParseORCA(v)
+			r, err = parseORCA(v, lim.ORCAValueBytes)
 		}
 		if err != nil {
 			return rt.badORCA(b, err)

@@ -132,7 +132,7 @@ func (rt *Router) scrapeLoad(ctx context.Context, b *backend) {
 		return
 	}
 	var sl ScrapedLoad
-	if err := ParseMetrics(resp.Body, "", &sl); err != nil {
+	if err := parseMetrics(resp.Body, "", &sl, rt.cfg.BackendLimits.MetricsBytes, rt.cfg.BackendLimits.MetricsLineBytes); err != nil {
 		rt.metrics.errors[errSignalParse].Inc()
 		rt.log.Debug().Str("backend", b.name).Err(err).Msg("metrics page did not parse")
 		return
