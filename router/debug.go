@@ -26,10 +26,12 @@ import (
 //
 // Requests other than GET, HEAD and OPTIONS that a browser labels as
 // cross-origin (Sec-Fetch-Site, or an Origin other than the Host) are
-// refused with 403 (net/http's CrossOriginProtection): a web page the
-// operator visits cannot drain backends through a listener the browser
-// can reach. curl, scripts and the status page served on the listener
-// itself are not affected.
+// refused with 403 (net/http's CrossOriginProtection): a page from another
+// site cannot drain backends through the operator's browser. It is not
+// access control: the listener has no authentication, and a page whose
+// host name re-resolves to the listener (DNS rebinding) is same-origin to
+// the browser; keep the listener off untrusted networks. curl, scripts and
+// the status page served on the listener itself are not affected.
 func (rt *Router) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /debug/route", rt.serveDebugRoute)

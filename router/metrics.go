@@ -157,14 +157,29 @@ func newMetrics(reg prometheus.Registerer, policy string, rt *Router) (*metrics,
 	reuse := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "prompt_cached_ratio",
 		Help: "Share of prompt tokens the backends answered they had cached, a moving average over this node's last ~128 answers (-1 before any): the r of the kvmesh policy's spread term."},
 		func() float64 { return rt.reuse.share() })
+	routable := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "backends_routable",
+		Help: "Backends in rotation on this node: listed (not being removed), healthy (not ejected) and not drained, what /readyz needs one of (503 at 0). backend_healthy (1 while drained) and discovery_backends{state=\"serving\"} (ejected ones included) each miss a way out of rotation; this is 0 whenever nothing can be routed."},
+		func() float64 { return float64(rt.routableBackends()) })
 	for _, c := range append([]prometheus.Collector{m.decisions, m.matchedRatio, requests, duration, ttfb, m.decisionTime,
 		learned, lessons, m.lostPrefixes, m.cachedTokens, m.promptTokens, m.prefixRoutes, m.retries, m.ejections, m.invalidations, errs, m.backendsGauges,
-		m.tenantShareExceeded, reuse}, m.models.collectors()...) {
+		m.tenantShareExceeded, reuse, routable}, m.models.collectors()...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
+}
+
+// routableBackends counts the backends in rotation, as Ready checks them:
+// the listed ones (not being removed) that are healthy and not drained.
+func (rt *Router) routableBackends() int {
+	n := 0
+	for _, b := range rt.set.Load().listed {
+		if b.inRotation() {
+			n++
+		}
+	}
+	return n
 }
 
 // request counts a request to ep for model (nil: "other") answered status

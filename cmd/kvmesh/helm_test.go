@@ -258,9 +258,17 @@ func TestHelmChartGossipKeyIsStable(t *testing.T) {
 	}
 
 	// helm install: a new random key.
-	installed := keyOf(t, renderHelmObjectsIn(t, newHelmCluster(), "kvmesh", "llm", nil))
+	fresh := newHelmCluster()
+	installed := keyOf(t, renderHelmObjectsIn(t, fresh, "kvmesh", "llm", nil))
 	if k, err := base64.StdEncoding.DecodeString(string(installed)); err != nil || len(k) != 32 {
 		t.Fatalf("generated key %q: %d bytes, %v", installed, len(k), err)
+	}
+	// Telling a cluster from none must not list Secrets: that fetches every one in the namespace, data included
+	// (Helm's release records among them), at every render.
+	for _, a := range fresh.client.Actions() {
+		if a.GetVerb() == "list" && a.GetResource().Resource == "secrets" {
+			t.Errorf("the chart lists the namespace's Secrets (%v)", a)
+		}
 	}
 	// helm upgrade: the installed Secret's key, read back.
 	cluster := newHelmCluster(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "kvmesh-gossip", Namespace: "llm"}, Data: map[string][]byte{"key": installed}})

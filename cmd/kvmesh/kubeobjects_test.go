@@ -210,8 +210,9 @@ func renderHelmChartIn(cluster *helmCluster, release, namespace string, vals map
 	return engine.RenderWithClientProvider(ch, rv, cluster)
 }
 
-// helmCluster answers the chart's lookups as an API server holding secrets would (the chart looks up nothing
-// else): Get of a missing one is NotFound, and a List answers a SecretList, empty or not.
+// helmCluster answers the chart's lookups as an API server holding secrets would (the chart looks up Secrets and
+// lists ServiceAccounts, nothing else): Get of a missing one is NotFound, and a List answers a SecretList or a
+// ServiceAccountList, empty or not. The client records every request (client.Actions()).
 type helmCluster struct {
 	client *dynamicfake.FakeDynamicClient
 }
@@ -229,16 +230,19 @@ func newHelmCluster(secrets ...*corev1.Secret) *helmCluster {
 			"data":     data,
 		}})
 	}
-	gvr := schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
 	return &helmCluster{client: dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{gvr: "SecretList"}, objs...)}
+		map[schema.GroupVersionResource]string{
+			{Version: "v1", Resource: "secrets"}:         "SecretList",
+			{Version: "v1", Resource: "serviceaccounts"}: "ServiceAccountList",
+		}, objs...)}
 }
 
 func (c *helmCluster) GetClientFor(apiVersion, kind string) (dynamic.NamespaceableResourceInterface, bool, error) {
-	if apiVersion != "v1" || kind != "Secret" {
+	resource := map[string]string{"Secret": "secrets", "ServiceAccount": "serviceaccounts"}[kind]
+	if apiVersion != "v1" || resource == "" {
 		return nil, false, fmt.Errorf("lookup of %s %s: not simulated", apiVersion, kind)
 	}
-	return c.client.Resource(schema.GroupVersionResource{Version: "v1", Resource: "secrets"}), true, nil
+	return c.client.Resource(schema.GroupVersionResource{Version: "v1", Resource: resource}), true, nil
 }
 
 // renderHelmObjects renders (as `helm template`) and decodes; NOTES.txt must render but is not a manifest.
