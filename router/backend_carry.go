@@ -27,14 +27,18 @@ import "sync/atomic"
 // outlive the rebuild (see above). old may still serve requests in flight:
 // its fields are read under their locks or atomically.
 func (b *backend) carryFrom(old *backend) {
-	b.written.Store(old.written.Load())
+	b.written = old.written // shared: late writes on old count too
 	b.belief.carryFrom(&old.belief, !b.capConfigured && !old.capConfigured)
 	if b.base != old.base {
 		return
 	}
 	old.mu.Lock()
 	b.health = old.health
-	b.healthy.Store(old.healthy.Load())
+	// In rotation unless ejected: between readmitting a backend that came
+	// back cold and putting it back in rotation, markSuccess leaves it
+	// healthy false with no ejection recorded, and a copy of that state
+	// would never be readmitted (only an ejection's end readmits).
+	b.healthy.Store(old.health.ejectedAt.IsZero())
 	old.mu.Unlock()
 	b.orca.copyFrom(&old.orca)
 	b.scrape.copyFrom(&old.scrape)

@@ -57,6 +57,25 @@ func TestReplaceKeepsWhatAgesClaims(t *testing.T) {
 		t.Errorf("an ejected backend came back by a weight edit: healthy %v, ejected %v", nb.healthy.Load(), ejected)
 	}
 
+	old.written.Add(7) // a request still in flight on the old object
+	if got := nb.written.Load(); got != written+7 {
+		t.Errorf("written %d after a late write on the old object, want %d", got, written+7)
+	}
+	written += 7
+
+	// Readmitted from an ejection but not yet back in rotation (markSuccess
+	// between its two lock sections, while it invalidates a cold cache):
+	// the rebuilt object is in rotation, or nothing would ever put it back.
+	nb.mu.Lock()
+	nb.health.ejectedAt = time.Time{}
+	nb.mu.Unlock()
+	if err := g.rt.SetBackends([]BackendConfig{{Name: "a", URL: a.URL(), Weight: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if re := g.rt.backendByName("a"); re == nb || !re.healthy.Load() {
+		t.Errorf("not ejected, yet out of rotation after the rebuild (healthy %v)", re.healthy.Load())
+	}
+
 	// A new URL: another server. What ages the claims stays, health starts afresh.
 	if err := g.rt.SetBackends([]BackendConfig{{Name: "a", URL: a2.URL(), Weight: 2}}); err != nil {
 		t.Fatal(err)
@@ -74,11 +93,13 @@ func TestReplaceKeepsWhatAgesClaims(t *testing.T) {
 }
 
 // TestColdCacheOnlyForTheCurrentMember: a probe or scrape of an object
-// that was replaced, or of a backend being removed, must not start a new
-// generation of it in the registry (which, after the removal, would make
-// it active again mesh-wide).
+// that was replaced on another URL, or of a backend being removed, must not
+// start a new generation of it in the registry (which, after the removal,
+// would make it active again mesh-wide); one replaced on the same URL (its
+// settings changed, not its server) saw that server restart, and the
+// current object takes it.
 func TestColdCacheOnlyForTheCurrentMember(t *testing.T) {
-	a, b := newFakeBackend(t, "a"), newFakeBackend(t, "b")
+	a, a2, b := newFakeBackend(t, "a"), newFakeBackend(t, "a2"), newFakeBackend(t, "b")
 	g := newDynRig(t, func(c *Config, _ *Deps) {
 		c.Discovery.Models = nil
 		c.Backends = []BackendConfig{{Name: "a", URL: a.URL()}, {Name: "b", URL: b.URL()}}
@@ -94,8 +115,18 @@ func TestColdCacheOnlyForTheCurrentMember(t *testing.T) {
 	}
 	before, _ := gen("a")
 	g.rt.coldCache(old)
+	after, _ := gen("a")
+	if after == before {
+		t.Error("a restart seen through the object replaced on the same URL started no new generation")
+	}
+	moved := g.rt.backendByName("a")
+	if err := g.rt.SetBackends([]BackendConfig{{Name: "a", URL: a2.URL(), Weight: 3}, {Name: "b", URL: b.URL()}}); err != nil {
+		t.Fatal(err)
+	}
+	before = after
+	g.rt.coldCache(moved) // the old server, no longer this backend's
 	if after, _ := gen("a"); after != before {
-		t.Errorf("the replaced object's cold cache started generation %d (was %d)", after, before)
+		t.Errorf("the object replaced on another URL started generation %d (was %d)", after, before)
 	}
 	g.rt.coldCache(g.rt.backendByName("a"))
 	if after, _ := gen("a"); after == before {
@@ -103,7 +134,7 @@ func TestColdCacheOnlyForTheCurrentMember(t *testing.T) {
 	}
 
 	bb := g.rt.backendByName("b")
-	if err := g.rt.SetBackends([]BackendConfig{{Name: "a", URL: a.URL(), Weight: 3}}); err != nil {
+	if err := g.rt.SetBackends([]BackendConfig{{Name: "a", URL: a2.URL(), Weight: 3}}); err != nil {
 		t.Fatal(err)
 	}
 	before, _ = gen("b")

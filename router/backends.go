@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"sync/atomic"
 	"time"
 )
 
@@ -103,12 +104,18 @@ func (rt *Router) newMemberBackend(bc BackendConfig) (*backend, error) {
 		return nil, err
 	}
 	rt.slots[name] = slot
-	b.written.Store(rt.retired[name])
+	if w := rt.retired[name]; w != nil {
+		b.written = w // counting on from the removed one's
+	}
 	if _, active := rt.ix.Generation(b.id); !active {
 		// Removed earlier (here or by a peer) and back: a new generation,
 		// active again everywhere. Its old claims stay dead: it comes back
 		// with whatever cache it has now.
 		rt.learner.Invalidate(name, false)
+		// Nothing it holds is claimed any more: its cache counts as empty
+		// from here (the kvmesh policy's unfilled share), as for a backend
+		// that restarted, although its written count goes on.
+		b.belief.restarted(rt.meshWritten(b))
 		rt.log.Info().Str("backend", name).Msg("backend listed again: active in the registry again (new generation)")
 	}
 	return b, nil
@@ -372,9 +379,9 @@ func (rt *Router) sweepRemoved() {
 	// deleted.
 	for _, m := range done {
 		if rt.retired == nil {
-			rt.retired = make(map[string]int64)
+			rt.retired = make(map[string]*atomic.Int64)
 		}
-		rt.retired[m.b.name] = m.b.written.Load()
+		rt.retired[m.b.name] = m.b.written
 		rt.learner.Invalidate(m.b.name, true)
 		rt.deleteSeries(m.b.name)
 	}

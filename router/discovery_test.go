@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -339,6 +340,9 @@ func TestSetBackends(t *testing.T) {
 	}
 	if got := bb.written.Load(); got != wroteB {
 		t.Errorf("b back: written %d, want %d (the removed one's)", got, wroteB)
+	}
+	if cold := math.Float64frombits(bb.belief.coldAt.Load()); cold != float64(wroteB) {
+		t.Errorf("b back: its cache counts as empty from %v units, want %d (nothing it holds is claimed)", cold, wroteB)
 	}
 }
 

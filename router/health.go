@@ -175,14 +175,19 @@ func (rt *Router) probe(parent context.Context, b *backend) {
 // claims are invalidated everywhere, and its cache is counted as empty
 // again (the kvmesh policy's cache weight counts only what fills it).
 func (rt *Router) coldCache(b *backend) {
-	// Under setMu, and only for the member's current object: a probe or a
-	// scrape of a backend that was removed (or replaced) meanwhile must not
-	// start a new, active generation of it in the registry, mesh-wide.
+	// Under setMu, and only for a backend still listed: a probe or a scrape
+	// of a backend that was removed (or moved to another URL) meanwhile must
+	// not start a new, active generation of it in the registry, mesh-wide.
+	// A probe of an object replaced meanwhile on the same URL (its settings
+	// changed, not its server) saw the server restart: the current object
+	// takes it.
 	rt.setMu.Lock()
 	defer rt.setMu.Unlock()
-	if m := rt.members[b.name]; m == nil || m.b != b || m.state == memberRemoving {
+	m := rt.members[b.name]
+	if m == nil || m.state == memberRemoving || (m.b != b && m.b.base != b.base) {
 		return
 	}
+	b = m.b
 	rt.learner.Invalidate(b.name, false)
 	b.invalidated.Inc()
 	b.belief.restarted(rt.meshWritten(b))

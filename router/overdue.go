@@ -30,10 +30,17 @@ import (
 //
 // A request that does not stream is silent: vLLM sends its headers and
 // body only when the generation is over, so its first byte says nothing
-// of when its prefill ended. Its units stay queued until it ends (they
-// are work ahead of the requests behind it), but it teaches no rate and
-// is never the head: the head is the oldest unreleased request that is
-// not silent, or a decode would pass for an overdue prefill.
+// of when its prefill ended. It teaches no rate and is never the head:
+// the head is the oldest unreleased request that is not silent, or a
+// decode would pass for an overdue prefill. Nor are its units counted
+// ahead of the requests booked behind it (sum): they would stay there
+// for its whole generation, and a streamed request of 100 units answered
+// in 0.1 s behind one decoding with 10,000 would teach ~100,000 units/s.
+// A silent prefill that is still being computed when a request is booked
+// goes uncounted instead, and that request teaches a rate somewhat low.
+// The pending views (backend.pendingUnits, the mesh's bookings) count
+// silent requests until their release as before: the queue's sum is
+// what settle teaches the rate with, and nothing else.
 type prefillQueue struct {
 	mu sync.Mutex
 	// q[h:] is the requests not released yet or released behind the
@@ -43,8 +50,11 @@ type prefillQueue struct {
 	q          []queuedPrefill
 	h, lead    int
 	base, next uint64
-	sum        float64   // booked units of the unreleased entries, silent ones included
-	headAt     time.Time // when q[lead] became the head
+	// sum is the booked units of the unreleased entries that are not
+	// silent: the work ahead of the next booking's first byte (book's
+	// ahead; silent entries are left out, see above).
+	sum    float64
+	headAt time.Time // when q[lead] became the head
 	// work and waited are decayed sums over first answers of the units
 	// booked ahead of each request (its own included) and its wait in
 	// seconds.
@@ -62,7 +72,8 @@ const queueMemory = 0.05
 
 // book queues a request booked at booked units of a prompt of prompt
 // units at now. It returns its sequence number and the units booked ahead
-// of its first byte, its own included (for settle).
+// of its first byte, its own included, silent requests' left out (for
+// settle).
 func (q *prefillQueue) book(booked, prompt float64, now time.Time) (seq uint64, ahead float64) {
 	return q.bookAs(booked, prompt, false, now)
 }
@@ -87,6 +98,9 @@ func (q *prefillQueue) bookAs(booked, prompt float64, silent bool, now time.Time
 	seq = q.next
 	q.next++
 	q.q = append(q.q, queuedPrefill{booked: booked, prompt: prompt, silent: silent})
+	if silent {
+		return seq, q.sum + booked // it teaches no rate (settle)
+	}
 	q.sum += booked
 	return seq, q.sum
 }
@@ -105,7 +119,9 @@ func (q *prefillQueue) settle(seq uint64, ahead float64, at, now time.Time, firs
 		return
 	}
 	q.q[i].released = true
-	q.sum -= q.q[i].booked
+	if !q.q[i].silent {
+		q.sum -= q.q[i].booked
+	}
 	if i == q.h {
 		for q.h < len(q.q) && q.q[q.h].released {
 			q.h++

@@ -16,7 +16,7 @@ func streamed(body string) string {
 }
 
 // A silent request (one that does not stream: its first byte comes after
-// its generation) stays queued work ahead of later requests, but it is
+// its generation) is not counted as work ahead of later requests, it is
 // never the head and its first byte teaches no rate; releasing it leaves
 // the head and how long it has been at the front as they were.
 func TestPrefillQueueSilentEntry(t *testing.T) {
@@ -30,13 +30,13 @@ func TestPrefillQueueSilentEntry(t *testing.T) {
 		t.Fatalf("only a silent request pending: head %v/%v/%v, want none", b, p, g)
 	}
 	seqA, aheadA := q.book(100, 500, at(12))
-	if aheadA != 1100 {
-		t.Fatalf("ahead of A %v, want 1100 (the silent request's units are queued work)", aheadA)
+	if aheadA != 100 {
+		t.Fatalf("ahead of A %v, want its own 100 (the silent request may be decoding)", aheadA)
 	}
 	if b, p, g := q.head(at(13)); b != 100 || p != 500 || math.Abs(g-100) > 1e-6 {
 		t.Fatalf("head %v/%v/%v, want A (100/500) at the front since its booking (progress 100)", b, p, g)
 	}
-	q.settle(seqA, aheadA, at(12), at(14), true) // 1100 units in 2 s: taught
+	q.settle(seqA, aheadA, at(12), at(14), true) // 100 units in 2 s: taught
 	rate := queueRate(&q)
 	seqB, aheadB := q.book(200, 200, at(20))
 	q.settle(seqS, aheadS, at(10), at(30), true) // the silent answer, after its generation
@@ -49,6 +49,36 @@ func TestPrefillQueueSilentEntry(t *testing.T) {
 	q.settle(seqB, aheadB, at(20), at(32), true)
 	if q.h != len(q.q) || q.lead != len(q.q) || q.sum != 0 {
 		t.Fatalf("all released: h %d, lead %d, %d entries, sum %v", q.h, q.lead, len(q.q), q.sum)
+	}
+}
+
+// A streamed request booked behind a silent one that is decoding counts
+// as work ahead of it its own units and the streamed ones' only: 10,000
+// silent units ahead of a 100-unit prompt answered in 0.1 s would teach
+// ~100,000 units/s.
+func TestPrefillQueueSilentNotAhead(t *testing.T) {
+	var q prefillQueue
+	t0 := time.Unix(1000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	seqS, aheadS := q.bookAs(10000, 10000, true, at(0)) // prefilled long ago, decoding since
+	seqX, aheadX := q.book(200, 200, at(5))
+	seqA, aheadA := q.book(100, 100, at(5.05))
+	if aheadX != 200 || aheadA != 300 {
+		t.Fatalf("ahead of X %v and of A %v, want 200 and 300 (the streamed work only)", aheadX, aheadA)
+	}
+	q.settle(seqX, aheadX, at(5), at(5.1), true)    // 200 units in 0.1 s
+	q.settle(seqA, aheadA, at(5.05), at(5.2), true) // 300 in 0.15 s
+	want := (200*(1-queueMemory) + 300) / (0.1*(1-queueMemory) + 0.15)
+	if r := queueRate(&q); math.Abs(r-want) > 1e-6*want {
+		t.Fatalf("rate %v units/s, want %v (about 2,000)", r, want)
+	}
+	q.settle(seqS, aheadS, at(0), at(30), true)
+	if q.h != len(q.q) || q.sum != 0 {
+		t.Fatalf("all released: h %d, %d entries, sum %v", q.h, len(q.q), q.sum)
+	}
+	// The next booking counts its own units only.
+	if _, ahead := q.book(50, 50, at(31)); ahead != 50 {
+		t.Fatalf("ahead %v on an empty queue, want 50", ahead)
 	}
 }
 
@@ -174,6 +204,56 @@ func TestSilentAnswerThroughTheProxy(t *testing.T) {
 	}
 	if u, n := pendingOf(g, "a"); u != 0 || n != 0 {
 		t.Errorf("pending %d units in %d requests after the answer", u, n)
+	}
+}
+
+// Through the proxy: a streamed request answered while a silent one
+// decodes at the same backend teaches the rate from its own booking, not
+// from the silent request's units.
+func TestSilentWorkNotAheadThroughTheProxy(t *testing.T) {
+	a := newFakeBackend(t, "a")
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixMilli())
+	hold := make(chan struct{})
+	var n atomic.Int32
+	a.setHook(func(w http.ResponseWriter, r *http.Request, body []byte) {
+		if n.Add(1) == 1 {
+			<-hold // the silent request generates until the test lets it go
+		} else {
+			clock.Add(100) // the streamed one answers in 0.1 s
+		}
+		answerCached(w, body, 0)
+	})
+	g := newRig(t, func(c *Config, d *Deps) {
+		d.Now = func() time.Time { return time.UnixMilli(clock.Load()) }
+	}, a)
+	b := g.rt.backendByName("a")
+	silent := chat("m1", longText("silent", 40000), "q")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		g.call("POST", "/v1/chat/completions", silent)
+	}()
+	waitFor(t, "the silent request at the backend", func() bool { return n.Load() == 1 })
+	clock.Add(5000) // it has long been decoding
+	body := streamed(chat("m1", longText("streamed", 400), "q"))
+	own := float64(chainFor(t, g, EndpointChat, body, "").Units)
+	if s := float64(chainFor(t, g, EndpointChat, silent, "").Units); s < 10*own {
+		t.Fatalf("set-up: a silent prompt of %v units, want at least ten times the streamed one's %v", s, own)
+	}
+	if got, _, _ := g.call("POST", "/v1/chat/completions", body); got != http.StatusOK {
+		t.Fatalf("status %d", got)
+	}
+	b.queue.mu.Lock()
+	work, waited := b.queue.work, b.queue.waited
+	b.queue.mu.Unlock()
+	if !(work > 0 && work <= own) || math.Abs(waited-0.1) > 1e-9 {
+		t.Errorf("taught %v units over %v s, want at most the streamed prompt's %v units over 0.1 s", work, waited, own)
+	}
+	close(hold)
+	<-done
+	if u, n := pendingOf(g, "a"); u != 0 || n != 0 {
+		t.Errorf("pending %d units in %d requests after the answers", u, n)
 	}
 }
 

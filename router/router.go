@@ -114,7 +114,7 @@ type Router struct {
 	// retired is what this router had written to each backend it removed
 	// (backend.written), for a later one of the same name to count on from:
 	// peers keep the largest count they heard from us. Guarded by setMu.
-	retired map[string]int64
+	retired map[string]*atomic.Int64
 	disc    *discoveryMetrics
 	// discoverer finds the backends (nil: the static list, changed only
 	// by SetBackends).

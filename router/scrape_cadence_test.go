@@ -90,3 +90,31 @@ func TestScrapeCadence(t *testing.T) {
 		}
 	}
 }
+
+// The gate counts time, not ticks: a ticker drops the ticks that come
+// while the watch loop probes or discovers (a slow backend stretches
+// both), and counting ticks would then wait far past SignalMaxAge.
+func TestScrapeGateCountsTime(t *testing.T) {
+	a := newFakeBackend(t, "a")
+	g := newRig(t, nil, a)
+	cfg := &g.rt.cfg
+	b := g.rt.backendByName("a")
+	for _, every := range []time.Duration{cfg.ScrapeInterval, 2500 * time.Millisecond, 4 * time.Second} {
+		gate := newScrapeGate(cfg)
+		base := time.Unix(2_000_000, 0)
+		var last time.Time
+		for k := range 40 {
+			now := base.Add(time.Duration(k) * every)
+			b.orca.at.Store(now.Add(-50 * time.Millisecond).UnixNano()) // ORCA fresh all along
+			if gate.due(g.rt, b, now) {
+				if !last.IsZero() && now.Sub(last) >= cfg.SignalMaxAge {
+					t.Fatalf("ticks %v apart: scrapes %v apart, past SignalMaxAge %v", every, now.Sub(last), cfg.SignalMaxAge)
+				}
+				last = now
+			}
+		}
+		if last.IsZero() {
+			t.Fatalf("ticks %v apart: no scrape", every)
+		}
+	}
+}

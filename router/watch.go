@@ -29,28 +29,39 @@ func scrapeCadence(cfg *Config) int {
 }
 
 // scrapeGate decides which of a backend's scrape ticks read its /metrics
-// page (one per watch loop).
+// page (one per watch loop). It counts time, not ticks: a ticker drops the
+// ticks that come while the loop probes or discovers (a slow backend, the
+// loaded one whose running count matters, stretches both), so the gate
+// scrapes at the last tick before the next one, as far apart as the last
+// two, would come too late.
 type scrapeGate struct {
-	cadence int // scrapeCadence
-	skipped int // ticks passed since the last scrape
+	span time.Duration // scrapeCadence intervals: the most a scrape may wait while ORCA is fresh
+	tick time.Duration // the scrape interval
+	last time.Time     // the last scrape (zero: none yet)
+	prev time.Time     // the last tick
 }
 
 // newScrapeGate is the gate of a watch loop: its first tick scrapes
 // (nothing has been read yet, ORCA or not).
 func newScrapeGate(cfg *Config) scrapeGate {
-	c := scrapeCadence(cfg)
-	return scrapeGate{cadence: c, skipped: c - 1}
+	return scrapeGate{span: time.Duration(scrapeCadence(cfg)) * cfg.ScrapeInterval, tick: cfg.ScrapeInterval}
 }
 
 // due reports whether the scrape tick at now reads b's /metrics page:
-// always unless an ORCA report came within the last interval, then every
-// cadence-th tick.
+// always unless an ORCA report came within the last interval; then only
+// when waiting for the next tick (expected as far from now as this one was
+// from the last, at least an interval) would leave more than span (and
+// half an interval's slack) since the last scrape.
 func (g *scrapeGate) due(rt *Router, b *backend, now time.Time) bool {
-	if at := b.orca.at.Load(); at != 0 && now.UnixNano()-at < int64(rt.cfg.ScrapeInterval) && g.skipped < g.cadence-1 {
-		g.skipped++
+	gap := g.tick
+	if !g.prev.IsZero() {
+		gap = max(gap, now.Sub(g.prev))
+	}
+	g.prev = now
+	if at := b.orca.at.Load(); at != 0 && now.UnixNano()-at < int64(g.tick) && !g.last.IsZero() && now.Add(gap).Sub(g.last) < g.span+g.tick/2 {
 		return false
 	}
-	g.skipped = 0
+	g.last = now
 	return true
 }
 
