@@ -44,12 +44,11 @@ type backend struct {
 	// backend held (blocking.go).
 	bound arrivalRate
 	// written counts every uncached prompt unit this router has sent the
-	// backend: what it wrote into the backend's cache (each dispatch's at
-	// most a capacity, and past an eighth of one only once a 2xx answer's
-	// first byte shows the backend took it: backend.writable).
-	// The counter is shared with the backend's later objects of the same
-	// name (backend_carry.go): a request still in flight on an object that
-	// was rebuilt or removed counts on the same total.
+	// backend (the pending units it ever booked, each dispatch's at most a
+	// capacity: addPending): what it wrote into the backend's cache. The
+	// counter is shared with the backend's later objects of the same name
+	// (backend_carry.go): a request still in flight on an object that was
+	// rebuilt or removed counts on the same total.
 	written *atomic.Int64
 	// booked, if set, is told every change of the pending counts (the
 	// mesh's load channel ships them at once: PeerLoad.BookingsChanged).
@@ -174,13 +173,9 @@ func stableHash[T string | []byte](s T) uint64 {
 type pendingPrefill struct {
 	b     *backend
 	units int64
-	// deferred is the part of units not added to b.written at dispatch
-	// (backend.writable): added when the first byte of a 2xx answer
-	// comes, dropped when the attempt ends without one.
-	deferred int64
-	at       time.Time // when it was booked
-	seq      uint64    // its place in b.queue
-	ahead    float64   // the units booked ahead of its first byte then, its own included
+	at    time.Time // when it was booked
+	seq   uint64    // its place in b.queue
+	ahead float64   // the units booked ahead of its first byte then, its own included
 }
 
 // addPending counts units of uncached prompt (of a prompt of prompt
@@ -196,66 +191,34 @@ func (b *backend) addPendingAs(units, prompt int, silent bool, now time.Time) pe
 	u := int64(max(units, 0))
 	b.pendingUnits.Add(u)
 	b.pendingRequests.Add(1)
-	written, deferred := b.writable(u)
-	b.written.Add(written)
+	b.written.Add(b.writable(u))
 	seq, ahead := b.queue.bookAs(float64(u), float64(max(prompt, units, 0)), silent, now)
 	if b.booked != nil {
 		b.booked()
 	}
-	return pendingPrefill{b: b, units: u, deferred: deferred, at: now, seq: seq, ahead: ahead}
+	return pendingPrefill{b: b, units: u, at: now, seq: seq, ahead: ahead}
 }
 
-// dispatchWriteShare bounds what a dispatch adds to b.written before the
-// backend has answered: at most this share (1/8) of the backend's
-// capacity. b.written ages every claim on the backend, is shared with the
-// mesh (peers keep the largest count they heard) and never goes back, so
-// whatever a dispatch adds stays even when the backend rejects the prompt
-// unread: a prompt past the model's context length answers 400 in
-// milliseconds, and an agent retrying a 128k-token prompt four times at a
-// 500k-token cache would otherwise doubt every claim on it on every node
-// (BeliefConfig.DoubtBeyond, 1 capacity by default). The rest of a larger
-// prompt is written when the first byte of a 2xx answer says the backend
-// computed it (pendingPrefill.deferred).
-//
-// Ordinary prompts are far below an eighth of a cache, so for them
-// nothing changes: they are counted whole at dispatch, which matters
-// because routing decisions made while they queue see them at once
-// (belief.afterBooking).
-const dispatchWriteShare = 8
-
-// writable splits what a dispatch of u uncached units writes to b: the
-// part added to b.written at once and the part deferred to the first byte
-// of a 2xx answer (dispatchWriteShare). Together they are u, at most the
-// backend's capacity: no prompt that is computed writes more than the
-// whole cache. With the capacity unknown, all of u is written at once.
-func (b *backend) writable(u int64) (now, deferred int64) {
-	k := math.Float64frombits(b.belief.kappa.Load())
-	if !(k > 0) {
-		return u, 0
+// writable is what a dispatch of u uncached units adds to b.written: u, at
+// most the backend's capacity when it is known. The count is written before
+// the backend has looked at the prompt and, shared with the mesh, never
+// goes back; a prompt the backend rejects (one past the model's context
+// length answers 400 in milliseconds) would otherwise push every claim on
+// it past the edge on every node. No prompt that is computed writes more
+// than the whole cache.
+func (b *backend) writable(u int64) int64 {
+	if k := math.Float64frombits(b.belief.kappa.Load()); k > 0 && k < float64(u) {
+		return int64(k)
 	}
-	total := u
-	if k < float64(total) {
-		total = int64(k)
-	}
-	now = total
-	if share := k / dispatchWriteShare; share < float64(now) {
-		now = int64(share)
-	}
-	return now, total - now
+	return u
 }
 
 // release takes the attempt's units off its backend at now; firstByte says
-// the first byte of a 2xx answer came (its prefill is done: an error
-// answer is released without it). It returns the deferred units it added
-// to b.written then (0 without firstByte: they are dropped). Later calls
-// do nothing.
-func (p *pendingPrefill) release(now time.Time, firstByte bool) (wrote int64) {
+// its answer's first byte came (its prefill is done). Later calls do
+// nothing.
+func (p *pendingPrefill) release(now time.Time, firstByte bool) {
 	if p.b == nil {
-		return 0
-	}
-	if firstByte && p.deferred > 0 {
-		p.b.written.Add(p.deferred)
-		wrote = p.deferred
+		return
 	}
 	p.b.pendingUnits.Add(-p.units)
 	p.b.pendingRequests.Add(-1)
@@ -264,7 +227,6 @@ func (p *pendingPrefill) release(now time.Time, firstByte bool) (wrote int64) {
 		p.b.booked()
 	}
 	p.b = nil
-	return wrote
 }
 
 // mix64 is splitmix64's finalizer: a bijection that spreads every input bit.

@@ -214,10 +214,13 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, st *reqState, 
 		uncached := st.uncached(&st.cands[d.Index])
 		pending = b.addPendingAs(uncached, st.chain.Units, silentAnswer(&st.prompt), now)
 		b.countArrival(uncached, st.chain.Units, now, &rt.cfg.KVMesh)
-		rt.noteWritten(st, b, now)
+		if cfg := &rt.cfg.Belief; st.depthEdge {
+			upt := rt.unitsPerToken()
+			b.belief.afterBooking(now.UnixMilli(), rt.meshWritten(b), st.pinnedAt(b, now.UnixMilli(), upt), upt, cfg.DoubtBeyond, cfg.DoubtNear)
+		}
 	}
 	defer func() {
-		if pending.b != nil { // no first byte came: a deferred write is dropped
+		if pending.b != nil { // no first byte came
 			pending.release(rt.now(), false)
 		}
 	}()
@@ -280,8 +283,7 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, st *reqState, 
 	st.usage.start(sse)
 	if resp.StatusCode/100 != 2 {
 		st.confirm = nil // an error answer computed nothing to confirm
-		// Nor did it prefill: its quick first byte must not teach the rate,
-		// nor write the part of the prompt deferred at dispatch.
+		// Nor did it prefill: its quick first byte must not teach the rate.
 		pending.release(now, false)
 	}
 	rerr, werr := rt.copyBody(w, resp.Body, st, stream, start, ep, &pending)
@@ -302,19 +304,6 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, st *reqState, 
 		}
 	}
 	return attemptResult{out: outDone, status: resp.StatusCode, ok: ok}
-}
-
-// noteWritten records b's written count in its belief at now, after this
-// request added to it (at dispatch, or the deferred part at its first
-// byte: backend.writable), when its claims count their own depth
-// (BeliefConfig.DepthEdge): the history then has a sample between the
-// write and the claims' stamps, so a claim's distance does not count the
-// units of its own request.
-func (rt *Router) noteWritten(st *reqState, b *backend, now time.Time) {
-	if cfg := &rt.cfg.Belief; st.depthEdge {
-		upt := rt.unitsPerToken()
-		b.belief.afterBooking(now.UnixMilli(), rt.meshWritten(b), st.pinnedAt(b, now.UnixMilli(), upt), upt, cfg.DoubtBeyond, cfg.DoubtNear)
-	}
 }
 
 // silentAnswer says p's answer comes whole after its generation (it does
@@ -338,9 +327,8 @@ func (rt *Router) setRoute(w http.ResponseWriter, st *reqState, b *backend, d De
 // copyBody copies the backend's answer to the client, flushing after each
 // read when it streams, and feeds it to st.usage. The first byte
 // read releases the attempt's pending prefill: the backend has produced a
-// token, so its prefill is done (an error answer's was released before:
-// attempt), and the part of its prompt deferred at dispatch is written.
-// rerr is a failure reading the backend, werr one writing the client.
+// token, so its prefill is done. rerr is a failure reading the backend,
+// werr one writing the client.
 func (rt *Router) copyBody(w http.ResponseWriter, body io.Reader, st *reqState, stream bool, start time.Time, ep Endpoint, pending *pendingPrefill) (rerr, werr error) {
 	rc := http.NewResponseController(w)
 	first := true
@@ -350,9 +338,7 @@ func (rt *Router) copyBody(w http.ResponseWriter, body io.Reader, st *reqState, 
 			if first {
 				first = false
 				now := rt.now()
-				if b := pending.b; pending.release(now, true) > 0 {
-					rt.noteWritten(st, b, now)
-				}
+				pending.release(now, true)
 				rt.modelMetricsFor(st.model).firstBytes(labelOf(ep)).Observe(now.Sub(start).Seconds())
 			}
 			st.usage.write(st.buf[:n])
