@@ -3,7 +3,6 @@ package router
 import (
 	"encoding/json"
 	"math"
-	"net/http"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -106,23 +105,15 @@ func TestOverduePricesTheHeadsHiddenPrefill(t *testing.T) {
 // queue its rate, a streamed request waiting for its first byte is the
 // head, and /admin/backends shows how far it has had time to get.
 func TestOverdueQueueThroughTheProxy(t *testing.T) {
-	a := newFakeBackend(t, "a")
-	var clock atomic.Int64
-	clock.Store(time.Now().UnixMilli())
 	hold := make(chan struct{})
-	var n atomic.Int32
-	a.setHook(func(w http.ResponseWriter, r *http.Request, body []byte) {
-		switch n.Add(1) {
+	g, clock, _ := clockedRig(t, func(n int32, clock *atomic.Int64) {
+		switch n {
 		case 1:
 			clock.Add(1000) // the first answer takes a second
 		case 2:
 			<-hold // the second waits until the test lets it go
 		}
-		answerCached(w, body, 0)
 	})
-	g := newRig(t, func(c *Config, d *Deps) {
-		d.Now = func() time.Time { return time.UnixMilli(clock.Load()) }
-	}, a)
 	g.call("POST", "/v1/chat/completions", streamed(chat("m1", longText("first", 4000), "q")))
 	b := g.rt.backendByName("a")
 	rate := queueRate(&b.queue)

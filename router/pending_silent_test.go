@@ -160,23 +160,15 @@ func TestPrefillQueueSilentRandom(t *testing.T) {
 // its generation, counts as pending while it runs but is not the head,
 // and its late first byte teaches no rate.
 func TestSilentAnswerThroughTheProxy(t *testing.T) {
-	a := newFakeBackend(t, "a")
-	var clock atomic.Int64
-	clock.Store(time.Now().UnixMilli())
 	hold := make(chan struct{})
-	var n atomic.Int32
-	a.setHook(func(w http.ResponseWriter, r *http.Request, body []byte) {
-		switch n.Add(1) {
+	g, clock, n := clockedRig(t, func(n int32, clock *atomic.Int64) {
+		switch n {
 		case 1:
 			clock.Add(1000) // the first, streamed, answer takes a second
 		case 2:
 			<-hold // the second generates until the test lets it go
 		}
-		answerCached(w, body, 0)
 	})
-	g := newRig(t, func(c *Config, d *Deps) {
-		d.Now = func() time.Time { return time.UnixMilli(clock.Load()) }
-	}, a)
 	g.call("POST", "/v1/chat/completions", streamed(chat("m1", longText("first", 4000), "q")))
 	b := g.rt.backendByName("a")
 	rate := queueRate(&b.queue)
@@ -211,22 +203,14 @@ func TestSilentAnswerThroughTheProxy(t *testing.T) {
 // decodes at the same backend teaches the rate from its own booking, not
 // from the silent request's units.
 func TestSilentWorkNotAheadThroughTheProxy(t *testing.T) {
-	a := newFakeBackend(t, "a")
-	var clock atomic.Int64
-	clock.Store(time.Now().UnixMilli())
 	hold := make(chan struct{})
-	var n atomic.Int32
-	a.setHook(func(w http.ResponseWriter, r *http.Request, body []byte) {
-		if n.Add(1) == 1 {
+	g, clock, n := clockedRig(t, func(n int32, clock *atomic.Int64) {
+		if n == 1 {
 			<-hold // the silent request generates until the test lets it go
 		} else {
 			clock.Add(100) // the streamed one answers in 0.1 s
 		}
-		answerCached(w, body, 0)
 	})
-	g := newRig(t, func(c *Config, d *Deps) {
-		d.Now = func() time.Time { return time.UnixMilli(clock.Load()) }
-	}, a)
 	b := g.rt.backendByName("a")
 	silent := chat("m1", longText("silent", 40000), "q")
 	done := make(chan struct{})
@@ -273,4 +257,23 @@ func TestSilentAnswer(t *testing.T) {
 			t.Errorf("%v stream %v: silent %v, want %v", c.p.Endpoint, c.p.Stream, got, c.want)
 		}
 	}
+}
+
+// clockedRig is a router over one fake backend "a" on a fake clock (Unix
+// ms, from now), whose backend calls before(k, clock) with each request's
+// number k (from 1) and then answers it with nothing cached. It returns
+// the rig, the clock and the count of requests the backend received.
+func clockedRig(t *testing.T, before func(k int32, clock *atomic.Int64)) (*testRig, *atomic.Int64, *atomic.Int32) {
+	t.Helper()
+	a := newFakeBackend(t, "a")
+	clock, n := new(atomic.Int64), new(atomic.Int32)
+	clock.Store(time.Now().UnixMilli())
+	a.setHook(func(w http.ResponseWriter, r *http.Request, body []byte) {
+		before(n.Add(1), clock)
+		answerCached(w, body, 0)
+	})
+	g := newRig(t, func(c *Config, d *Deps) {
+		d.Now = func() time.Time { return time.UnixMilli(clock.Load()) }
+	}, a)
+	return g, clock, n
 }
