@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -27,9 +28,10 @@ import (
 // duration the harness starts scaling reaches the live nodes too (a list
 // kept here once left out kvmesh.block_window and belief.lost_ttl, and the
 // demo's live nodes ran on another clock than the in-process arms beside
-// them). The index's and the mesh's scaled intervals (bench.TreeConfig,
-// bench.MeshTimes) have no kvmesh serve setting: they are listed as
-// comments, the difference the live nodes keep.
+// them). Likewise the index's and the mesh's settings: every field in
+// which bench.TreeConfig and bench.MeshTimes differ from tree's and mesh's
+// defaults is written under its kvmesh serve key (indexKeys, meshKeys); one
+// without a key is listed as a comment, a difference the live nodes keep.
 func serveConfigCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("kvmesh-bench serve-config", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -68,15 +70,30 @@ func serveConfig(scale float64) (string, error) {
 		diff = &yaml.Node{Kind: yaml.MappingNode}
 	}
 	doc := &yaml.Node{Kind: yaml.MappingNode, Content: []*yaml.Node{{Kind: yaml.ScalarNode, Value: "router"}, diff}}
+	var missing []string
+	for _, sec := range []struct {
+		name string
+		a, b any
+		keys map[string]string
+	}{
+		{"index", bench.TreeConfig(&cfg), tree.DefaultConfig(), indexKeys},
+		{"mesh", bench.MeshTimes(&cfg), mesh.DefaultConfig(), meshKeys},
+	} {
+		node, unkeyed, err := keyedDiff(sec.name, sec.a, sec.b, sec.keys)
+		if err != nil {
+			return "", err
+		}
+		if node != nil {
+			doc.Content = append(doc.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: sec.name}, node)
+		}
+		missing = append(missing, unkeyed...)
+	}
 	var b bytes.Buffer
 	fmt.Fprintf(&b, `# kvmesh serve configuration for simulated backends at time scale %g
-# (made by kvmesh-bench serve-config): the router settings the harness's
-# in-process routers run with where they differ from kvmesh serve's
-# defaults (backend-related durations divided by the time scale).
+# (made by kvmesh-bench serve-config): the router, index and mesh settings
+# the harness's in-process routers run with where they differ from kvmesh
+# serve's defaults (backend-related durations divided by the time scale).
 `, scale)
-	var missing []string
-	missing = append(missing, changedFields("index", bench.TreeConfig(&cfg), tree.DefaultConfig(), "default")...)
-	missing = append(missing, changedFields("mesh", bench.MeshTimes(&cfg), mesh.DefaultConfig(), "default")...)
 	if len(missing) > 0 {
 		b.WriteString("# kvmesh serve has no setting for these, which the in-process arms\n# scale too: its nodes keep the defaults.\n")
 		for _, m := range missing {
@@ -92,6 +109,48 @@ func serveConfig(scale float64) (string, error) {
 		return "", err
 	}
 	return b.String(), nil
+}
+
+// indexKeys and meshKeys are kvmesh serve's keys (cmd/kvmesh/config.go)
+// for the fields of tree.Config, under index:, and of mesh.Config, under
+// mesh:, that it sets.
+var (
+	indexKeys = map[string]string{"Capacity": "capacity", "BlockTokens": "block_tokens",
+		"CheckpointTokens": "checkpoint_tokens", "RefreshMaxMillis": "refresh_max_millis"}
+	meshKeys = map[string]string{"FlushInterval": "flush_interval", "LoadInterval": "load_interval",
+		"LoadMinGap": "load_min_gap", "LoadLazyDelay": "load_lazy_delay"}
+)
+
+// keyedDiff is the fields of struct a that differ from b's and have a key
+// in keys, as a YAML mapping of those keys (nil when none), and the other
+// differing fields as changedFields lists them.
+func keyedDiff(prefix string, a, b any, keys map[string]string) (*yaml.Node, []string, error) {
+	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	out := &yaml.Node{Kind: yaml.MappingNode}
+	var keyed []string
+	for i := range va.NumField() {
+		f := va.Type().Field(i)
+		key, ok := keys[f.Name]
+		if !ok || reflect.DeepEqual(va.Field(i).Interface(), vb.Field(i).Interface()) {
+			continue
+		}
+		var v yaml.Node
+		if err := v.Encode(va.Field(i).Interface()); err != nil {
+			return nil, nil, err
+		}
+		out.Content = append(out.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: key}, &v)
+		keyed = append(keyed, prefix+"."+f.Name+": ")
+	}
+	var unkeyed []string
+	for _, c := range changedFields(prefix, a, b, "default") {
+		if !slices.ContainsFunc(keyed, func(k string) bool { return strings.HasPrefix(c, k) }) {
+			unkeyed = append(unkeyed, c)
+		}
+	}
+	if len(out.Content) == 0 {
+		out = nil
+	}
+	return out, unkeyed, nil
 }
 
 // yamlDiff is the part of mapping a whose values differ from b's at the

@@ -88,6 +88,13 @@ type IndexConfig struct {
 	Capacity         int `yaml:"capacity"`
 	BlockTokens      int `yaml:"block_tokens"`
 	CheckpointTokens int `yaml:"checkpoint_tokens"`
+	// RefreshMaxMillis caps, in milliseconds, how much older than its last
+	// use a claim's timestamp may get (tree.Config.RefreshMaxMillis). 2000
+	// (2 s): readers that model a backend's cache as an LRU need the
+	// timestamp to say when the backend last saw the prefix, and a prefix
+	// in constant use is then re-sent every 2 s, a few claims a second
+	// mesh-wide. 0: no cap (the TTL fraction alone bounds it).
+	RefreshMaxMillis int64 `yaml:"refresh_max_millis"`
 }
 
 // MeshConfig turns a node into a member of a mesh of router nodes.
@@ -122,12 +129,47 @@ type MeshConfig struct {
 	// ShareLostMarks sends the prompts this node found lost at a backend to
 	// the peers (mesh.Config.ShareLostMarks: off, no measured benefit yet).
 	ShareLostMarks bool `yaml:"share_lost_marks"`
+
+	// The replication and load-channel intervals (mesh.Config's; leave
+	// them unless a measurement says otherwise, or the backends run on a
+	// simulated clock: kvmesh-bench serve-config divides them by its time
+	// scale, as the harness's in-process mesh does).
+	//
+	// FlushInterval is how often learned claims leave the node
+	// (mesh.Config.FlushInterval). 10 ms keeps learn-to-routable latency
+	// at a few tens of ms while batching many requests' claims into one
+	// message per peer.
+	FlushInterval time.Duration `yaml:"flush_interval"`
+	// LoadInterval is how often the load loop sends what changed in this
+	// node's bookings when nothing woke it earlier
+	// (mesh.Config.LoadInterval). 10 ms: the router wakes it at every
+	// dispatch and first byte, so this is a safety net.
+	LoadInterval time.Duration `yaml:"load_interval"`
+	// LoadMinGap is the least time between two load sends the router's
+	// wake-ups cause (mesh.Config.LoadMinGap). 2 ms: short, because two
+	// nodes routing within it may pick the same idle backend, yet at most
+	// 500 messages a second per peer. 0: no coalescing.
+	LoadMinGap time.Duration `yaml:"load_min_gap"`
+	// LoadLazyDelay is how long a change of in-flight counts alone (a
+	// request ended) waits for company before it is sent
+	// (mesh.Config.LoadLazyDelay). 100 ms: decoding requests weigh little
+	// in the cost, and it keeps the channel near two messages per request.
+	// 0: sent at once.
+	LoadLazyDelay time.Duration `yaml:"load_lazy_delay"`
+}
+
+// applyTimes sets mc's intervals from the configuration.
+func (m *MeshConfig) applyTimes(mc *mesh.Config) {
+	mc.FlushInterval = m.FlushInterval
+	mc.LoadInterval = m.LoadInterval
+	mc.LoadMinGap = m.LoadMinGap
+	mc.LoadLazyDelay = m.LoadLazyDelay
 }
 
 // DefaultServeConfig is the configuration before the file, the environment
 // and the flags are applied.
 func DefaultServeConfig() ServeConfig {
-	tc := tree.DefaultConfig()
+	tc, mc := tree.DefaultConfig(), mesh.DefaultConfig()
 	host, _ := os.Hostname()
 	return ServeConfig{
 		Node: NodeConfig{Name: host},
@@ -135,10 +177,12 @@ func DefaultServeConfig() ServeConfig {
 		// metrics port next to it, as Prometheus exporters do.
 		Listen: ListenConfig{API: ":8080", Admin: ":9090"},
 		Log:    LogConfig{Level: "info", Format: "json"},
-		Index:  IndexConfig{Capacity: tc.Capacity, BlockTokens: tc.BlockTokens, CheckpointTokens: tc.CheckpointTokens},
+		Index: IndexConfig{Capacity: tc.Capacity, BlockTokens: tc.BlockTokens, CheckpointTokens: tc.CheckpointTokens,
+			RefreshMaxMillis: tc.RefreshMaxMillis},
 		Router: router.DefaultConfig(),
 		// 7946 is serf's and memberlist's conventional port; QUIC on 7947.
-		Mesh:            MeshConfig{Bind: defaultBind, QUIC: defaultQUIC},
+		Mesh: MeshConfig{Bind: defaultBind, QUIC: defaultQUIC,
+			FlushInterval: mc.FlushInterval, LoadInterval: mc.LoadInterval, LoadMinGap: mc.LoadMinGap, LoadLazyDelay: mc.LoadLazyDelay},
 		Precise:         defaultPrecise(),
 		Tracing:         defaultTracing(),
 		ShutdownTimeout: 60 * time.Second,
@@ -169,6 +213,7 @@ func (c *ServeConfig) treeConfig() tree.Config {
 	tc.Capacity = c.Index.Capacity
 	tc.BlockTokens = c.Index.BlockTokens
 	tc.CheckpointTokens = c.Index.CheckpointTokens
+	tc.RefreshMaxMillis = c.Index.RefreshMaxMillis
 	return tc
 }
 
@@ -221,6 +266,11 @@ func (c *ServeConfig) Validate() error {
 	if err := c.Tracing.validate(); err != nil {
 		add("%v", err)
 	}
+	// The mesh's intervals are checked with the mesh off too: a bad value
+	// in the file is a mistake either way.
+	for _, err := range c.Mesh.validateTimes() {
+		add("mesh: %v", err)
+	}
 	if c.Mesh.Enabled {
 		if err := c.Mesh.validate(); err != nil {
 			add("mesh: %v", err)
@@ -250,9 +300,31 @@ func (m *MeshConfig) validate() error {
 	return errors.Join(errs...)
 }
 
+// validateTimes checks the intervals as package mesh does (mesh.Config's
+// Validate, over its defaults), one error per problem, named by YAML key.
+func (m *MeshConfig) validateTimes() []error {
+	mc := mesh.DefaultConfig()
+	mc.Name, mc.DevMode = "validate", true // checked elsewhere (node.name, gossip_key)
+	m.applyTimes(&mc)
+	err := mc.Validate()
+	if err == nil {
+		return nil
+	}
+	var errs []error
+	for _, line := range strings.Split(strings.TrimPrefix(err.Error(), "mesh: invalid config: "), "\n") {
+		errs = append(errs, errors.New(meshKeys.Replace(line)))
+	}
+	return errs
+}
+
 // treeKeys names package tree's Config fields by their YAML keys in errors.
 var treeKeys = strings.NewReplacer("tree: ", "", "BlockTokens", "block_tokens", "CheckpointTokens", "checkpoint_tokens",
-	"Capacity", "capacity")
+	"Capacity", "capacity", "RefreshMaxMillis", "refresh_max_millis")
+
+// meshKeys names package mesh's Config fields that MeshConfig sets by their
+// YAML keys in errors.
+var meshKeys = strings.NewReplacer("FlushInterval", "flush_interval", "LoadInterval", "load_interval",
+	"LoadMinGap", "load_min_gap", "LoadLazyDelay", "load_lazy_delay")
 
 // The mesh listeners' defaults: every interface, as a cluster needs. In
 // dev mode they become loopback (see devDefaults).

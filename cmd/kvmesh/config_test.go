@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvmesh/kvmesh/mesh"
+	"github.com/kvmesh/kvmesh/tree"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -80,6 +83,9 @@ func TestConfigErrorsAreClear(t *testing.T) {
 		{args: []string{"--config", "/does/not/exist.yaml"}, want: []string{"exist.yaml"}},
 		{args: []string{"--listen", "nonsense", "--backends", "http://a"}, want: []string{"listen.api", "nonsense"}},
 		{args: []string{}, want: []string{"at least one backend"}},
+		{args: []string{"--backends", "http://a"}, file: "mesh:\n  flush_interval: 0s\n  load_lazy_delay: -1s\n", want: []string{"flush_interval must be positive", "load_lazy_delay"}},
+		{args: []string{"--backends", "http://a"}, file: "index:\n  refresh_max_millis: -5\n", want: []string{"index: refresh_max_millis must not be negative"}},
+		{file: "mesh:\n  flush_interval: 10\n", want: []string{"mesh.flush_interval", "no unit"}},
 	}
 	for i, c := range cases {
 		args := c.args
@@ -177,7 +183,9 @@ func TestDeployExampleConfigLoads(t *testing.T) {
 	def := DefaultServeConfig()
 	if cfg.Node.Name != "router-1" || len(cfg.Router.Backends) != 2 || cfg.Router.ConfirmedTTL != 10*time.Minute || cfg.Index.Capacity != 1_000_000 ||
 		cfg.Router.MaxMessages != def.Router.MaxMessages || cfg.Router.KVMesh != def.Router.KVMesh || cfg.DrainDelay != def.DrainDelay ||
-		cfg.Router.Admission != def.Router.Admission || cfg.Tracing != def.Tracing {
+		cfg.Router.Admission != def.Router.Admission || cfg.Tracing != def.Tracing || cfg.Index.RefreshMaxMillis != def.Index.RefreshMaxMillis ||
+		cfg.Mesh.FlushInterval != def.Mesh.FlushInterval || cfg.Mesh.LoadInterval != def.Mesh.LoadInterval ||
+		cfg.Mesh.LoadMinGap != def.Mesh.LoadMinGap || cfg.Mesh.LoadLazyDelay != def.Mesh.LoadLazyDelay {
 		t.Fatalf("the example's values are not the defaults it claims: %+v", cfg)
 	}
 	s, cancel, done := startServe(t, "--config", example)
@@ -191,5 +199,58 @@ func TestDeployExampleConfigLoads(t *testing.T) {
 	// With the mesh on, the example's empty gossip key is refused.
 	if _, err := loadServeConfig([]string{"--config", example, "--mesh"}, env(nil), io.Discard); err == nil || !strings.Contains(err.Error(), "gossip_key") {
 		t.Fatalf("mesh without a gossip key: %v", err)
+	}
+}
+
+// The mesh's intervals and the index's refresh slack are keys of the file:
+// defaults are package mesh's and tree's, values reach mesh.Config and
+// tree.Config, and bad ones are refused by the packages' own rules, named
+// by key.
+func TestConfigMeshIntervalsAndRefreshSlack(t *testing.T) {
+	def := DefaultServeConfig()
+	mdef, tdef := mesh.DefaultConfig(), tree.DefaultConfig()
+	if def.Mesh.FlushInterval != mdef.FlushInterval || def.Mesh.LoadInterval != mdef.LoadInterval ||
+		def.Mesh.LoadMinGap != mdef.LoadMinGap || def.Mesh.LoadLazyDelay != mdef.LoadLazyDelay || def.Index.RefreshMaxMillis != tdef.RefreshMaxMillis {
+		t.Fatalf("defaults differ from the packages': %+v %+v", def.Mesh, def.Index)
+	}
+	file := writeFile(t, "k.yaml", `
+index:
+  refresh_max_millis: 200
+mesh:
+  flush_interval: 1ms
+  load_interval: 1ms
+  load_min_gap: 200µs
+  load_lazy_delay: 10ms
+`)
+	cfg, err := loadServeConfig([]string{"--config", file, "--backends", "a=http://10.0.0.1:8000"}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tc := cfg.treeConfig(); tc.RefreshMaxMillis != 200 {
+		t.Errorf("tree.Config.RefreshMaxMillis %d", tc.RefreshMaxMillis)
+	}
+	mc := mesh.DefaultConfig()
+	cfg.Mesh.applyTimes(&mc)
+	if mc.FlushInterval != time.Millisecond || mc.LoadInterval != time.Millisecond || mc.LoadMinGap != 200*time.Microsecond || mc.LoadLazyDelay != 10*time.Millisecond {
+		t.Errorf("mesh.Config %v %v %v %v", mc.FlushInterval, mc.LoadInterval, mc.LoadMinGap, mc.LoadLazyDelay)
+	}
+	// 0 is valid where the packages give it a meaning.
+	bad := DefaultServeConfig()
+	bad.Router.Backends = cfg.Router.Backends
+	bad.Index.RefreshMaxMillis, bad.Mesh.LoadMinGap, bad.Mesh.LoadLazyDelay = 0, 0, 0
+	if err := bad.Validate(); err != nil {
+		t.Errorf("zero slack, gap and delay refused: %v", err)
+	}
+	bad.Mesh.FlushInterval, bad.Mesh.LoadInterval, bad.Mesh.LoadMinGap = 0, -time.Millisecond, -time.Millisecond
+	err = bad.Validate()
+	for _, want := range []string{"mesh: flush_interval must be positive", "mesh: load_interval must be positive", "mesh: load_lazy_delay and load_min_gap must not be negative"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v lacks %q", err, want)
+		}
+	}
+	for _, field := range []string{"FlushInterval", "LoadInterval", "LoadMinGap", "LoadLazyDelay"} {
+		if err != nil && strings.Contains(err.Error(), field) {
+			t.Errorf("the Go field name %s in %v", field, err)
+		}
 	}
 }
