@@ -202,10 +202,13 @@ func (b *backend) addPendingAs(units, prompt int, silent bool, now time.Time) pe
 // writable is what a dispatch of u uncached units adds to b.written: u, at
 // most the backend's capacity when it is known. The count is written before
 // the backend has looked at the prompt and, shared with the mesh, never
-// goes back; a prompt the backend rejects (one past the model's context
-// length answers 400 in milliseconds) would otherwise push every claim on
-// it past the edge on every node. No prompt that is computed writes more
-// than the whole cache.
+// goes back, so a prompt the backend rejects (one past the model's context
+// length answers 400 in milliseconds) still ages every claim on it: by up
+// to one capacity, the doubt edge at the default belief.doubt_beyond (a 30
+// MB prompt added eight before the cap). No prompt that is computed writes
+// more than the whole cache. Adding the part past an eighth of a capacity
+// only at a 2xx answer's first byte fixed the rejected case and cost the
+// benchmarks (docs/claims.md, "A rejected prompt's writes").
 func (b *backend) writable(u int64) int64 {
 	if k := math.Float64frombits(b.belief.kappa.Load()); k > 0 && k < float64(u) {
 		return int64(k)

@@ -306,11 +306,33 @@ func (m *MeshConfig) validateTimes() []error {
 	mc := mesh.DefaultConfig()
 	mc.Name, mc.DevMode = "validate", true // checked elsewhere (node.name, gossip_key)
 	m.applyTimes(&mc)
+	var errs []error
+	// Bounds of a working mesh, beyond mesh.Config.Validate's "positive":
+	// below a millisecond the loops spin (1 ns held an idle node at two
+	// cores); a load interval past the snapshot period (LoadRefresh) delays
+	// the snapshots peers count on to keep this node's bookings, and a flush
+	// interval past a second delays every claim and retransmission by as
+	// much.
+	within := func(key string, v, lo, hi time.Duration, zero bool) {
+		if (v != 0 || !zero) && (v < lo || v > hi) {
+			or0 := ""
+			if zero {
+				or0 = " (or 0)"
+			}
+			errs = append(errs, fmt.Errorf("mesh: %s must be within [%v, %v]%s, got %v", key, lo, hi, or0, v))
+		}
+	}
+	within("flush_interval", m.FlushInterval, time.Millisecond, time.Second, false)
+	within("load_interval", m.LoadInterval, time.Millisecond, mc.LoadRefresh, false)
+	within("load_min_gap", m.LoadMinGap, 100*time.Microsecond, max(m.LoadInterval, 100*time.Microsecond), true)
+	within("load_lazy_delay", m.LoadLazyDelay, time.Millisecond, mc.LoadRefresh, true)
+	if len(errs) > 0 {
+		return errs
+	}
 	err := mc.Validate()
 	if err == nil {
 		return nil
 	}
-	var errs []error
 	for _, line := range strings.Split(strings.TrimPrefix(err.Error(), "mesh: invalid config: "), "\n") {
 		errs = append(errs, errors.New(meshKeys.Replace(line)))
 	}

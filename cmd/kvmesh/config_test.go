@@ -83,7 +83,8 @@ func TestConfigErrorsAreClear(t *testing.T) {
 		{args: []string{"--config", "/does/not/exist.yaml"}, want: []string{"exist.yaml"}},
 		{args: []string{"--listen", "nonsense", "--backends", "http://a"}, want: []string{"listen.api", "nonsense"}},
 		{args: []string{}, want: []string{"at least one backend"}},
-		{args: []string{"--backends", "http://a"}, file: "mesh:\n  flush_interval: 0s\n  load_lazy_delay: -1s\n", want: []string{"flush_interval must be positive", "load_lazy_delay"}},
+		{args: []string{"--backends", "http://a"}, file: "mesh:\n  flush_interval: 0s\n  load_lazy_delay: -1s\n", want: []string{"flush_interval must be within [1ms, 1s]", "load_lazy_delay"}},
+		{args: []string{"--backends", "http://a"}, file: "mesh:\n  flush_interval: 1ns\n  load_interval: 2s\n", want: []string{"mesh: flush_interval must be within [1ms, 1s], got 1ns", "mesh: load_interval must be within [1ms, 500ms], got 2s"}},
 		{args: []string{"--backends", "http://a"}, file: "index:\n  refresh_max_millis: -5\n", want: []string{"index: refresh_max_millis must not be negative"}},
 		{file: "mesh:\n  flush_interval: 10\n", want: []string{"mesh.flush_interval", "no unit"}},
 	}
@@ -243,7 +244,7 @@ mesh:
 	}
 	bad.Mesh.FlushInterval, bad.Mesh.LoadInterval, bad.Mesh.LoadMinGap = 0, -time.Millisecond, -time.Millisecond
 	err = bad.Validate()
-	for _, want := range []string{"mesh: flush_interval must be positive", "mesh: load_interval must be positive", "mesh: load_lazy_delay and load_min_gap must not be negative"} {
+	for _, want := range []string{"mesh: flush_interval must be within [1ms, 1s], got 0s", "mesh: load_interval must be within [1ms, 500ms], got -1ms", "mesh: load_min_gap must be within"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v lacks %q", err, want)
 		}
