@@ -194,7 +194,7 @@ func (n *procNode) preciseMatch(t *testing.T, body []byte, backend string) int {
 // absent); labels is the text between the braces.
 func (n *procNode) labeledMetric(t *testing.T, name, labels string) float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + n.admin + "/metrics")
+	resp, err := probeClient.Get("http://" + n.admin + "/metrics")
 	if err != nil {
 		return 0
 	}

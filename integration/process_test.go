@@ -161,6 +161,7 @@ func startMesh(t *testing.T, bin string, n int, backendURLs []string, extra ...s
 func startMeshWith(t *testing.T, bin string, n int, backendURLs []string, nodeArgs func(*procNode) []string, extra ...string) *procMesh {
 	t.Helper()
 	m := &procMesh{bin: bin, dir: t.TempDir(), extra: extra, nodeArgs: nodeArgs}
+	t.Cleanup(func() { m.stop() }) // also when a node fails to start: the ones up must not outlive the test
 	names := make([]string, n)
 	m.nodes = make([]*procNode, n)
 	for i := range m.nodes {
@@ -198,10 +199,15 @@ func (m *procMesh) start(t *testing.T, n *procNode) {
 	n.start(t, m.bin, args...)
 }
 
-func (m *procMesh) stop() {
+// stop stops every node gracefully; it reports the nodes that had to be
+// killed (a graceful stop writes the node's snapshot).
+func (m *procMesh) stop() (killed []string) {
 	for _, n := range m.nodes {
-		n.stop()
+		if n != nil && n.stop() {
+			killed = append(killed, n.name)
+		}
 	}
+	return killed
 }
 
 func (n *procNode) start(t *testing.T, bin string, args ...string) {
@@ -225,7 +231,7 @@ func (n *procNode) start(t *testing.T, bin string, args ...string) {
 			t.Fatalf("%s exited before serving (%v):\n%s", n.name, n.cmd.ProcessState, n.out.tail(4096))
 		default:
 		}
-		resp, err := http.Get("http://" + n.admin + "/healthz")
+		resp, err := probeClient.Get("http://" + n.admin + "/healthz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
@@ -246,23 +252,34 @@ func (n *procNode) kill() {
 	}
 }
 
-func (n *procNode) stop() {
+// stop sends SIGINT and waits for the node to exit; it reports whether
+// the node had to be killed. The wait is a liveness bound, not a
+// deadline: a race-built node on a busy machine may take a while to leave
+// the mesh and write its snapshot.
+func (n *procNode) stop() (killed bool) {
 	if n.cmd == nil || n.cmd.Process == nil {
-		return
+		return false
 	}
 	select {
 	case <-n.exited:
-		return
+		return false
 	default:
 	}
 	n.cmd.Process.Signal(os.Interrupt)
 	select {
 	case <-n.exited:
-	case <-time.After(10 * time.Second):
+		return false
+	case <-time.After(2 * time.Minute):
 		n.cmd.Process.Kill()
 		<-n.exited // its ports are free before anyone restarts it
+		return true
 	}
 }
+
+// probeClient is for the tests' own requests to a node's admin listener:
+// a node that accepts and never answers fails the wait around it instead
+// of hanging the test past its timeout (which would orphan the nodes).
+var probeClient = &http.Client{Timeout: 5 * time.Second}
 
 type meshView struct {
 	StateDigest string `json:"state_digest"`

@@ -195,7 +195,7 @@ func TestProcessSoak(t *testing.T) {
 func processFigures(admin string) (rss, goroutines float64, err error) {
 	var grs []float64
 	for range 5 {
-		resp, err := http.Get("http://" + admin + "/metrics")
+		resp, err := probeClient.Get("http://" + admin + "/metrics")
 		if err != nil {
 			return 0, 0, fmt.Errorf("scraping %s: %w", admin, err)
 		}

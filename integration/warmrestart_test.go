@@ -51,7 +51,9 @@ func TestProcessMeshWarmRestart(t *testing.T) {
 		return d != "" && nodes[0].claims() > 0 && d == nodes[1].stateDigest() && d == nodes[2].stateDigest()
 	})
 
-	m.stop() // SIGINT: every node writes its snapshot and exits
+	if killed := m.stop(); len(killed) > 0 { // SIGINT: every node writes its snapshot and exits
+		t.Fatalf("%v did not exit within two minutes of SIGINT (killed: no snapshot written)", killed)
+	}
 	for _, n := range nodes {
 		m.start(t, n)
 	}
@@ -114,7 +116,7 @@ func routeField(route, key string) string {
 // metric reads an unlabelled metric from a node's /metrics (-1 if absent).
 func metric(t *testing.T, admin, name string) float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + admin + "/metrics")
+	resp, err := probeClient.Get("http://" + admin + "/metrics")
 	if err != nil {
 		return -1
 	}
