@@ -54,6 +54,9 @@ func (r *Replica) Digest(now int64, dst []uint64) ([]uint64, uint64) {
 	names := make([]uint64, len(r.reg))
 	var reg uint64
 	for i := range r.reg {
+		if r.reg[i].State == 0 {
+			continue // a free id (tree.Index.ForgetRemoved): no entry, no claims
+		}
 		names[i] = nameHash(r.reg[i].Name)
 		reg += entryHash(&r.reg[i])
 	}

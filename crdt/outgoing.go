@@ -145,7 +145,9 @@ func (r *Replica) bucketBatch(from, to int, now int64) Batch {
 	r.reg = r.ix.Backends(r.reg[:0])
 	r.resetBackendIndex()
 	for id := range r.reg {
-		r.backendIndex(&batch, tree.BackendID(id))
+		if r.reg[id].State != 0 { // not a free id
+			r.backendIndex(&batch, tree.BackendID(id))
+		}
 	}
 	lo, _ := r.bucketRange(from)
 	_, hi := r.bucketRange(to - 1)
@@ -215,6 +217,8 @@ func (r *Replica) buildDelta(p *peer, now int64) (*Message, uint64) {
 			r.backendIndex(&batch, e.backend)
 			return true
 		}
+		// A claim of a backend forgotten since it was logged was made
+		// unsendable then (forgetLogged); expired, it is skipped here.
 		c := &e.claim
 		if c.Expires <= now {
 			return true

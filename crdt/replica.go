@@ -1,7 +1,9 @@
 package crdt
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/kvmesh/kvmesh/tree"
@@ -28,9 +30,10 @@ type Replica struct {
 
 	epoch   uint64 // last full-transfer epoch started
 	stats   Stats
-	scratch []tree.Claim // Learn's changed claims
-	applied []tree.Claim // the novel claims of the last Receive
-	claims  []tree.Claim // applyBatch's conversion buffer
+	scratch []tree.Claim     // Learn's changed claims
+	applied []tree.Claim     // the novel claims of the last Receive
+	claims  []tree.Claim     // applyBatch's conversion buffer
+	freed   []tree.BackendID // ForgetRemoved's freed ids
 	reg     []tree.BackendEntry
 	bidx    []uint32        // per local backend id: index+1 in the batch being built
 	pos     map[claimID]int // buildDelta's join of claims by (key, backend)
@@ -53,15 +56,16 @@ type Stats struct {
 	DigestMismatches  uint64 `json:"digest_mismatches"` // digests that found differing buckets
 	BucketsRepaired   uint64 `json:"buckets_repaired"`  // buckets sent in repair messages
 	ClockClamps       uint64 `json:"clock_clamps"`
-	ExpiryCaps        uint64 `json:"expiry_caps"`       // received claims whose expiry was capped at their time + MaxTTL
-	FloorsIgnored     uint64 `json:"floors_ignored"`    // eviction floors beyond what any honest node can produce
-	BackendsRejected  uint64 `json:"backends_rejected"` // registry entries this node could not register (claims on them skipped)
-	RepairsIgnored    uint64 `json:"repairs_ignored"`   // repair requests ignored while repairs for that peer were queued
-	UnknownSender     uint64 `json:"unknown_sender"`    // messages from nodes that are not peers
-	Restarts          uint64 `json:"restarts"`          // peers seen with a new incarnation
-	AckResets         uint64 `json:"ack_resets"`        // peers whose acks went back (they forgot us): full transfers restarted
-	StaleChunks       uint64 `json:"stale_chunks"`      // full-transfer chunks of an older transfer than the one running, ignored
-	DigestsIgnored    uint64 `json:"digests_ignored"`   // digests not compared while repairs for that peer were queued
+	ExpiryCaps        uint64 `json:"expiry_caps"`        // received claims whose expiry was capped at their time + MaxTTL
+	FloorsIgnored     uint64 `json:"floors_ignored"`     // eviction floors beyond what any honest node can produce
+	BackendsRejected  uint64 `json:"backends_rejected"`  // registry entries this node could not register (claims on them skipped)
+	BackendsForgotten uint64 `json:"backends_forgotten"` // late registry entries of backends removed before the forget horizon (ignored, with their claims)
+	RepairsIgnored    uint64 `json:"repairs_ignored"`    // repair requests ignored while repairs for that peer were queued
+	UnknownSender     uint64 `json:"unknown_sender"`     // messages from nodes that are not peers
+	Restarts          uint64 `json:"restarts"`           // peers seen with a new incarnation
+	AckResets         uint64 `json:"ack_resets"`         // peers whose acks went back (they forgot us): full transfers restarted
+	StaleChunks       uint64 `json:"stale_chunks"`       // full-transfer chunks of an older transfer than the one running, ignored
+	DigestsIgnored    uint64 `json:"digests_ignored"`    // digests not compared while repairs for that peer were queued
 }
 
 // PeerStatus is the protocol state of one peer, for metrics and admin views.
@@ -141,6 +145,31 @@ func (r *Replica) Invalidate(backend string, removed bool, now int64) (tree.Back
 	r.log.append(logEntry{isBackend: true, backend: id})
 	r.stats.LocalChanges++
 	return e, nil
+}
+
+// ForgetRemoved frees the ids of backends removed long enough ago
+// (tree.Index.ForgetRemoved) and makes the changes logged for them
+// unsendable: a new name may take the id, and a logged claim or registry
+// change of the old backend must not go out under it. (Logged claims of
+// it have expired by then; the scrub does not rely on it.) It returns the
+// ids it freed (valid until the next call): holders of ids outside the
+// replica forget them too. Call it now and then, as the periodic sweep.
+func (r *Replica) ForgetRemoved(now int64) []tree.BackendID {
+	r.freed = r.ix.ForgetRemoved(now, r.freed[:0])
+	if len(r.freed) == 0 {
+		return nil
+	}
+	r.log.each(0, func(e *logEntry) bool {
+		id := e.claim.Backend
+		if e.isBackend {
+			id = e.backend
+		}
+		if slices.Contains(r.freed, id) {
+			*e = logEntry{seq: e.seq, source: e.source} // an expired claim: skipped when sent
+		}
+		return true
+	})
+	return r.freed
 }
 
 // AddPeer starts replicating to a peer. A new peer gets the full state.
@@ -367,7 +396,13 @@ func (r *Replica) applyBatch(b *Batch, source tree.NodeID, now int64) error {
 		if ts, clamped := r.clock.Observe(e.Time, now); clamped {
 			e.Time = ts
 		}
-		id, changed, err := r.ix.JoinBackend(e)
+		id, changed, err := r.ix.JoinBackendAt(e, now)
+		if errors.Is(err, tree.ErrBackendForgotten) {
+			// A late copy of a backend removed hours ago: stale, not
+			// refused for room; its claims (if any) are dead too.
+			r.stats.BackendsForgotten++
+			continue
+		}
 		if err != nil {
 			// Typically a full registry (MaxBackends differs between
 			// nodes). Skip this backend's claims but apply the rest, so

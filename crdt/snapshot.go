@@ -20,13 +20,23 @@ import (
 //
 // Format, version 1:
 //
-//	"KVMSNAP1"              8 bytes: magic and version
+//	"KVMSNAP1"              8 bytes: magic and version ("KVMSNAP2" when it holds
+//	                        forgotten names, below)
 //	uvarint created         Unix ms when it was taken
 //	uvarint batches         how many batches follow
 //	batches                 each a uvarint length and a CBOR batch (as in messages),
-//	                        each with the whole registry, claims naming entries by position
+//	                        each with the whole registry, claims naming entries by position;
+//	                        then batches of registry entries alone: the names forgotten
+//	                        without an id (tree.Index.ForgetRemoved)
 //	SHA-256                 32 bytes, of everything before
 const snapshotMagic = "KVMSNAP1"
+
+// snapshotMagicForgotten marks a snapshot with batches of forgotten names
+// (version 2; the layout is version 1's). A version that does not forget
+// names would join them all into its registry, filled by a few thousand:
+// it refuses the file and starts cold instead. One without forgotten names
+// is written as version 1, which every version reads.
+const snapshotMagicForgotten = "KVMSNAP2"
 
 // SnapshotBatchClaims is how many claims go into one batch of a snapshot.
 const SnapshotBatchClaims = 1 << 16
@@ -49,15 +59,25 @@ type SnapshotInfo struct {
 // 200,000 slots).
 func AppendSnapshot(dst []byte, ix *tree.Index, now int64) ([]byte, SnapshotInfo, error) {
 	start := len(dst)
-	reg := ix.Backends(nil)
-	info := SnapshotInfo{Created: now, Backends: len(reg), Floor: ix.Floor()}
+	// The registry without free ids (pos maps an id to its place).
+	all := ix.Backends(nil)
+	reg := make([]tree.BackendEntry, 0, len(all))
+	pos := make([]uint32, len(all))
+	for id := range all {
+		if all[id].State != 0 {
+			pos[id] = uint32(len(reg))
+			reg = append(reg, all[id])
+		}
+	}
+	forgotten := ix.AppendForgotten(nil)
+	info := SnapshotInfo{Created: now, Backends: len(reg) + len(forgotten), Floor: ix.Floor()}
 	var batches []Batch
 	cur := Batch{Backends: reg, Floor: info.Floor}
 	ix.Range(now, func(c *tree.Claim) bool {
-		if int(c.Backend) >= len(reg) {
-			return true // registered during the walk: next snapshot
+		if int(c.Backend) >= len(all) || all[c.Backend].State == 0 {
+			return true // registered (or its id given out again) during the walk: next snapshot
 		}
-		cur.Claims = append(cur.Claims, WireClaim{Key: c.Key, Backend: uint32(c.Backend), Gen: c.Gen, Time: c.Time,
+		cur.Claims = append(cur.Claims, WireClaim{Key: c.Key, Backend: pos[c.Backend], Gen: c.Gen, Time: c.Time,
 			Expires: c.Expires, Origin: c.Origin})
 		if len(cur.Claims) == SnapshotBatchClaims {
 			batches = append(batches, cur)
@@ -68,7 +88,18 @@ func AppendSnapshot(dst []byte, ix *tree.Index, now int64) ([]byte, SnapshotInfo
 	if len(cur.Claims) > 0 || len(batches) == 0 {
 		batches = append(batches, cur)
 	}
-	dst = append(dst, snapshotMagic...)
+	// Then the names forgotten without an id (no claim refers to them), in
+	// batches of registry entries alone.
+	for rest := forgotten; len(rest) > 0; {
+		k := min(len(rest), MaxBackendsPerBatch)
+		batches = append(batches, Batch{Backends: rest[:k], Floor: info.Floor})
+		rest = rest[k:]
+	}
+	if len(forgotten) > 0 {
+		dst = append(dst, snapshotMagicForgotten...)
+	} else {
+		dst = append(dst, snapshotMagic...)
+	}
 	dst = binary.AppendUvarint(dst, uint64(max(now, 0)))
 	dst = binary.AppendUvarint(dst, uint64(len(batches)))
 	var buf bytes.Buffer
@@ -103,7 +134,7 @@ func ParseSnapshot(data []byte) (*Snapshot, error) {
 	if len(data) < len(snapshotMagic)+sha256.Size {
 		return nil, fmt.Errorf("crdt: snapshot of %d bytes is truncated", len(data))
 	}
-	if string(data[:len(snapshotMagic)]) != snapshotMagic {
+	if m := string(data[:len(snapshotMagic)]); m != snapshotMagic && m != snapshotMagicForgotten {
 		return nil, errors.New("crdt: not a kvmesh snapshot (or an unsupported version)")
 	}
 	body, sum := data[:len(data)-sha256.Size], data[len(data)-sha256.Size:]
@@ -173,18 +204,27 @@ type SnapshotApplied struct {
 // where it dominates.
 func (s *Snapshot) Apply(ix *tree.Index, now int64, maxTTL int64) SnapshotApplied {
 	var out SnapshotApplied
+	// Removals older than the forget horizon are kept by name, not given
+	// an id: a snapshot taken after months of rollouts fits the registry.
+	ix.ForgetRemoved(now, nil)
 	var claims []tree.Claim
 	for bi := range s.batches {
 		b := &s.batches[bi]
 		ids := make([]tree.BackendID, len(b.Backends))
 		ok := make([]bool, len(b.Backends))
 		for i, e := range b.Backends {
-			id, _, err := ix.JoinBackend(e)
+			id, _, err := ix.JoinBackendAt(e, min(s.Info.Created, now)) // it arrived by the snapshot's time
+			if errors.Is(err, tree.ErrBackendForgotten) {
+				if bi == 0 || len(b.Claims) == 0 {
+					out.Backends++ // kept by name
+				}
+				continue
+			}
 			if err != nil {
 				continue
 			}
 			ids[i], ok[i] = id, true
-			if bi == 0 {
+			if bi == 0 || len(b.Claims) == 0 { // the registry is in every claims batch
 				out.Backends++
 			}
 		}

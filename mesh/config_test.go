@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvmesh/kvmesh/transport"
+	"github.com/kvmesh/kvmesh/tree"
 )
 
 func validConfig() Config {
@@ -110,5 +113,25 @@ func TestNewRequiresDeps(t *testing.T) {
 	}
 	if _, err := New(Config{}, Deps{}); err == nil || !strings.Contains(err.Error(), "invalid config") {
 		t.Fatalf("want a config error, got %v", err)
+	}
+}
+
+// An index that forgets removed backends sooner than twice the longest
+// claim life could give a new name an id that live claims still name.
+func TestNewRefusesAForgetHorizonShorterThanClaims(t *testing.T) {
+	tc := tree.DefaultConfig()
+	tc.Capacity = 1 << 10
+	tc.ForgetRemovedMillis = 90 * 60 * 1000 // 1.5 h, the replicas' max TTL is 1 h
+	ix, err := tree.New(tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, err := transport.NewMemNetwork(1).Endpoint("router-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(validConfig(), Deps{Index: ix, Transport: ep})
+	if err == nil || !strings.Contains(err.Error(), "index.forget_removed") {
+		t.Fatalf("want an error naming index.forget_removed, got %v", err)
 	}
 }

@@ -14,10 +14,11 @@ func NewIndexCollector(ix *tree.Index) prometheus.Collector { return &indexColle
 type indexCollector struct{ ix *tree.Index }
 
 var (
-	descIndexClaims   = prometheus.NewDesc("kvmesh_index_claims", "Occupied claim slots, including dead claims not swept yet.", nil, nil)
-	descIndexCapacity = prometheus.NewDesc("kvmesh_index_capacity_claims", "Configured claim capacity.", nil, nil)
-	descIndexBackends = prometheus.NewDesc("kvmesh_index_backends", "Registered backends.", nil, nil)
-	descIndexFloor    = prometheus.NewDesc("kvmesh_index_floor_timestamp_seconds", "Eviction floor: claims expiring at or before it are gone (Unix seconds).", nil, nil)
+	descIndexClaims    = prometheus.NewDesc("kvmesh_index_claims", "Occupied claim slots, including dead claims not swept yet.", nil, nil)
+	descIndexCapacity  = prometheus.NewDesc("kvmesh_index_capacity_claims", "Configured claim capacity.", nil, nil)
+	descIndexBackends  = prometheus.NewDesc("kvmesh_index_backends", "Backend names holding a registry id (of index.max 4,096): listed ones, and removed ones until index.forget_removed has passed.", nil, nil)
+	descIndexForgotten = prometheus.NewDesc("kvmesh_index_backends_forgotten", "Removed backend names kept without an id after index.forget_removed (so late copies of their entries are refused).", nil, nil)
+	descIndexFloor     = prometheus.NewDesc("kvmesh_index_floor_timestamp_seconds", "Eviction floor: claims expiring at or before it are gone (Unix seconds).", nil, nil)
 )
 
 var indexCounters = []struct {
@@ -31,10 +32,11 @@ var indexCounters = []struct {
 	{prometheus.NewDesc("kvmesh_index_swept_claims_total", "Dead claims reclaimed.", nil, nil), func(s *tree.Stats) uint64 { return s.Swept }},
 	{prometheus.NewDesc("kvmesh_index_evicted_claims_total", "Claims evicted because the index was full.", nil, nil), func(s *tree.Stats) uint64 { return s.Evicted }},
 	{prometheus.NewDesc("kvmesh_index_floor_raises_total", "Times the eviction floor rose.", nil, nil), func(s *tree.Stats) uint64 { return s.FloorRaises }},
+	{prometheus.NewDesc("kvmesh_index_forgotten_backends_total", "Removed backends whose registry id was freed for new names (index.forget_removed after their removal).", nil, nil), func(s *tree.Stats) uint64 { return s.ForgotTotal }},
 }
 
 func (c *indexCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descIndexClaims, descIndexCapacity, descIndexBackends, descIndexFloor} {
+	for _, d := range []*prometheus.Desc{descIndexClaims, descIndexCapacity, descIndexBackends, descIndexForgotten, descIndexFloor} {
 		ch <- d
 	}
 	for _, ic := range indexCounters {
@@ -47,6 +49,7 @@ func (c *indexCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descIndexClaims, prometheus.GaugeValue, float64(s.Claims))
 	ch <- prometheus.MustNewConstMetric(descIndexCapacity, prometheus.GaugeValue, float64(s.Capacity))
 	ch <- prometheus.MustNewConstMetric(descIndexBackends, prometheus.GaugeValue, float64(s.Backends))
+	ch <- prometheus.MustNewConstMetric(descIndexForgotten, prometheus.GaugeValue, float64(s.Forgotten))
 	floor := float64(s.Floor) / 1000
 	if s.Floor < 0 {
 		floor = 0 // no eviction yet

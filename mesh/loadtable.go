@@ -190,7 +190,13 @@ func (t *loadTable) apply(peer string, m *loadMsg, size int, now int64) loadAppl
 			p.ids = make(map[uint32]tree.BackendID, len(m.Entries))
 		}
 		for i := range m.Entries {
-			p.names[m.Entries[i].Idx] = m.Entries[i].Name
+			e := &m.Entries[i]
+			if old, ok := p.names[e.Idx]; ok && old != e.Name {
+				// The peer gave this index to another backend (it forgot a
+				// removed one's name, tree.Index.ForgetRemoved): resolve again.
+				delete(p.ids, e.Idx)
+			}
+			p.names[e.Idx] = e.Name
 		}
 	}
 	if m.Snapshot {
@@ -303,6 +309,36 @@ func (t *loadTable) readmit(p *peerLoad) {
 	}
 	t.retiredAnswers.sub(d.answers)
 	p.answers = d.answers
+}
+
+// forget drops everything held for this node's backend ids, freed for new
+// names (tree.Index.ForgetRemoved): the peers' bookings, written counts and
+// lessons there, the retired and departed totals, the published lesson, and
+// the resolutions of peers' indexes to them. A backend that takes the id
+// starts from nothing, as a new one should.
+func (t *loadTable) forget(ids []tree.BackendID) {
+	for _, id := range ids {
+		if int(id) >= len(t.sums) {
+			continue
+		}
+		t.retired[id] = 0
+		t.sums[id].lesson.Store(nil)
+		for _, p := range t.peers {
+			delete(p.book, id)
+			delete(p.written, id)
+			delete(p.lessons, id)
+			delete(p.fresh, id)
+			for idx, v := range p.ids {
+				if v == id {
+					delete(p.ids, idx)
+				}
+			}
+		}
+		for _, d := range t.departed {
+			delete(d.written, id)
+		}
+	}
+	t.dirty = true
 }
 
 // weight is how much a peer last heard at heard counts at now.

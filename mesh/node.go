@@ -158,6 +158,12 @@ func New(cfg Config, deps Deps) (*Node, error) {
 	if deps.Transport == nil {
 		return nil, errors.New("mesh: Deps.Transport is required")
 	}
+	if f := deps.Index.Config().ForgetRemovedMillis; f > 0 && f < 2*cfg.Replica.MaxTTL.Milliseconds() {
+		// A removed backend's id may be given to a new name only once no
+		// claim of it can be alive anywhere (a claim lives at most MaxTTL
+		// past its stamp), with room for clocks and partitions.
+		return nil, fmt.Errorf("mesh: the index forgets removed backends after %v, less than twice the longest claim life (replica max TTL %v): raise index.forget_removed or lower the TTL", time.Duration(f)*time.Millisecond, cfg.Replica.MaxTTL)
+	}
 	n := &Node{
 		cfg:        cfg,
 		ix:         deps.Index,

@@ -50,8 +50,33 @@ func (n *Node) replicate(ctx context.Context) {
 			if k := n.ix.Sweep(n.nowMs()); k > 0 {
 				n.log.Debug().Int("reclaimed", k).Msg("mesh: swept dead claims")
 			}
+			n.forgetRemoved()
 		}
 	}
+}
+
+// forgetRemoved frees the registry ids of backends removed long ago
+// (tree.Config.ForgetRemovedMillis), for new names.
+// (tree.Config.ForgetRemovedMillis), for new names: the replica's log and
+// the load channel forget them too, and the next load snapshots carry
+// names, so peers learn which backend the ids name now.
+func (n *Node) forgetRemoved() {
+	now := n.nowMs()
+	n.mu.Lock()
+	ids := slices.Clone(n.rep.ForgetRemoved(now))
+	n.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	n.loadMu.Lock()
+	n.loads.forget(ids)
+	for _, id := range ids {
+		delete(n.lp.names, id)
+		delete(n.lp.lessonLast, id)
+	}
+	n.lp.namesLeft = 3
+	n.loadMu.Unlock()
+	n.log.Info().Int("forgotten", len(ids)).Msg("mesh: freed the registry ids of backends removed before the forget horizon")
 }
 
 // drainSerfEvents discards queued serf events: refresh reads the whole

@@ -50,6 +50,11 @@ type backend struct {
 	// (backend_carry.go): a request still in flight on an object that was
 	// rebuilt or removed counts on the same total.
 	written *atomic.Int64
+	// gone is set when the backend's name leaves the router (sweepRemoved;
+	// shared with its rebuilt objects, as written): a request still in
+	// flight then learns nothing more for it, for its registry id may be
+	// given to another name (tree.Index.ForgetRemoved) before it ends.
+	gone *atomic.Bool
 	// booked, if set, is told every change of the pending counts (the
 	// mesh's load channel ships them at once: PeerLoad.BookingsChanged).
 	booked func()
@@ -108,6 +113,7 @@ func newBackend(slot int, bc BackendConfig, ix *tree.Index, m *metrics) (*backen
 		hash:    stableHash(name),
 		weight:  bc.effectiveWeight(),
 		written: new(atomic.Int64),
+		gone:    new(atomic.Bool),
 	}
 	if len(bc.Models) > 0 {
 		b.static = append([]string(nil), bc.Models...)

@@ -28,6 +28,7 @@ import "sync/atomic"
 // its fields are read under their locks or atomically.
 func (b *backend) carryFrom(old *backend) {
 	b.written = old.written // shared: late writes on old count too
+	b.gone = old.gone       // shared: the name's removal stops old's late learns too
 	b.belief.carryFrom(&old.belief, !b.capConfigured && !old.capConfigured)
 	if b.base != old.base {
 		return

@@ -99,8 +99,14 @@ func (rt *Router) newMemberBackend(bc BackendConfig) (*backend, error) {
 	if !ok {
 		slot = len(rt.slots)
 	}
+	// Held before it is registered: a forget pass between the two would
+	// otherwise free the id this object is built with.
+	rt.names.Store(name, struct{}{})
 	b, err := rt.buildBackend(slot, bc)
 	if err != nil {
+		if _, member := rt.members[name]; !member {
+			rt.names.Delete(name)
+		}
 		return nil, err
 	}
 	rt.slots[name] = slot
@@ -193,6 +199,8 @@ func (rt *Router) SetBackends(list []BackendConfig) error {
 		case !listed && m.state == memberStarting:
 			m.cancel() // never served: nothing to drain
 			delete(rt.members, name)
+			m.b.gone.Store(true)
+			rt.names.Delete(name)
 		case !listed && m.state == memberServing:
 			m.state, m.removedAt, m.idle = memberRemoving, now, 0
 			m.b.draining.Store(true)
@@ -384,6 +392,10 @@ func (rt *Router) sweepRemoved() {
 		rt.retired[m.b.name] = m.b.written
 		rt.learner.Invalidate(m.b.name, true)
 		rt.deleteSeries(m.b.name)
+		// Its requests still in flight learn nothing more, and the Index
+		// may forget the name once its removal is old enough.
+		m.b.gone.Store(true)
+		rt.names.Delete(m.b.name)
 	}
 	if len(done) > 0 {
 		rt.publishLocked()

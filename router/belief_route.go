@@ -266,7 +266,7 @@ func (rt *Router) learnFromAnswer(b *backend, st *reqState, d Decision, prompt, 
 	tokens := func(blocks int32) float64 { return float64(min(st.chain.UnitsAt(int(blocks)), st.chain.Units)) / upt }
 	held := func(blocks int32) bool { return float64(cached) >= cfg.ConfirmShare*tokens(blocks) }
 	nowMs := rt.now().UnixMilli()
-	if fb.trusted > 0 && !held(fb.trusted) && cfg.LostTTL > 0 && d.Learn {
+	if fb.trusted > 0 && !held(fb.trusted) && cfg.LostTTL > 0 && d.Learn && !b.gone.Load() {
 		// Where the conversation's next request will match: a claim this
 		// request learned, deeper than the match it found gone (not inside
 		// a head other conversations share).

@@ -83,7 +83,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, st *reqState, 
 		learn := d.Learn && st.routed && len(st.chain.Learn) > 0 && rt.admitLearn(st, st.cands[d.Index].Matched)
 		st.confirm = nil
 		if learn {
-			rt.learner.Learn(&st.chain, b.id, rt.cfg.ProvisionalTTL)
+			rt.learnOn(b, &st.chain, rt.cfg.ProvisionalTTL)
 			rt.metrics.learned[0].Inc()
 			st.confirm = b
 		}
@@ -91,7 +91,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, st *reqState, 
 		switch last.out {
 		case outDone:
 			if last.ok && learn {
-				rt.learner.Learn(&st.chain, b.id, rt.cfg.ConfirmedTTL)
+				rt.learnOn(b, &st.chain, rt.cfg.ConfirmedTTL)
 				rt.metrics.learned[1].Inc()
 			}
 			return last.status
@@ -129,8 +129,16 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, st *reqState, 
 func (rt *Router) confirmClaims(st *reqState) {
 	if b := st.confirm; b != nil {
 		st.confirm = nil
-		rt.learner.Learn(&st.chain, b.id, rt.cfg.ConfirmedTTL)
+		rt.learnOn(b, &st.chain, rt.cfg.ConfirmedTTL)
 		rt.metrics.learned[2].Inc()
+	}
+}
+
+// learnOn records that b holds ch's prefixes, unless b's name has left
+// the router: its id may since name another backend.
+func (rt *Router) learnOn(b *backend, ch *tree.Chain, ttl time.Duration) {
+	if !b.gone.Load() {
+		rt.learner.Learn(ch, b.id, ttl)
 	}
 }
 

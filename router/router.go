@@ -115,7 +115,13 @@ type Router struct {
 	// (backend.written), for a later one of the same name to count on from:
 	// peers keep the largest count they heard from us. Guarded by setMu.
 	retired map[string]*atomic.Int64
-	disc    *discoveryMetrics
+	// names holds every backend name a member object was made for, from
+	// before it is registered until it leaves (sweepRemoved): the Index
+	// never forgets a removed backend's name while the router holds it
+	// (tree.Index.AddInUse). Read lock-free: the Index asks under its own
+	// lock, which setMu holders take.
+	names sync.Map
+	disc  *discoveryMetrics
 	// discoverer finds the backends (nil: the static list, changed only
 	// by SetBackends).
 	discoverer Discoverer
@@ -204,6 +210,7 @@ func New(cfg Config, deps Deps) (*Router, error) {
 	if rt.discoverer, err = newDiscoverer(&cfg, &deps); err != nil {
 		return nil, err
 	}
+	deps.Index.AddInUse(func(name string) bool { _, ok := rt.names.Load(name); return ok })
 	if err := rt.initBackends(cfg.Backends); err != nil {
 		return nil, err
 	}

@@ -36,8 +36,28 @@ type Config struct {
 
 	// MaxBackends bounds the backend registry (and the width of lookup
 	// results). 4,096 is far above any single model's replica count and keeps
-	// the registry a small array.
+	// the registry a small array. Removed backends hold their names until
+	// ForgetRemovedMillis has passed, so what counts is the backends listed
+	// plus those removed within that time.
 	MaxBackends int
+
+	// ForgetRemovedMillis is how long after its removal (by the removal's
+	// timestamp) a removed backend's id is freed for a new name, by
+	// ForgetRemoved (forget.go). Until then its entry must win over late
+	// copies that still say active; past it no claim of it is alive (the
+	// replicas cap a claim's life at their MaxTTL, 10 minutes, which
+	// package mesh requires this to exceed) and a node that missed the
+	// removal for this long was partitioned away for hours. 6 hours: a
+	// Deployment of 300 replicas rolled every hour holds ~2,100 names at
+	// most; without it (0, never) every rollout's pod names stay for good
+	// and the registry fills.
+	ForgetRemovedMillis int64
+
+	// MaxForgotten is how many forgotten names are kept (without an id) so
+	// late copies of their entries are refused and a name listed again
+	// goes on from its generation. 65,536 (a few MB at most): years of
+	// rollouts; past it the oldest half is dropped.
+	MaxForgotten int
 
 	// EvictFraction is the share of Capacity freed at once when the Index is
 	// full. An eviction round walks the whole table about three times
@@ -77,14 +97,16 @@ const BytesPerToken = 4
 // DefaultConfig returns the defaults described on each Config field.
 func DefaultConfig() Config {
 	return Config{
-		BlockTokens:      16,
-		CheckpointTokens: 512,
-		Capacity:         1_000_000,
-		MaxBackends:      4096,
-		EvictFraction:    1.0 / 16,
-		RefreshFraction:  0.25,
-		RefreshMaxMillis: 2000,
-		SweepPerWrite:    4,
+		BlockTokens:         16,
+		CheckpointTokens:    512,
+		Capacity:            1_000_000,
+		MaxBackends:         4096,
+		ForgetRemovedMillis: 6 * 3600 * 1000,
+		MaxForgotten:        65536,
+		EvictFraction:       1.0 / 16,
+		RefreshFraction:     0.25,
+		RefreshMaxMillis:    2000,
+		SweepPerWrite:       4,
 	}
 }
 
@@ -103,6 +125,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("tree: Capacity %d is above the limit of 2^30 claims", c.Capacity)
 	case c.MaxBackends < 1 || c.MaxBackends > math.MaxUint16:
 		return fmt.Errorf("tree: MaxBackends must be in [1, 65535], got %d", c.MaxBackends)
+	case c.ForgetRemovedMillis < 0:
+		return fmt.Errorf("tree: ForgetRemovedMillis must not be negative (0: never), got %d", c.ForgetRemovedMillis)
+	case c.MaxForgotten < 0:
+		return fmt.Errorf("tree: MaxForgotten must not be negative, got %d", c.MaxForgotten)
 	case !(c.EvictFraction > 0 && c.EvictFraction <= 0.5):
 		return fmt.Errorf("tree: EvictFraction must be in (0, 0.5], got %v", c.EvictFraction)
 	case !(c.RefreshFraction >= 0 && c.RefreshFraction < 1):

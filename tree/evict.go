@@ -19,7 +19,7 @@ const histBuckets = 4096
 // dead reports whether the claim in a slot can be reclaimed.
 func (ix *Index) dead(c *Claim, now int64) bool {
 	return c.Expires <= now || c.Expires <= ix.floor.Load() ||
-		ix.reg.stale(c.Backend, c.Gen) || ix.reg.entries[c.Backend].State == BackendRemoved
+		ix.reg.stale(c.Backend, c.Gen) || ix.reg.entries[c.Backend].State != BackendActive
 }
 
 // sweepSome examines a few slots from the incremental cursor.

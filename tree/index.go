@@ -24,8 +24,9 @@ type Index struct {
 	mu      sync.Mutex
 	t       table
 	reg     registry
-	count   int    // occupied slots, including dead claims not yet swept
-	cursor  uint64 // incremental sweep position
+	inUse   []func(name string) bool // AddInUse; guarded by mu
+	count   int                      // occupied slots, including dead claims not yet swept
+	cursor  uint64                   // incremental sweep position
 	hist    []int32
 	changed []Claim // scratch for Learn
 
@@ -142,7 +143,9 @@ func (ix *Index) Backend(id BackendID) (BackendEntry, bool) {
 	return ix.reg.entries[id], true
 }
 
-// Backends appends every registry entry to dst, in id order.
+// Backends appends every registry entry to dst, in id order. A free id (its
+// name forgotten, not given out again yet) has a zero entry: Name "" and
+// State 0.
 func (ix *Index) Backends(dst []BackendEntry) []BackendEntry {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
@@ -154,9 +157,17 @@ func (ix *Index) Backends(dst []BackendEntry) []BackendEntry {
 // generation or a removal invalidates the backend's older claims at once;
 // the sweep reclaims their slots later.
 func (ix *Index) JoinBackend(e BackendEntry) (BackendID, bool, error) {
+	return ix.JoinBackendAt(e, 0)
+}
+
+// JoinBackendAt is JoinBackend for an entry arriving at now (ms): a
+// removal is forgotten ForgetRemovedMillis after the later of its stamp
+// and its arrival, so one that arrives late (a healed partition, a peer's
+// lagging clock) is not forgotten at once.
+func (ix *Index) JoinBackendAt(e BackendEntry, now int64) (BackendID, bool, error) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	return ix.reg.join(e)
+	return ix.reg.join(e, now, ix.cfg.MaxForgotten)
 }
 
 // Invalidate starts a new generation of a backend (restarted with a cold
@@ -177,7 +188,7 @@ func (ix *Index) Invalidate(name string, removed bool, ts Timestamp, origin Node
 		e.State = BackendRemoved
 	}
 	e.Time, e.Origin = ts, origin
-	if _, _, err := ix.reg.join(e); err != nil {
+	if _, _, err := ix.reg.join(e, ts.Millis(), ix.cfg.MaxForgotten); err != nil {
 		return BackendEntry{}, err
 	}
 	return ix.reg.entries[id], nil

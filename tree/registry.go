@@ -74,23 +74,42 @@ func (a BackendEntry) dominates(b BackendEntry) bool {
 }
 
 // ErrTooManyBackends is returned when the registry is full.
-var ErrTooManyBackends = errors.New("tree: backend registry is full (raise MaxBackends)")
+var ErrTooManyBackends = errors.New("tree: backend registry is full (raise MaxBackends, or lower ForgetRemovedMillis so removed backends' ids are reused sooner)")
 
 // registry maps backend names to dense ids and holds each backend's current
 // generation and state. Writers hold Index.mu; lookups read live[] without a
 // lock.
+//
+// Ids are this node's own (the wire names backends), so a removed backend's
+// id can be given to a new name once nothing can refer to the old one any
+// more (forget.go): its slot in entries is then free (State 0) and its id
+// waits in free. The name's entry lives on without an id in forgotten, so
+// late copies of the old entry are still refused and a name listed again
+// goes on from its generation.
 type registry struct {
-	entries []BackendEntry       // by BackendID; guarded by Index.mu
+	entries []BackendEntry       // by BackendID; State 0 marks a free id; guarded by Index.mu
 	byName  map[string]BackendID // guarded by Index.mu
 	// live[id] packs gen (low 16 bits) and state (next 8) for lock-free reads.
 	live []atomic.Uint32
 	// active counts BackendActive entries; lookups stop early once every
 	// active backend has matched.
 	active atomic.Int32
+
+	// removedAt[id] is when the entry became a removal here (ms, the later
+	// of its stamp and its arrival): a removal that arrives late, or
+	// stamped by a lagging clock, still gets the whole horizon here.
+	removedAt []int64
+	free      []BackendID             // forgotten names' ids, given out again first
+	forgotten map[string]BackendEntry // removed names without an id (forget.go)
+	// forgetBefore: a removed entry stamped before it that names no
+	// registered backend is forgotten on arrival instead of taking an id
+	// (0: nothing is, until the first forget pass).
+	forgetBefore Timestamp
 }
 
 func newRegistry(max int) registry {
-	return registry{byName: make(map[string]BackendID), live: make([]atomic.Uint32, max)}
+	return registry{byName: make(map[string]BackendID), live: make([]atomic.Uint32, max), removedAt: make([]int64, max),
+		forgotten: make(map[string]BackendEntry)}
 }
 
 func pack(gen uint16, st BackendState) uint32 { return uint32(gen) | uint32(st)<<16 }
@@ -107,33 +126,52 @@ func (r *registry) stale(id BackendID, gen uint16) bool {
 	return uint16(r.live[id].Load()) != gen
 }
 
-// ensure returns the id of name, registering it (generation 0, active) if new.
+// ensure returns the id of name, registering it (generation 0, active) if
+// new. A forgotten name takes an id again with its entry as it was
+// (removed): whoever lists it again starts a new generation after it.
 func (r *registry) ensure(name string) (BackendID, error) {
 	if id, ok := r.byName[name]; ok {
 		return id, nil
 	}
-	if len(r.entries) >= len(r.live) {
-		return 0, ErrTooManyBackends
-	}
 	if name == "" {
 		return 0, errors.New("tree: backend name must not be empty")
 	}
-	id := BackendID(len(r.entries))
-	r.entries = append(r.entries, BackendEntry{Name: name, State: BackendActive})
+	e, wasForgotten := r.forgotten[name]
+	if !wasForgotten {
+		e = BackendEntry{Name: name, State: BackendActive}
+	}
+	var id BackendID
+	switch {
+	case len(r.free) > 0:
+		id = r.free[len(r.free)-1]
+		r.free = r.free[:len(r.free)-1]
+		r.entries[id] = e
+	case len(r.entries) < len(r.live):
+		id = BackendID(len(r.entries))
+		r.entries = append(r.entries, e)
+	default:
+		return 0, ErrTooManyBackends
+	}
+	delete(r.forgotten, name)
 	r.byName[name] = id
-	r.live[id].Store(pack(0, BackendActive))
-	r.active.Add(1)
+	r.live[id].Store(pack(e.Gen, e.State))
+	if e.State == BackendActive {
+		r.active.Add(1)
+	}
 	return id, nil
 }
 
-// join merges e into the registry; it reports the id and whether the entry
-// changed.
-func (r *registry) join(e BackendEntry) (BackendID, bool, error) {
+// join merges e, arriving at now (ms; 0: unknown, its stamp counts), into
+// the registry; it reports the id and whether the entry changed.
+func (r *registry) join(e BackendEntry, now int64, maxForgotten int) (BackendID, bool, error) {
 	if e.State != BackendActive && e.State != BackendRemoved {
 		return 0, false, fmt.Errorf("tree: backend %q: invalid state %d", e.Name, e.State)
 	}
 	if !e.written() && (e.Gen != 0 || e.State != BackendActive) {
 		return 0, false, fmt.Errorf("tree: backend %q: generation %d, state %v without a time (only an unwritten entry, generation 0 and active, has none)", e.Name, e.Gen, e.State)
+	}
+	if err := r.refuseForgotten(e, maxForgotten); err != nil {
+		return 0, false, err
 	}
 	id, err := r.ensure(e.Name)
 	if err != nil {
@@ -151,5 +189,8 @@ func (r *registry) join(e BackendEntry) (BackendID, bool, error) {
 	}
 	r.entries[id] = e
 	r.live[id].Store(pack(e.Gen, e.State))
+	if e.State == BackendRemoved {
+		r.removedAt[id] = max(e.Time.Millis(), now)
+	}
 	return id, true, nil
 }

@@ -4,14 +4,16 @@ import "sync/atomic"
 
 type indexStats struct {
 	inserted, replaced, coalesced, rejected atomic.Uint64
-	swept, evicted, floorRaises             atomic.Uint64
+	swept, evicted, floorRaises, forgotten  atomic.Uint64
 }
 
 // Stats are cumulative counters of an Index, for metrics.
 type Stats struct {
 	Claims      int    `json:"claims"`       // occupied slots now
 	Capacity    int    `json:"capacity"`     // configured capacity
-	Backends    int    `json:"backends"`     // registered backends
+	Backends    int    `json:"backends"`     // registered backends (names holding an id; removed ones until forgotten)
+	Forgotten   int    `json:"forgotten"`    // removed names kept without an id (ForgetRemoved)
+	ForgotTotal uint64 `json:"forgot_total"` // names ForgetRemoved freed the id of
 	Inserted    uint64 `json:"inserted"`     // claims inserted
 	Replaced    uint64 `json:"replaced"`     // claims replaced by a dominating value
 	Coalesced   uint64 `json:"coalesced"`    // refreshes skipped because they changed too little
@@ -25,10 +27,10 @@ type Stats struct {
 // Stats returns a snapshot of the counters.
 func (ix *Index) Stats() Stats {
 	ix.mu.Lock()
-	n, nb := ix.count, len(ix.reg.entries)
+	n, nb, nf := ix.count, len(ix.reg.byName), len(ix.reg.forgotten)
 	ix.mu.Unlock()
 	return Stats{
-		Claims: n, Capacity: ix.cfg.Capacity, Backends: nb,
+		Claims: n, Capacity: ix.cfg.Capacity, Backends: nb, Forgotten: nf, ForgotTotal: ix.stats.forgotten.Load(),
 		Inserted: ix.stats.inserted.Load(), Replaced: ix.stats.replaced.Load(),
 		Coalesced: ix.stats.coalesced.Load(), Rejected: ix.stats.rejected.Load(),
 		Swept: ix.stats.swept.Load(), Evicted: ix.stats.evicted.Load(),

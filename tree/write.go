@@ -36,7 +36,7 @@ func (ix *Index) UpsertBatch(claims []Claim, now int64, changed []Claim) ([]Clai
 // check classifies a claim that cannot be stored, or returns 0.
 func (ix *Index) check(c *Claim, now int64) Outcome {
 	switch {
-	case c.Key == 0 || int(c.Backend) >= len(ix.reg.entries):
+	case c.Key == 0 || int(c.Backend) >= len(ix.reg.entries) || ix.reg.entries[c.Backend].State == 0: // 0: a free id
 		return RejectedInvalid
 	case c.Expires <= now:
 		return RejectedExpired

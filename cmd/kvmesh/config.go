@@ -95,6 +95,14 @@ type IndexConfig struct {
 	// in constant use is then re-sent every 2 s, a few claims a second
 	// mesh-wide. 0: no cap (the TTL fraction alone bounds it).
 	RefreshMaxMillis int64 `yaml:"refresh_max_millis"`
+	// ForgetRemoved is how long after its removal a removed backend's
+	// registry name is forgotten and its id freed for a new one
+	// (tree.Config.ForgetRemovedMillis). 6h: the registry holds 4,096
+	// names, and without forgetting every pod name a rollout or autoscaler
+	// retires stays for good; it must be at least twice the longest claim
+	// life (router.confirmed_claim_ttl and provisional_claim_ttl, precise.lease_ttl),
+	// so no claim of the old backend is alive anywhere. 0: never.
+	ForgetRemoved time.Duration `yaml:"forget_removed"`
 }
 
 // MeshConfig turns a node into a member of a mesh of router nodes.
@@ -178,7 +186,7 @@ func DefaultServeConfig() ServeConfig {
 		Listen: ListenConfig{API: ":8080", Admin: ":9090"},
 		Log:    LogConfig{Level: "info", Format: "json"},
 		Index: IndexConfig{Capacity: tc.Capacity, BlockTokens: tc.BlockTokens, CheckpointTokens: tc.CheckpointTokens,
-			RefreshMaxMillis: tc.RefreshMaxMillis},
+			RefreshMaxMillis: tc.RefreshMaxMillis, ForgetRemoved: time.Duration(tc.ForgetRemovedMillis) * time.Millisecond},
 		Router: router.DefaultConfig(),
 		// 7946 is serf's and memberlist's conventional port; QUIC on 7947.
 		Mesh: MeshConfig{Bind: defaultBind, QUIC: defaultQUIC,
@@ -214,6 +222,7 @@ func (c *ServeConfig) treeConfig() tree.Config {
 	tc.BlockTokens = c.Index.BlockTokens
 	tc.CheckpointTokens = c.Index.CheckpointTokens
 	tc.RefreshMaxMillis = c.Index.RefreshMaxMillis
+	tc.ForgetRemovedMillis = c.Index.ForgetRemoved.Milliseconds()
 	return tc
 }
 
@@ -247,6 +256,11 @@ func (c *ServeConfig) Validate() error {
 	}
 	if err := c.treeConfig().Validate(); err != nil {
 		add("index: %v", treeKeys.Replace(err.Error()))
+	}
+	if f, ttl := c.Index.ForgetRemoved, c.maxClaimTTL(); f < 0 {
+		add("index.forget_removed must not be negative (0: never forget), got %v", f)
+	} else if f > 0 && f < 2*ttl {
+		add("index.forget_removed %v must be at least twice the longest claim life (%v, from router.confirmed_claim_ttl, router.provisional_claim_ttl and precise.lease_ttl), or 0", f, ttl)
 	}
 	if err := c.Router.Validate(); err != nil {
 		add("%v", err)
@@ -341,7 +355,7 @@ func (m *MeshConfig) validateTimes() []error {
 
 // treeKeys names package tree's Config fields by their YAML keys in errors.
 var treeKeys = strings.NewReplacer("tree: ", "", "BlockTokens", "block_tokens", "CheckpointTokens", "checkpoint_tokens",
-	"Capacity", "capacity", "RefreshMaxMillis", "refresh_max_millis")
+	"Capacity", "capacity", "RefreshMaxMillis", "refresh_max_millis", "ForgetRemovedMillis", "forget_removed (ms)")
 
 // meshKeys names package mesh's Config fields that MeshConfig sets by their
 // YAML keys in errors.

@@ -86,6 +86,8 @@ func TestConfigErrorsAreClear(t *testing.T) {
 		{args: []string{"--backends", "http://a"}, file: "mesh:\n  flush_interval: 0s\n  load_lazy_delay: -1s\n", want: []string{"flush_interval must be within [1ms, 1s]", "load_lazy_delay"}},
 		{args: []string{"--backends", "http://a"}, file: "mesh:\n  flush_interval: 1ns\n  load_interval: 2s\n", want: []string{"mesh: flush_interval must be within [1ms, 1s], got 1ns", "mesh: load_interval must be within [1ms, 500ms], got 2s"}},
 		{args: []string{"--backends", "http://a"}, file: "index:\n  refresh_max_millis: -5\n", want: []string{"index: refresh_max_millis must not be negative"}},
+		{args: []string{"--backends", "http://a"}, file: "index:\n  forget_removed: -1h\n", want: []string{"index.forget_removed must not be negative"}},
+		{args: []string{"--backends", "http://a"}, file: "index:\n  forget_removed: 15m\n", want: []string{"index.forget_removed 15m0s must be at least twice the longest claim life (10m0s"}},
 		{file: "mesh:\n  flush_interval: 10\n", want: []string{"mesh.flush_interval", "no unit"}},
 	}
 	for i, c := range cases {

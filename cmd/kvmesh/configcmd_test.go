@@ -21,7 +21,7 @@ func TestConfigCommand(t *testing.T) {
 		t.Fatalf("rc %d: %s", rc, errOut.String())
 	}
 	for _, want := range []string{"policy: random", "max_messages: 77", "copy_write_share: 1", "edge_start: 0.7", "provisional_claim_ttl: 30s",
-		"flush_interval: 10ms", "load_interval: 10ms", "load_min_gap: 2ms", "load_lazy_delay: 100ms", "refresh_max_millis: 2000"} {
+		"flush_interval: 10ms", "load_interval: 10ms", "load_min_gap: 2ms", "load_lazy_delay: 100ms", "refresh_max_millis: 2000", "forget_removed: 6h0m0s"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
 		}

@@ -151,6 +151,9 @@ func serveSignals(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, rea
 		learner, peers = node, node // the mesh registers the kvmesh_index_* metrics too
 	} else {
 		reg.MustRegister(mesh.NewIndexCollector(ix))
+		forgetCtx, stopForget := context.WithCancel(context.Background())
+		defer stopForget()
+		go forgetRemovedLoop(forgetCtx, ix, log) // a mesh node does it with its sweep
 	}
 	var local *router.LocalLearner
 	if node == nil && cfg.Precise.enabled() {
@@ -305,4 +308,26 @@ func serveSignals(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, rea
 		return serveErr
 	}
 	return nil
+}
+
+// forgetRemovedInterval is how often a node without a mesh frees the
+// registry ids of backends removed before the forget horizon (a mesh node
+// does it with its sweep, mesh.Config.SweepInterval).
+const forgetRemovedInterval = 30 * time.Second
+
+// forgetRemovedLoop runs tree.Index.ForgetRemoved every
+// forgetRemovedInterval until ctx ends.
+func forgetRemovedLoop(ctx context.Context, ix *tree.Index, log zerolog.Logger) {
+	t := time.NewTicker(forgetRemovedInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if freed := ix.ForgetRemoved(now.UnixMilli(), nil); len(freed) > 0 {
+				log.Info().Int("forgotten", len(freed)).Msg("freed the registry ids of backends removed before index.forget_removed")
+			}
+		}
+	}
 }

@@ -90,6 +90,10 @@ func NewManager(cfg Config, streams []StreamConfig, deps Deps) (*Manager, error)
 			m.byTopic[s.Topic] = c
 		}
 	}
+	// A stream's consumer keeps its backend's registry id for the process's
+	// life: the Index must never forget the name and give the id to another
+	// backend (m.streams is written only above).
+	deps.Index.AddInUse(func(name string) bool { _, ok := m.streams[name]; return ok })
 	if deps.Registerer != nil {
 		if err := deps.Registerer.Register(&collector{m: m}); err != nil {
 			return nil, fmt.Errorf("kvevents: registering metrics: %w", err)

@@ -1,0 +1,72 @@
+package router
+
+import (
+	"testing"
+	"time"
+
+	"github.com/kvmesh/kvmesh/tree"
+)
+
+// claimsOf counts the live claims the index holds for backend id.
+func claimsOf(ix *tree.Index, id tree.BackendID) int {
+	n := 0
+	ix.Range(time.Now().UnixMilli(), func(c *tree.Claim) bool {
+		if c.Backend == id {
+			n++
+		}
+		return true
+	})
+	return n
+}
+
+// The Index forgets a removed backend's name (and gives its id to a new
+// one) only once the router no longer holds it: a listed backend that a
+// peer removed keeps its id, a backend the router swept out does not, and
+// a request of the swept one still in flight learns nothing for the
+// backend that takes its id.
+func TestForgetOnlyWhatTheRouterLetGo(t *testing.T) {
+	a, b := newFakeBackend(t, "a"), newFakeBackend(t, "b")
+	g := newDynRig(t, func(cfg *Config, _ *Deps) {
+		cfg.Discovery.Models = nil
+		cfg.Backends = []BackendConfig{{Name: "a", URL: a.URL()}, {Name: "b", URL: b.URL()}}
+	})
+	later := time.Now().Add(7 * time.Hour).UnixMilli() // past the default 6 h horizon
+	// A peer removes a, which this node still lists.
+	NewLocalLearner(g.ix, "peer").Invalidate("a", true)
+	idA := g.rt.backendByName("a").id
+	if freed := g.ix.ForgetRemoved(later, nil); len(freed) != 0 {
+		t.Fatalf("forgot %v: a is listed here", freed)
+	}
+	if id, ok := g.ix.BackendByName("a"); !ok || id != idA {
+		t.Fatalf("a: id %d %v, want kept at %d", id, ok, idA)
+	}
+	// b leaves the list and is swept out.
+	old := g.rt.backendByName("b")
+	if err := g.rt.SetBackends([]BackendConfig{{Name: "a", URL: a.URL()}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "b's removal", func() bool { return g.removed("b") })
+	if !old.gone.Load() {
+		t.Fatal("the swept b is not marked gone")
+	}
+	freed := g.ix.ForgetRemoved(later, nil)
+	if len(freed) != 1 || freed[0] != old.id {
+		t.Fatalf("freed %v, want b's id %d", freed, old.id)
+	}
+	c, err := g.ix.EnsureBackend("c")
+	if err != nil || c != old.id {
+		t.Fatalf("c got id %d (%v), want b's %d", c, err, old.id)
+	}
+	// b's request still in flight ends: it must not learn for c.
+	var ch tree.Chain
+	g.ix.Keyer().Bytes(&ch, tree.NewSeed("m1", "", ""), []byte("a prompt long enough to make a few blocks of claims, a few blocks of claims"), nil)
+	g.rt.learnOn(old, &ch, time.Minute)
+	if n := claimsOf(g.ix, c); n != 0 {
+		t.Fatalf("a late answer of the removed b made %d claims for c", n)
+	}
+	// The same learn for c itself does (the check is not vacuous).
+	g.rt.learner.Learn(&ch, c, time.Minute)
+	if claimsOf(g.ix, c) == 0 {
+		t.Fatal("the prompt makes no claim for c")
+	}
+}
