@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvmesh/kvmesh/crdt"
 	"github.com/kvmesh/kvmesh/transport"
 	"github.com/kvmesh/kvmesh/tree"
 )
@@ -133,5 +134,13 @@ func TestNewRefusesAForgetHorizonShorterThanClaims(t *testing.T) {
 	_, err = New(validConfig(), Deps{Index: ix, Transport: ep})
 	if err == nil || !strings.Contains(err.Error(), "index.forget_removed") {
 		t.Fatalf("want an error naming index.forget_removed, got %v", err)
+	}
+}
+
+// The registry refuses the backend names the replication wire would: one
+// it registered and could not send would fail every message naming it.
+func TestBackendNameLimitsAgree(t *testing.T) {
+	if tree.MaxBackendNameBytes != crdt.MaxNameBytes {
+		t.Fatalf("tree.MaxBackendNameBytes %d, crdt.MaxNameBytes %d", tree.MaxBackendNameBytes, crdt.MaxNameBytes)
 	}
 }

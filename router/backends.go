@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/kvmesh/kvmesh/tree"
 )
 
 // backendSet is the router's backends at one moment. A published set is
@@ -520,6 +522,8 @@ func (bc BackendConfig) check() error {
 		return fmt.Errorf("backend %q: weight must be a positive number", bc.effectiveName())
 	case slices.Contains(bc.Models, ""):
 		return fmt.Errorf("backend %q: empty model name", bc.effectiveName())
+	case len(bc.effectiveName()) > tree.MaxBackendNameBytes:
+		return fmt.Errorf("backend name (or URL, when no name is given) of %d bytes is over the %d-byte limit: give it a shorter name", len(bc.effectiveName()), tree.MaxBackendNameBytes)
 	}
 	return nil
 }

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/kvmesh/kvmesh/tree"
 )
 
 // BackendConfig names one OpenAI-compatible server (a vLLM or SGLang
@@ -332,6 +334,9 @@ func (c *Config) Validate() error {
 			bad("backends[%d]: url %q must not have a query or fragment", i, b.URL)
 		}
 		name := b.effectiveName()
+		if len(name) > tree.MaxBackendNameBytes {
+			bad("backends[%d]: name (or URL, when no name is given) of %d bytes is over the %d-byte limit (the mesh's wire carries no longer one)", i, len(name), tree.MaxBackendNameBytes)
+		}
 		if j, dup := names[name]; dup {
 			bad("backends[%d]: name %q is already used by backends[%d]", i, name, j)
 		}

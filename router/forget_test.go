@@ -1,6 +1,7 @@
 package router
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -68,5 +69,22 @@ func TestForgetOnlyWhatTheRouterLetGo(t *testing.T) {
 	g.rt.learner.Learn(&ch, c, time.Minute)
 	if claimsOf(g.ix, c) == 0 {
 		t.Fatal("the prompt makes no claim for c")
+	}
+}
+
+// A backend name the mesh's wire cannot carry is refused in the
+// configuration and in a backend list, with the reason.
+func TestBackendNameTooLong(t *testing.T) {
+	long := "http://b.example/" + strings.Repeat("p", tree.MaxBackendNameBytes)
+	cfg := DefaultConfig()
+	cfg.Backends = []BackendConfig{{URL: long}}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "256-byte limit") {
+		t.Fatalf("config with a %d-byte name: %v", len(long), err)
+	}
+	if err := (BackendConfig{URL: long}).check(); err == nil || !strings.Contains(err.Error(), "shorter name") {
+		t.Fatalf("backend list entry: %v", err)
+	}
+	if err := (BackendConfig{Name: "short", URL: long}).check(); err != nil {
+		t.Fatalf("a long URL with a short name: %v", err)
 	}
 }

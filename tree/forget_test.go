@@ -289,3 +289,46 @@ func TestNameInUseIsNotForgotten(t *testing.T) {
 		t.Fatalf("freed %v once no longer in use, want one", freed)
 	}
 }
+
+// A stale claim no sweep has reached yet never blocks a current one, even
+// once the backend's generation has moved more than half the 16-bit space
+// past it (serial arithmetic would call the current one older).
+func TestDeadSlotGivesWayAfterGenerationWrap(t *testing.T) {
+	ix := newTestIndex(t, func(c *Config) { c.Capacity = 1 << 14; c.SweepPerWrite = 0 })
+	b := backends(t, ix, "x")[0]
+	now := int64(1_000_000_000)
+	key := Key(0x8000_0000_0000_1234)
+	if o := ix.Upsert(Claim{Key: key, Backend: b, Time: MakeTimestamp(now, 0), Expires: now + 600_000, Origin: 1}, now); o != Inserted {
+		t.Fatal(o)
+	}
+	for i := 0; i < 40_000; i++ { // a KV-event stream losing its place, over a day
+		if _, err := ix.Invalidate("x", false, MakeTimestamp(now+int64(i)+1, 0), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now += 50_000
+	gen, _ := ix.Generation(b)
+	if o := ix.Upsert(Claim{Key: key, Backend: b, Gen: gen, Time: MakeTimestamp(now, 0), Expires: now + 600_000, Origin: 1}, now); o != Replaced {
+		t.Fatalf("current-generation claim over a stale one: %v, want replaced", o)
+	}
+	var res Result
+	ix.Lookup(&Chain{Keys: []Key{key}}, now, &res)
+	if res.Depth(b) != 1 {
+		t.Fatalf("lookup depth %d, want 1", res.Depth(b))
+	}
+}
+
+// A name the replication wire could not carry is refused when registered.
+func TestBackendNameLengthLimit(t *testing.T) {
+	ix := newTestIndex(t, nil)
+	name := ""
+	for len(name) <= MaxBackendNameBytes {
+		name += "http://very-long-backend-name.example/"
+	}
+	if _, err := ix.EnsureBackend(name); err == nil {
+		t.Fatalf("a %d-byte name was registered", len(name))
+	}
+	if _, err := ix.EnsureBackend(name[:MaxBackendNameBytes]); err != nil {
+		t.Fatalf("a %d-byte name: %v", MaxBackendNameBytes, err)
+	}
+}

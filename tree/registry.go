@@ -73,6 +73,12 @@ func (a BackendEntry) dominates(b BackendEntry) bool {
 	return a.State > b.State
 }
 
+// MaxBackendNameBytes bounds a backend's name: the replication wire
+// (package crdt's MaxNameBytes, equal) refuses a longer one, and a
+// registered name it cannot send would make every message naming it, and
+// with it every full transfer and repair, fail at every peer.
+const MaxBackendNameBytes = 256
+
 // ErrTooManyBackends is returned when the registry is full.
 var ErrTooManyBackends = errors.New("tree: backend registry is full (raise MaxBackends, or lower ForgetRemovedMillis so removed backends' ids are reused sooner)")
 
@@ -135,6 +141,9 @@ func (r *registry) ensure(name string) (BackendID, error) {
 	}
 	if name == "" {
 		return 0, errors.New("tree: backend name must not be empty")
+	}
+	if len(name) > MaxBackendNameBytes {
+		return 0, fmt.Errorf("tree: backend name of %d bytes is over the %d-byte limit", len(name), MaxBackendNameBytes)
 	}
 	e, wasForgotten := r.forgotten[name]
 	if !wasForgotten {

@@ -79,7 +79,13 @@ func (ix *Index) upsert(c *Claim, now int64, learned bool) Outcome {
 		if learned && cur.Ended() && cur.Gen == c.Gen && c.Expires <= cur.Expires {
 			c.Expires = cur.Expires + 1
 		}
-		if !c.Dominates(cur) {
+		// A dead value (expired, below the floor, of an old generation or a
+		// removed backend) that no sweep has reached yet is what an index
+		// that had swept it would not hold: c takes the slot whatever the
+		// order says. (Generations compare in serial arithmetic: past
+		// 32,767 invalidations the current one looks older than a stale
+		// claim's, which then blocked the key on that backend until swept.)
+		if !ix.dead(&cur, now) && !c.Dominates(cur) {
 			return Unchanged
 		}
 		ix.t.store(i, c)
