@@ -88,3 +88,44 @@ func TestBackendNameTooLong(t *testing.T) {
 		t.Fatalf("a long URL with a short name: %v", err)
 	}
 }
+
+// sglang_cache_aware's private tree registers every backend name it sees:
+// once its registry is full (a Deployment's rollouts), the names not among
+// the candidates for a tree TTL make room, and a new backend is scored
+// again instead of never holding anything.
+func TestSGLangPrivateTreeMakesRoomForNewNames(t *testing.T) {
+	cfg := DefaultSGLangConfig()
+	cfg.TreeCapacity = 1 << 12
+	cfg.TreeTTL = time.Minute
+	tc := tree.DefaultConfig()
+	tc.Capacity, tc.MaxBackends = 1<<10, 3
+	shared, err := tree.New(tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := newSGLangPolicy(cfg, shared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := newPolicyCase(20, 5, "a", "b", "c")
+	old.choose(p) // the prompt goes into one of them
+	// Two minutes later a rollout renamed b and c; a is still listed.
+	pc := newPolicyCase(20, 5, "a", "d", "e")
+	pc.req.Now = old.req.Now.Add(2 * time.Minute)
+	pc.choose(p)
+	for _, name := range []string{"a", "d", "e"} {
+		if _, ok := p.ids[name]; !ok {
+			t.Errorf("%s has no id in the private tree", name)
+		}
+	}
+	for _, name := range []string{"b", "c"} {
+		if _, ok := p.ids[name]; ok {
+			t.Errorf("%s, gone for two TTLs, still holds an id", name)
+		}
+	}
+	// d holds what it was sent: a repeat goes there by prefix.
+	pc.inflight(0, 5, 0)
+	if n, d := pc.choose(p); d.Reason != ReasonPrefix {
+		t.Fatalf("repeat after the rollout: chose %s %v, want a prefix route", n, d.Reason)
+	}
+}

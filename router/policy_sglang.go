@@ -1,6 +1,7 @@
 package router
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -100,6 +101,7 @@ type sglangPolicy struct {
 type sglangBackend struct {
 	id   tree.BackendID
 	size atomic.Int64 // units
+	seen atomic.Int64 // ms: when it was last a candidate (to the second)
 }
 
 func newSGLangPolicy(cfg SGLangConfig, shared *tree.Index) (*sglangPolicy, error) {
@@ -111,6 +113,9 @@ func newSGLangPolicy(cfg SGLangConfig, shared *tree.Index) (*sglangPolicy, error
 	// The private tree answers "deepest block held", which a claim at every
 	// block gives without checkpoints.
 	tc.CheckpointTokens = 0
+	// A backend not among the candidates for a TreeTTL has nothing left in
+	// the tree: its name can make room for new ones (prune).
+	tc.ForgetRemovedMillis = cfg.TreeTTL.Milliseconds()
 	ix, err := tree.New(tc)
 	if err != nil {
 		return nil, fmt.Errorf("router: sglang_cache_aware tree: %w", err)
@@ -122,24 +127,58 @@ func newSGLangPolicy(cfg SGLangConfig, shared *tree.Index) (*sglangPolicy, error
 
 func (p *sglangPolicy) Name() string { return PolicySGLangCacheAware }
 
-func (p *sglangPolicy) backend(c *Candidate) *sglangBackend {
+func (p *sglangPolicy) backend(c *Candidate, nowMs int64) *sglangBackend {
 	p.idMu.RLock()
 	sb := p.ids[c.Name]
 	p.idMu.RUnlock()
-	if sb != nil {
+	if sb == nil {
+		sb = p.register(c.Name, nowMs)
+		if sb == nil {
+			return nil
+		}
+	}
+	if nowMs-sb.seen.Load() >= 1000 {
+		sb.seen.Store(nowMs)
+	}
+	return sb
+}
+
+// register gives name an id in the private tree. When the tree's registry
+// is full (every backend name it ever saw: a Deployment's rollouts rename
+// pods), the names not among the candidates for a TreeTTL are pruned
+// first: everything they inserted has expired.
+func (p *sglangPolicy) register(name string, nowMs int64) *sglangBackend {
+	p.idMu.Lock()
+	defer p.idMu.Unlock()
+	if sb := p.ids[name]; sb != nil {
 		return sb
 	}
-	id, err := p.ix.EnsureBackend(c.Name)
+	id, err := p.ix.EnsureBackend(name)
+	if errors.Is(err, tree.ErrTooManyBackends) && p.prune(nowMs) > 0 {
+		id, err = p.ix.EnsureBackend(name)
+	}
 	if err != nil {
 		return nil
 	}
-	p.idMu.Lock()
-	defer p.idMu.Unlock()
-	if sb = p.ids[c.Name]; sb == nil {
-		sb = &sglangBackend{id: id}
-		p.ids[c.Name] = sb
-	}
+	sb := &sglangBackend{id: id}
+	sb.seen.Store(nowMs)
+	p.ids[name] = sb
 	return sb
+}
+
+// prune removes from the private tree the backends last a candidate more
+// than TreeTTL before nowMs and frees their ids; it returns how many. The
+// removal is stamped when each was last seen, which the tree's forget
+// horizon (TreeTTL) has passed. Caller holds idMu.
+func (p *sglangPolicy) prune(nowMs int64) int {
+	ttl := p.cfg.TreeTTL.Milliseconds()
+	for name, sb := range p.ids {
+		if seen := sb.seen.Load(); seen < nowMs-ttl {
+			_, _ = p.ix.Invalidate(name, true, tree.MakeTimestamp(max(seen, 1), 0), p.origin)
+			delete(p.ids, name)
+		}
+	}
+	return len(p.ix.ForgetRemoved(nowMs, nil))
 }
 
 // Choose implements Policy.
@@ -168,7 +207,7 @@ func (p *sglangPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 	var smallestSize int64
 	for i := range cands {
 		scores[i] = 0
-		sb := p.backend(&cands[i])
+		sb := p.backend(&cands[i], req.Now.UnixMilli())
 		if sb == nil {
 			continue
 		}
@@ -206,7 +245,7 @@ func (p *sglangPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 // insert records the whole prompt, block by block, for the chosen backend,
 // whose tree grows by the added units it did not hold.
 func (p *sglangPolicy) insert(ch *tree.Chain, c *Candidate, now time.Time, added int64) {
-	sb := p.backend(c)
+	sb := p.backend(c, now.UnixMilli())
 	if sb == nil {
 		return
 	}
