@@ -100,7 +100,7 @@ type IndexConfig struct {
 	// (tree.Config.ForgetRemovedMillis). 6h: the registry holds 4,096
 	// names, and without forgetting every pod name a rollout or autoscaler
 	// retires stays for good; it must be at least twice the longest claim
-	// life (router.confirmed_claim_ttl and provisional_claim_ttl, precise.lease_ttl),
+	// life (router.confirmed_claim_ttl and provisional_claim_ttl, router.belief.lost_ttl, precise.lease_ttl),
 	// so no claim of the old backend is alive anywhere. 0: never.
 	ForgetRemoved time.Duration `yaml:"forget_removed"`
 }
@@ -257,10 +257,11 @@ func (c *ServeConfig) Validate() error {
 	if err := c.treeConfig().Validate(); err != nil {
 		add("index: %v", treeKeys.Replace(err.Error()))
 	}
-	if f, ttl := c.Index.ForgetRemoved, c.maxClaimTTL(); f < 0 {
+	// Lost marks (router.belief.lost_ttl) name backends by id too.
+	if f, ttl := c.Index.ForgetRemoved, max(c.maxClaimTTL(), c.Router.Belief.LostTTL); f < 0 {
 		add("index.forget_removed must not be negative (0: never forget), got %v", f)
 	} else if f > 0 && f < 2*ttl {
-		add("index.forget_removed %v must be at least twice the longest claim life (%v, from router.confirmed_claim_ttl, router.provisional_claim_ttl and precise.lease_ttl), or 0", f, ttl)
+		add("index.forget_removed %v must be at least twice the longest claim life (%v, from router.confirmed_claim_ttl, router.provisional_claim_ttl, router.belief.lost_ttl and precise.lease_ttl), or 0", f, ttl)
 	}
 	if err := c.Router.Validate(); err != nil {
 		add("%v", err)

@@ -88,6 +88,7 @@ func TestConfigErrorsAreClear(t *testing.T) {
 		{args: []string{"--backends", "http://a"}, file: "index:\n  refresh_max_millis: -5\n", want: []string{"index: refresh_max_millis must not be negative"}},
 		{args: []string{"--backends", "http://a"}, file: "index:\n  forget_removed: -1h\n", want: []string{"index.forget_removed must not be negative"}},
 		{args: []string{"--backends", "http://a"}, file: "index:\n  forget_removed: 15m\n", want: []string{"index.forget_removed 15m0s must be at least twice the longest claim life (10m0s"}},
+		{args: []string{"--backends", "http://a"}, file: "router:\n  belief:\n    lost_ttl: 4h\n", want: []string{"index.forget_removed 6h0m0s must be at least twice the longest claim life (4h0m0s"}},
 		{file: "mesh:\n  flush_interval: 10\n", want: []string{"mesh.flush_interval", "no unit"}},
 	}
 	for i, c := range cases {
