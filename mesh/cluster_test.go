@@ -35,6 +35,8 @@ type testCluster struct {
 	// newTransport, if set, makes each node's replication transport
 	// (instead of an endpoint on net).
 	newTransport func(name string) (Transport, error)
+	// now, if set, is every node's clock (Deps.Now).
+	now func() time.Time
 
 	mu    sync.Mutex
 	nodes map[string]*testNode
@@ -145,7 +147,7 @@ func (c *testCluster) start(name string) *testNode {
 		c.mod(&cfg)
 	}
 	reg := prometheus.NewRegistry()
-	n, err := New(cfg, Deps{Index: ix, Transport: tr, MemberTransport: mt, Registerer: reg, Logger: testLogger(), Resolver: c.res})
+	n, err := New(cfg, Deps{Index: ix, Transport: tr, MemberTransport: mt, Registerer: reg, Logger: testLogger(), Resolver: c.res, Now: c.now})
 	if err != nil {
 		c.t.Fatal(err)
 	}
