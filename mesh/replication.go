@@ -56,7 +56,6 @@ func (n *Node) replicate(ctx context.Context) {
 }
 
 // forgetRemoved frees the registry ids of backends removed long ago
-// (tree.Config.ForgetRemovedMillis), for new names.
 // (tree.Config.ForgetRemovedMillis), for new names: the replica's log and
 // the load channel forget them too, and the next load snapshots carry
 // names, so peers learn which backend the ids name now.

@@ -66,7 +66,7 @@ func (r *registry) remember(e BackendEntry, max int) {
 	if max <= 0 {
 		return
 	}
-	if len(r.forgotten) >= max {
+	if _, ok := r.forgotten[e.Name]; !ok && len(r.forgotten) >= max {
 		names := make([]string, 0, len(r.forgotten))
 		for n := range r.forgotten {
 			names = append(names, n)

@@ -164,6 +164,10 @@ func (r *registry) ensure(name string) (BackendID, error) {
 	delete(r.forgotten, name)
 	r.byName[name] = id
 	r.live[id].Store(pack(e.Gen, e.State))
+	r.removedAt[id] = 0
+	if e.State == BackendRemoved {
+		r.removedAt[id] = e.Time.Millis() // when it arrived is not kept: its stamp
+	}
 	if e.State == BackendActive {
 		r.active.Add(1)
 	}
