@@ -14,18 +14,23 @@ type Config struct {
 
 	// MaxSkew bounds how far in the future a peer's timestamp may be. Larger
 	// ones are clamped to now+MaxSkew (and counted), so a node with a runaway
-	// clock cannot pin claims or drag every clock with it. 500 ms is far
-	// above NTP-synchronized skew and far below any claim TTL.
+	// clock cannot pin claims or drag every clock with it (a claim keeps
+	// its TTL from the clamped time, a tombstone its expiry, capped by
+	// MaxTTL from the clamped time). A peer whose timestamps run
+	// more than 2*MaxSkew ahead has its eviction floors read on its clock
+	// (lowered by its lead; see Replica.raiseFloor). 500 ms is far above
+	// NTP-synchronized skew and far below any claim TTL.
 	MaxSkew time.Duration
 
 	// MaxTTL is the longest claim TTL any node uses (the router's confirmed
 	// TTL). It bounds what a peer can make this node believe: a received
-	// claim's expiry is capped at its timestamp + MaxTTL, and an eviction
-	// floor beyond now + MaxTTL + 4*MaxSkew (which no honest node can
-	// produce: a floor is the expiry of a claim it holds) is ignored and
-	// counted, so one node with a runaway clock can neither pin claims nor
-	// wipe everyone's. 1 h is above any sensible TTL; serve sets it from the
-	// router's configuration.
+	// claim's expiry is capped at its (clamped) timestamp + MaxTTL, and an
+	// eviction floor beyond now + MaxTTL + 4*MaxSkew (which no honest node
+	// can produce: a floor is the expiry of a claim it holds) is ignored and
+	// counted. With floors of clocks running ahead lowered by their lead
+	// (MaxSkew), one node with a wrong clock can pin its claims for at most
+	// MaxTTL and cannot wipe everyone's. 1 h is above any sensible TTL;
+	// serve sets it from the router's configuration.
 	MaxTTL time.Duration
 
 	// LogCapacity is how many local changes the delta buffer keeps for peers

@@ -90,7 +90,8 @@ func (r *Replica) StartDigest(peerName string, now int64) bool {
 }
 
 func (r *Replica) onDigest(p *peer, m *Message, now int64) {
-	r.raiseFloor(m.Batch.Floor, now)
+	r.observeLead(p, aheadOf(m.Now, now), true)
+	r.raiseFloor(p, m.Batch.Floor, aheadOf(m.Now, now), now)
 	if p.repairQueued() {
 		// One round of repairs at a time per peer, as for repair requests:
 		// each digest compares the whole index and may queue a repair per

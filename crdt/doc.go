@@ -17,7 +17,9 @@
 // and, with Relay on, forwarded to the other peers, never back. Periodic
 // digests (per key-range bucket sums of claim hashes) find the buckets two
 // replicas disagree on after a partition, and only those are exchanged.
-// Eviction raises a floor that travels with every batch (see package tree).
+// Eviction raises a floor that travels with every batch (see package tree);
+// a floor from a peer whose clock runs ahead is read on its clock
+// (Replica.raiseFloor).
 //
 // It works in the manner of etcd's raft: it is a pure state machine. The
 // caller passes the time in, asks what to send to whom, sends it, and reports

@@ -87,6 +87,7 @@ func (r *Replica) emitFullChunks(p *peer, now int64, out []Envelope) []Envelope 
 	if f == nil {
 		return out
 	}
+	n0 := len(out)
 	retransmit := r.cfg.RetransmitAfter.Milliseconds()
 	outstanding := 0
 	for i := range f.acked {
@@ -110,9 +111,27 @@ func (r *Replica) emitFullChunks(p *peer, now int64, out []Envelope) []Envelope 
 		m := &Message{Type: MsgFull, Epoch: f.epoch, Chunk: uint32(i), Chunks: uint32(len(f.acked)), BaseSeq: f.base}
 		per := r.cfg.DigestBuckets / len(f.acked)
 		m.Batch = r.bucketBatch(i*per, (i+1)*per, now)
+		if len(m.Batch.Claims) > r.fullChunkLimit() && r.fullChunks(r.ix.Len()) > len(f.acked) {
+			// The chunk count was set from the index's size when the
+			// transfer began, but chunks are built when sent: the index
+			// has grown since, and a chunk this size may be more than the
+			// peer's decoder takes (then the transfer could never end,
+			// and every retransmission would walk the table again).
+			// Start over, cut for the size the index has now; it can
+			// only grow so many times before every bucket is a chunk.
+			r.startFull(p)
+			return r.emitFullChunks(p, now, out[:n0])
+		}
 		out = append(out, Envelope{To: p.name, Msg: m})
 	}
 	return out
+}
+
+// fullChunkLimit is the most claims a full chunk may hold before its
+// transfer is restarted with more chunks: fullChunks aims at MaxBatchClaims/2,
+// so four times that is growth, well below what a decoder takes.
+func (r *Replica) fullChunkLimit() int {
+	return min(2*r.cfg.MaxBatchClaims, MaxClaimsPerMessage/2)
 }
 
 // bucketRange is the key range of a digest bucket.

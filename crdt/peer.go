@@ -25,6 +25,11 @@ type peer struct {
 	converged bool       // the last digest exchange found no difference
 	lastMatch int64      // when it last did
 	lastHeard int64
+
+	// Its clock (raiseFloor): how far beyond MaxSkew ahead of ours it was
+	// last seen running (ms, 0: not), and the highest floor it sent while
+	// it ran ahead, with the lead it had then.
+	lead, leadFloor, floorLead int64
 }
 
 type inflight struct {

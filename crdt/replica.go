@@ -58,6 +58,7 @@ type Stats struct {
 	ClockClamps       uint64 `json:"clock_clamps"`
 	ExpiryCaps        uint64 `json:"expiry_caps"`        // received claims whose expiry was capped at their time + MaxTTL
 	FloorsIgnored     uint64 `json:"floors_ignored"`     // eviction floors beyond what any honest node can produce
+	FloorsShifted     uint64 `json:"floors_shifted"`     // eviction floors lowered by their sender's clock lead (raiseFloor)
 	BackendsRejected  uint64 `json:"backends_rejected"`  // registry entries this node could not register (claims on them skipped)
 	BackendsForgotten uint64 `json:"backends_forgotten"` // late registry entries of backends removed before the forget horizon (ignored, with their claims)
 	RepairsIgnored    uint64 `json:"repairs_ignored"`    // repair requests ignored while repairs for that peer were queued
@@ -90,6 +91,12 @@ func New(cfg Config, ix *tree.Index, incarnation uint64) (*Replica, error) {
 	}
 	if incarnation == 0 {
 		return nil, fmt.Errorf("crdt: incarnation must not be 0")
+	}
+	if mb := ix.Config().MaxBackends; mb > MaxBackendsPerBatch {
+		// Full chunks and repairs carry the whole registry, and a peer's
+		// decoder takes at most MaxBackendsPerBatch entries in one batch:
+		// past it every full transfer and repair would be refused.
+		return nil, fmt.Errorf("crdt: the index allows %d backends, more than the %d one message can carry; set MaxBackends to at most %d", mb, MaxBackendsPerBatch, MaxBackendsPerBatch)
 	}
 	if per := ix.Config().Capacity / cfg.DigestBuckets; per > MaxClaimsPerMessage/4 {
 		return nil, fmt.Errorf("crdt: %d claims per digest bucket is too many for one message; raise DigestBuckets", per)
@@ -261,7 +268,7 @@ func (r *Replica) Receive(m *Message, now int64) error {
 		r.stats.UnknownSender++
 		switch m.Type {
 		case MsgDelta, MsgFull, MsgRepair:
-			return r.applyBatch(&m.Batch, 0, now)
+			return r.applyBatch(&m.Batch, nil, now)
 		}
 		return nil
 	}
@@ -277,20 +284,24 @@ func (r *Replica) Receive(m *Message, now int64) error {
 		p.inc = m.Incarnation
 	}
 	if m.AckFor == r.inc {
-		r.checkAckBack(p, m.AckUpTo, now)
-		p.onAck(m.AckUpTo)
+		// Nothing beyond our last sequence number can have been received:
+		// a higher ack (a bug or a lie) would move p.sent past the changes
+		// we make next, and they would never be sent to the peer.
+		ack := min(m.AckUpTo, r.log.last())
+		r.checkAckBack(p, ack, now)
+		p.onAck(ack)
 		r.gcLog()
 	}
 	switch m.Type {
 	case MsgDelta:
 		r.stats.DeltasReceived++
-		if err := r.applyBatch(&m.Batch, p.id, now); err != nil {
+		if err := r.applyBatch(&m.Batch, p, now); err != nil {
 			return err
 		}
 		p.onDelta(m.FromSeq, m.ToSeq)
 		p.ackDue = true
 	case MsgFull:
-		if err := r.applyBatch(&m.Batch, p.id, now); err != nil {
+		if err := r.applyBatch(&m.Batch, p, now); err != nil {
 			return err
 		}
 		r.onFullChunk(p, m)
@@ -317,23 +328,95 @@ func (r *Replica) Receive(m *Message, now int64) error {
 		}
 		r.queueRepair(p, m.Buckets, now)
 	case MsgRepair:
-		return r.applyBatch(&m.Batch, p.id, now)
+		return r.applyBatch(&m.Batch, p, now)
 	}
 	return nil
 }
 
-// raiseFloor adopts a peer's eviction floor, unless it is beyond what any
-// honest node can produce (now + MaxTTL + 4*MaxSkew): such a floor comes
-// from a node whose clock runs far ahead and would wipe every claim here.
-func (r *Replica) raiseFloor(f, now int64) {
+// raiseFloor adopts an eviction floor f that peer p (nil: not a peer) sent
+// in a message whose timestamps ran ahead of now by up to ahead ms.
+//
+// A floor is an expiry on its sender's clock: a node whose clock runs S
+// ahead evicts claims that expire S later than an honest node's would, and
+// its floor, taken as is, evicts S more of every peer's claims' life (past
+// a TTL, all of them, and every new claim is refused: it expires below the
+// floor). No bound on the value alone can tell such a floor from an honest
+// node's whose index holds S less traffic (a floor can honestly be anywhere
+// up to now + MaxTTL), and a bound below that would refuse honest floors,
+// which replicas must share to evict the same claims (tree/evict.go). So
+// the floor is read on its sender's clock instead: a peer whose timestamps
+// run more than 2*MaxSkew ahead (no honest clock, HLC slack included, gets
+// there) has its floors lowered by its lead beyond MaxSkew, the same
+// translation its claims' times get from the clamp. Honest floors are
+// never shifted, so honest eviction stays convergent; the shifted floor is
+// what an honest node would have produced and it travels on as one.
+//
+// The lead is measured on every message: exactly by a digest (its Now is
+// the sender's wall clock), from below by a batch (its newest timestamp;
+// its claims may be old), so a batch only raises the lead. A floor the
+// peer sent while it ran ahead stays shifted by the lead it had then even
+// after its clock is set right: floors never go down, so it comes again.
+//
+// What remains is a floor beyond now + MaxTTL + 4*MaxSkew, which no honest
+// node produces (a floor is the expiry of a claim it held): ignored.
+func (r *Replica) raiseFloor(p *peer, f, ahead, now int64) {
+	lead := r.leadOf(ahead)
+	if p != nil {
+		lead = max(lead, p.lead)
+		switch {
+		case f <= p.leadFloor:
+			lead = max(lead, p.floorLead)
+		case lead > 0:
+			p.leadFloor, p.floorLead = f, lead
+		}
+	}
 	if f <= r.ix.Floor() {
 		return
+	}
+	if lead > 0 {
+		f -= lead
+		r.stats.FloorsShifted++
+		if f <= r.ix.Floor() {
+			return
+		}
 	}
 	if f > now+r.cfg.MaxTTL.Milliseconds()+4*r.cfg.MaxSkew.Milliseconds() {
 		r.stats.FloorsIgnored++
 		return
 	}
 	r.ix.RaiseFloor(f, now)
+}
+
+// observeLead records how far ahead of now a peer's clock ran in a message
+// (ahead ms); exact is true for a reading of its wall clock (a digest's
+// Now), false for a batch's newest timestamp, which can only understate it.
+func (r *Replica) observeLead(p *peer, ahead int64, exact bool) {
+	if lead := r.leadOf(ahead); exact || lead > p.lead {
+		p.lead = lead
+	}
+}
+
+// leadOf is how far a clock seen ahead ms ahead of ours runs beyond
+// MaxSkew, or 0 within 2*MaxSkew: an honest clock (off by less than
+// MaxSkew) stamps at most MaxSkew ahead of its own wall clock, by
+// observing others' clamped timestamps.
+func (r *Replica) leadOf(ahead int64) int64 {
+	if skew := r.cfg.MaxSkew.Milliseconds(); ahead > 2*skew {
+		return ahead - skew
+	}
+	return 0
+}
+
+// aheadOf is how far t is past now (ms): 0 if it is not, at most 1<<62
+// (so a floor less a lead cannot overflow).
+func aheadOf(t, now int64) int64 {
+	if t <= now {
+		return 0
+	}
+	if d := t - now; d > 0 && d < 1<<62 {
+		return d
+	}
+	return 1 << 62
 }
 
 // checkAckBack starts a new full transfer to a peer whose acks stay below
@@ -388,11 +471,16 @@ func (r *Replica) onFullChunk(p *peer, m *Message) {
 // applyBatch joins a received batch into the index: registry entries, the
 // floor, then the claims. Timestamps too far in the future are clamped.
 // With Relay, the novel part is queued for the other peers.
-func (r *Replica) applyBatch(b *Batch, source tree.NodeID, now int64) error {
-	limit := now + r.cfg.MaxSkew.Milliseconds()
+func (r *Replica) applyBatch(b *Batch, p *peer, now int64) error {
+	var source tree.NodeID
+	if p != nil {
+		source = p.id
+	}
+	newest := int64(-1 << 62) // the batch's newest timestamp (ms), for raiseFloor
 	ids := make([]tree.BackendID, len(b.Backends))
 	ok := make([]bool, len(b.Backends))
 	for i, e := range b.Backends {
+		newest = max(newest, e.Time.Millis())
 		if ts, clamped := r.clock.Observe(e.Time, now); clamped {
 			e.Time = ts
 		}
@@ -415,21 +503,28 @@ func (r *Replica) applyBatch(b *Batch, source tree.NodeID, now int64) error {
 			r.log.append(logEntry{isBackend: true, backend: id, source: source})
 		}
 	}
-	r.raiseFloor(b.Floor, now)
 	maxTTL := r.cfg.MaxTTL.Milliseconds()
 	r.claims = r.claims[:0]
 	for _, w := range b.Claims {
 		if !ok[w.Backend] {
 			continue // its backend could not be registered here
 		}
+		newest = max(newest, w.Time.Millis())
 		c := tree.Claim{Key: w.Key, Backend: ids[w.Backend], Gen: w.Gen, Time: w.Time, Expires: w.Expires, Origin: w.Origin}
-		if c.Time.Millis() > limit {
-			// Clamp, keeping the claim's TTL from its (clamped) time.
+		if c.Time.Millis() > now+r.cfg.MaxSkew.Milliseconds() && !c.Ended() {
+			// Clamp, keeping the claim's TTL from its (clamped) time: a
+			// clock running ahead must not make its claims outlive
+			// everyone else's, which eviction (lowest expiries first)
+			// would then take before its own, here and at every peer.
 			ttl := c.Expires - c.Time.Millis()
 			c.Time, _ = r.clock.Observe(c.Time, now)
 			c.Expires = c.Time.Millis() + ttl
 		} else {
-			r.clock.Observe(c.Time, now)
+			// A tombstone's time is clamped but its expiry kept (capped
+			// below like any): it ends the claim it dominates, which
+			// takes an equal expiry (tree/end.go); moved down with the
+			// time it would end nothing anywhere but where it was made.
+			c.Time, _ = r.clock.Observe(c.Time, now)
 		}
 		if c.Expires > c.Time.Millis()+maxTTL {
 			c.Expires = c.Time.Millis() + maxTTL
@@ -437,6 +532,10 @@ func (r *Replica) applyBatch(b *Batch, source tree.NodeID, now int64) error {
 		}
 		r.claims = append(r.claims, c)
 	}
+	if p != nil {
+		r.observeLead(p, aheadOf(newest, now), false)
+	}
+	r.raiseFloor(p, b.Floor, aheadOf(newest, now), now)
 	r.stats.ClaimsReceived += uint64(len(r.claims))
 	var counts [tree.RejectedInvalid + 1]int
 	r.applied, counts = r.ix.UpsertBatch(r.claims, now, r.applied[:0])

@@ -24,10 +24,15 @@ import (
 //	                        forgotten names, below)
 //	uvarint created         Unix ms when it was taken
 //	uvarint batches         how many batches follow
-//	batches                 each a uvarint length and a CBOR batch (as in messages),
-//	                        each with the whole registry, claims naming entries by position;
-//	                        then batches of registry entries alone: the names forgotten
-//	                        without an id (tree.Index.ForgetRemoved)
+//	batches                 each a uvarint length and a CBOR batch (as in messages):
+//	                        the registry in batches of registry entries alone (at
+//	                        most MaxBackendsPerBatch each, as a peer's decoder takes);
+//	                        then the claims, each batch with the entries its claims
+//	                        name (by position); then batches of registry entries
+//	                        alone: the names forgotten without an id
+//	                        (tree.Index.ForgetRemoved). (Versions before the
+//	                        registry could outgrow a batch put the whole registry in
+//	                        every claims batch; Apply reads both.)
 //	SHA-256                 32 bytes, of everything before
 const snapshotMagic = "KVMSNAP1"
 
@@ -71,22 +76,48 @@ func AppendSnapshot(dst []byte, ix *tree.Index, now int64) ([]byte, SnapshotInfo
 	}
 	forgotten := ix.AppendForgotten(nil)
 	info := SnapshotInfo{Created: now, Backends: len(reg) + len(forgotten), Floor: ix.Floor()}
+	// The registry first, in batches a decoder takes (it can hold up to
+	// tree's 65,535 backends): so entries without claims (removed, or
+	// restarted cold) are restored too, and claims batches need only name
+	// their own backends.
 	var batches []Batch
-	cur := Batch{Backends: reg, Floor: info.Floor}
+	for rest := reg; len(rest) > 0; {
+		k := min(len(rest), MaxBackendsPerBatch)
+		batches = append(batches, Batch{Backends: rest[:k]})
+		rest = rest[k:]
+	}
+	// at maps a registry position to its place in cur.Backends, plus one.
+	at := make([]uint32, len(reg))
+	var cur Batch
+	flush := func() {
+		batches = append(batches, cur)
+		cur = Batch{}
+		clear(at)
+	}
 	ix.Range(now, func(c *tree.Claim) bool {
 		if int(c.Backend) >= len(all) || all[c.Backend].State == 0 {
 			return true // registered (or its id given out again) during the walk: next snapshot
 		}
-		cur.Claims = append(cur.Claims, WireClaim{Key: c.Key, Backend: pos[c.Backend], Gen: c.Gen, Time: c.Time,
+		i := pos[c.Backend]
+		if at[i] == 0 {
+			if len(cur.Backends) == MaxBackendsPerBatch {
+				flush()
+			}
+			cur.Backends = append(cur.Backends, reg[i])
+			at[i] = uint32(len(cur.Backends))
+		}
+		cur.Claims = append(cur.Claims, WireClaim{Key: c.Key, Backend: at[i] - 1, Gen: c.Gen, Time: c.Time,
 			Expires: c.Expires, Origin: c.Origin})
 		if len(cur.Claims) == SnapshotBatchClaims {
-			batches = append(batches, cur)
-			cur = Batch{Backends: reg, Floor: info.Floor}
+			flush()
 		}
 		return true
 	})
 	if len(cur.Claims) > 0 || len(batches) == 0 {
-		batches = append(batches, cur)
+		flush()
+	}
+	for i := range batches {
+		batches[i].Floor = info.Floor // every batch, as before: old readers take it from any
 	}
 	// Then the names forgotten without an id (no claim refers to them), in
 	// batches of registry entries alone.
@@ -202,6 +233,11 @@ type SnapshotApplied struct {
 // every claim still alive at now, with expiries capped at maxTTL from their
 // timestamps. Joining is idempotent: what the index already holds wins
 // where it dominates.
+//
+// The floor is an expiry on the clock that wrote the snapshot. A snapshot
+// made after now was written by a clock running ahead of this one (by
+// Created - now at least): its floor is lowered by as much, or it would end
+// that much of every claim's life here, and peers' (see Replica.raiseFloor).
 func (s *Snapshot) Apply(ix *tree.Index, now int64, maxTTL int64) SnapshotApplied {
 	var out SnapshotApplied
 	// Removals older than the forget horizon are kept by name, not given
@@ -228,8 +264,10 @@ func (s *Snapshot) Apply(ix *tree.Index, now int64, maxTTL int64) SnapshotApplie
 				out.Backends++
 			}
 		}
-		if b.Floor > ix.Floor() && b.Floor <= now+maxTTL {
-			ix.RaiseFloor(b.Floor, now)
+		if f := b.Floor; f > ix.Floor() {
+			if f -= aheadOf(s.Info.Created, now); f > ix.Floor() && f <= now+maxTTL {
+				ix.RaiseFloor(f, now)
+			}
 		}
 		claims = claims[:0]
 		for _, w := range b.Claims {

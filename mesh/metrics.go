@@ -179,6 +179,10 @@ var replicaCounters = []struct {
 	{prometheus.NewDesc("kvmesh_mesh_ack_resets_total", "Peers whose acknowledgements went back without a restart (they forgot this node's changes): full transfers restarted.", nil, nil), func(s *crdt.Stats) uint64 { return s.AckResets }},
 	{prometheus.NewDesc("kvmesh_mesh_stale_chunks_total", "Full-transfer chunks of a transfer the peer had already replaced, ignored.", nil, nil), func(s *crdt.Stats) uint64 { return s.StaleChunks }},
 	{prometheus.NewDesc("kvmesh_mesh_digests_ignored_total", "Anti-entropy digests not compared because repairs for that peer were still queued.", nil, nil), func(s *crdt.Stats) uint64 { return s.DigestsIgnored }},
+	{prometheus.NewDesc("kvmesh_mesh_floors_shifted_total", "Eviction floors from a peer whose clock runs ahead, lowered by its lead before they were adopted.", nil, nil), func(s *crdt.Stats) uint64 { return s.FloorsShifted }},
+	{prometheus.NewDesc("kvmesh_mesh_floors_ignored_total", "Eviction floors beyond what any honest node produces, ignored.", nil, nil), func(s *crdt.Stats) uint64 { return s.FloorsIgnored }},
+	{prometheus.NewDesc("kvmesh_mesh_backends_rejected_total", "Registry entries from peers this node could not register (its registry full); their claims skipped.", nil, nil), func(s *crdt.Stats) uint64 { return s.BackendsRejected }},
+	{prometheus.NewDesc("kvmesh_mesh_backends_forgotten_total", "Late registry entries of backends removed before index.forget_removed, ignored with their claims.", nil, nil), func(s *crdt.Stats) uint64 { return s.BackendsForgotten }},
 	{prometheus.NewDesc("kvmesh_mesh_non_peer_messages_total", "Messages from members that are not (yet) peers; their claims are applied.", nil, nil), func(s *crdt.Stats) uint64 { return s.UnknownSender }},
 }
 
