@@ -203,6 +203,11 @@ func (rt *Router) SetBackends(list []BackendConfig) error {
 			delete(rt.members, name)
 			m.b.gone.Store(true)
 			rt.names.Delete(name)
+			// Registered when it was built: removed, so its name can be
+			// forgotten and its id freed (a pod that never became ready
+			// would otherwise hold one for good).
+			rt.learner.Invalidate(name, true)
+			rt.deleteSeries(name)
 		case !listed && m.state == memberServing:
 			m.state, m.removedAt, m.idle = memberRemoving, now, 0
 			m.b.draining.Store(true)

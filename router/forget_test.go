@@ -1,6 +1,7 @@
 package router
 
 import (
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -127,5 +128,59 @@ func TestSGLangPrivateTreeMakesRoomForNewNames(t *testing.T) {
 	pc.inflight(0, 5, 0)
 	if n, d := pc.choose(p); d.Reason != ReasonPrefix {
 		t.Fatalf("repeat after the rollout: chose %s %v, want a prefix route", n, d.Reason)
+	}
+	// b, pruned, is a candidate again (a pod that kept its name): it
+	// holds what it is sent from then on.
+	back := newPolicyCase(20, 9, "b")
+	back.req.Now = pc.req.Now.Add(2 * time.Minute) // the others unseen for a TTL: room again
+	back.choose(p)
+	if n, d := back.choose(p); n != "b" || d.Reason != ReasonPrefix {
+		t.Fatalf("b back: repeat chose %s %v, want b by prefix", n, d.Reason)
+	}
+}
+
+// A backend dropped from the list before its first probe answered (a pod
+// that never became ready) is removed from the registry like one that
+// served, so its name can be forgotten and its id freed.
+func TestStartingBackendDroppedIsRemoved(t *testing.T) {
+	a := newFakeBackend(t, "a")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() { // accepts and never answers: the first probe hangs
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+		}
+	}()
+	g := newDynRig(t, func(cfg *Config, _ *Deps) {
+		cfg.Discovery.Models = nil
+		cfg.Backends = []BackendConfig{{Name: "a", URL: a.URL()}}
+		cfg.ProbeTimeout = 10 * time.Minute // hung stays starting however slow the machine
+	})
+	hung := BackendConfig{Name: "hung", URL: "http://" + ln.Addr().String(), Models: []string{"m1"}}
+	if err := g.rt.SetBackends([]BackendConfig{{Name: "a", URL: a.URL()}, hung}); err != nil {
+		t.Fatal(err)
+	}
+	if known, serving := g.member("hung"); !known || serving {
+		t.Fatalf("hung: known %v serving %v, want starting", known, serving)
+	}
+	if err := g.rt.SetBackends([]BackendConfig{{Name: "a", URL: a.URL()}}); err != nil {
+		t.Fatal(err)
+	}
+	id, ok := g.ix.BackendByName("hung")
+	if !ok {
+		t.Fatal("hung was never registered (the test would prove nothing)")
+	}
+	if e, _ := g.ix.Backend(id); e.State != tree.BackendRemoved {
+		t.Fatalf("hung's entry %+v, want removed", e)
+	}
+	if freed := g.ix.ForgetRemoved(time.Now().Add(7*time.Hour).UnixMilli(), nil); len(freed) != 1 || freed[0] != id {
+		t.Fatalf("freed %v, want hung's id %d", freed, id)
 	}
 }

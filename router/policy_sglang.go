@@ -160,6 +160,13 @@ func (p *sglangPolicy) register(name string, nowMs int64) *sglangBackend {
 	if err != nil {
 		return nil
 	}
+	if _, active := p.ix.Generation(id); !active {
+		// A name pruned before (its removal kept by name) and a candidate
+		// again: a new generation, or every insert for it would be refused.
+		if _, err := p.ix.Invalidate(name, false, tree.MakeTimestamp(nowMs, 0), p.origin); err != nil {
+			return nil
+		}
+	}
 	sb := &sglangBackend{id: id}
 	sb.seen.Store(nowMs)
 	p.ids[name] = sb

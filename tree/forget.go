@@ -1,6 +1,7 @@
 package tree
 
 import (
+	"cmp"
 	"errors"
 	"slices"
 )
@@ -59,30 +60,27 @@ func (r *registry) forget(id BackendID, maxForgotten int) {
 
 // remember keeps a removed entry by name. Past max names the older half
 // (by removal time) is dropped at once, so a stream of old removals costs a
-// sort per max/2 of them, not a scan each. A dropped name listed again
-// starts at generation 0, as a new one; a late copy of its old entry takes
-// an id until the next pass forgets it again.
+// sort per max/2 of them, not a scan each (the sort reads each time once).
+// A dropped name listed again starts at generation 0, as a new one; a late
+// copy of its old entry takes an id: a removal until the next pass forgets
+// it again, an active one for good (it reads as a backend some node still
+// lists).
 func (r *registry) remember(e BackendEntry, max int) {
 	if max <= 0 {
 		return
 	}
 	if _, ok := r.forgotten[e.Name]; !ok && len(r.forgotten) >= max {
-		names := make([]string, 0, len(r.forgotten))
-		for n := range r.forgotten {
-			names = append(names, n)
+		type aged struct {
+			name string
+			t    Timestamp
 		}
-		slices.SortFunc(names, func(a, b string) int {
-			ta, tb := r.forgotten[a].Time, r.forgotten[b].Time
-			switch {
-			case ta < tb:
-				return -1
-			case ta > tb:
-				return 1
-			}
-			return 0
-		})
-		for _, n := range names[:len(names)-max/2] {
-			delete(r.forgotten, n)
+		all := make([]aged, 0, len(r.forgotten))
+		for n, f := range r.forgotten {
+			all = append(all, aged{n, f.Time})
+		}
+		slices.SortFunc(all, func(a, b aged) int { return cmp.Compare(a.t, b.t) })
+		for _, a := range all[:len(all)-max/2] {
+			delete(r.forgotten, a.name)
 		}
 	}
 	r.forgotten[e.Name] = e
