@@ -215,7 +215,7 @@ func serveSignals(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, rea
 			e.WriteTo(w)
 		})
 	}
-	statusPage := ui.Deps{Node: cfg.Node.Name, Version: version, TenantHeader: cfg.Router.TenantHeader, Router: rt, Index: ix, Logger: log}
+	statusPage := ui.Deps{Node: cfg.Node.Name, Version: version, TenantHeader: cfg.Router.TenantHeader, SignalMaxAge: cfg.Router.SignalMaxAge, Router: rt, Index: ix, Logger: log}
 	if m, ok := node.(ui.MeshStatus); ok {
 		statusPage.Mesh = m
 	}

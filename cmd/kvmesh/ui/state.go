@@ -2,6 +2,7 @@ package ui
 
 import (
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/kvmesh/kvmesh/mesh"
@@ -25,6 +26,14 @@ type State struct {
 	Backends     []Backend `json:"backends"`
 	Index        Index     `json:"index"`
 	Mesh         *Mesh     `json:"mesh"` // null on a node without a mesh
+
+	// StartedMs is when this process's handler started (Unix ms): it tells
+	// the page a restart apart from an uptime that merely passed the last
+	// one seen (a tab hidden during the restart).
+	StartedMs int64 `json:"started_ms"`
+	// SignalMaxAgeMs is the router's signal_max_age: a load signal older
+	// than that counts for nothing, so the page marks it.
+	SignalMaxAgeMs int64 `json:"signal_max_age_ms"`
 }
 
 // Count is one decision reason's cumulative count.
@@ -82,7 +91,7 @@ type Index struct {
 // Mesh is the node's mesh view.
 type Mesh struct {
 	Topology    string   `json:"topology"`
-	Incarnation uint64   `json:"incarnation"`
+	Incarnation string   `json:"incarnation"` // hex: a random uint64 as a JSON number loses bits in JavaScript
 	Members     []Member `json:"members"`
 	Peers       []Peer   `json:"peers"`
 	// Sharing: this node sends its bookings on the load channel; Share is
@@ -172,7 +181,7 @@ func (st *State) fill(rs *router.Status, is tree.Stats, ms *mesh.Status, now tim
 }
 
 func meshState(ms *mesh.Status, now time.Time) *Mesh {
-	m := &Mesh{Topology: ms.Topology, Incarnation: ms.Incarnation, Members: make([]Member, 0, len(ms.Members)),
+	m := &Mesh{Topology: ms.Topology, Incarnation: strconv.FormatUint(ms.Incarnation, 16), Members: make([]Member, 0, len(ms.Members)),
 		Peers: make([]Peer, 0, len(ms.Peers)), Sharing: ms.Load.Sharing, Share: finite(ms.Load.Share),
 		RoutedPerSecond: finite(ms.Load.RoutedPerSecond), ApplyLagCount: ms.ApplyLagCount, ApplyLagSum: finite(ms.ApplyLagSum),
 		ClaimsSent: ms.Replica.ClaimsSent, ClaimsReceived: ms.Replica.ClaimsReceived,

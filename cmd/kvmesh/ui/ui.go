@@ -64,6 +64,9 @@ type Deps struct {
 	Logger zerolog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// SignalMaxAge is the router's signal_max_age (signal ages past it are
+	// marked); 0 means router.DefaultConfig's.
+	SignalMaxAge time.Duration
 }
 
 // Handler serves the page, its assets and its state.
@@ -85,8 +88,12 @@ func New(d Deps) *Handler {
 	if d.Now == nil {
 		d.Now = time.Now
 	}
+	if d.SignalMaxAge <= 0 {
+		d.SignalMaxAge = router.DefaultConfig().SignalMaxAge
+	}
 	h := &Handler{d: d, started: d.Now(), maxAge: StateMaxAge}
 	h.st.Node, h.st.Version, h.st.TenantHeader = d.Node, d.Version, d.TenantHeader
+	h.st.StartedMs, h.st.SignalMaxAgeMs = h.started.UnixMilli(), d.SignalMaxAge.Milliseconds()
 	h.st.Decisions, h.st.Backends = []Count{}, []Backend{} // [] rather than null before anything happened
 	return h
 }
@@ -95,7 +102,10 @@ func New(d Deps) *Handler {
 func (h *Handler) Mount(mux *http.ServeMux) {
 	mux.HandleFunc("GET "+PagePath, h.servePage)
 	mux.HandleFunc("GET "+PagePath+"/{$}", func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, PagePath, http.StatusMovedPermanently)
+		// Relative, so that it holds behind a proxy adding a path prefix
+		// (http.Redirect would make it absolute).
+		w.Header().Set("Location", "../ui")
+		w.WriteHeader(http.StatusMovedPermanently)
 	})
 	mux.HandleFunc("GET "+StatePath, h.serveState)
 	mux.HandleFunc("GET "+PagePath+"/{asset}", h.serveAsset)

@@ -95,7 +95,7 @@ func TestStateMapsTheSources(t *testing.T) {
 		t.Errorf("index: %+v", st.Index)
 	}
 	m := st.Mesh
-	if m == nil || len(m.Members) != 3 || len(m.Peers) != 2 || m.ApplyLagCount != 10 || !m.Sharing {
+	if m == nil || m.Incarnation != "9" || len(m.Members) != 3 || len(m.Peers) != 2 || m.ApplyLagCount != 10 || !m.Sharing {
 		t.Fatalf("mesh: %+v", m)
 	}
 	r2, r4 := m.Peers[0], m.Peers[1]
@@ -147,7 +147,8 @@ func TestPageAndAssetsCarryTheCSP(t *testing.T) {
 			t.Errorf("%s: status %d", path, w.Code)
 		}
 	}
-	if w := get(t, m, "/ui/"); w.Code != http.StatusMovedPermanently || w.Header().Get("Location") != PagePath {
+	// Relative, so that it holds behind a proxy adding a path prefix.
+	if w := get(t, m, "/ui/"); w.Code != http.StatusMovedPermanently || w.Header().Get("Location") != "../ui" {
 		t.Errorf("/ui/: %d %q", w.Code, w.Header().Get("Location"))
 	}
 	w := httptest.NewRecorder()
@@ -313,4 +314,29 @@ func BenchmarkStateHTTP(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(25*float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e9*100, "%cpu@5viewers")
+}
+
+// The state names the process (started_ms, the same in every document) and
+// the mesh incarnation exactly: as hex in a string, since a uint64 as a
+// JSON number loses its low bits in JavaScript.
+func TestStateIdentityIsExact(t *testing.T) {
+	now := time.UnixMilli(1_800_000_000_000)
+	ms := fakeMesh{AdminView: mesh.AdminView{Topology: "full-mesh", Incarnation: 0xdeadbeefcafebabe}}
+	h := New(Deps{Router: &fakeRouter{}, Index: fakeIndex{}, Mesh: ms, Now: func() time.Time { return now }})
+	m := mux(h)
+	first := get(t, m, StatePath).Body.String()
+	if !strings.Contains(first, `"incarnation":"deadbeefcafebabe"`) {
+		t.Errorf("incarnation not as exact hex: %s", first)
+	}
+	now = now.Add(time.Hour)
+	var st State
+	if err := json.Unmarshal(get(t, m, StatePath).Body.Bytes(), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.StartedMs != 1_800_000_000_000 || st.UptimeMs != time.Hour.Milliseconds() {
+		t.Errorf("started_ms %d, uptime_ms %d", st.StartedMs, st.UptimeMs)
+	}
+	if st.SignalMaxAgeMs != router.DefaultConfig().SignalMaxAge.Milliseconds() {
+		t.Errorf("signal_max_age_ms %d: not the router's default", st.SignalMaxAgeMs)
+	}
 }

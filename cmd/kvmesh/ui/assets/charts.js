@@ -7,11 +7,29 @@
   const grid = '#243041', label = '#8a9bb0', font = '10px system-ui, sans-serif';
   const padL = 38, padR = 8, padT = 8, padB = 18;
 
+  // Canvas widths come from data-width, else from a ResizeObserver: reading
+  // clientWidth right after the page wrote its rows forced a layout per
+  // canvas drawn (per backend row), most of the page's CPU with many backends.
+  // A canvas's first draw reads its width once.
+  const widths = new WeakMap();
+  const resized = typeof ResizeObserver === 'function' ?
+    new ResizeObserver((es) => { for (const e of es) widths.set(e.target, e.contentRect.width); }) : null;
+  function width(canvas) {
+    if (canvas.dataset.width) return Number(canvas.dataset.width);
+    let w = widths.get(canvas);
+    if (w === undefined || !resized) {
+      w = canvas.clientWidth;
+      widths.set(canvas, w);
+      if (resized) resized.observe(canvas);
+    }
+    return w;
+  }
+
   // prepare sizes the canvas's backing store to its CSS width (and its
   // data-height) at the device's pixel ratio and clears it.
   function prepare(canvas) {
     const dpr = window.devicePixelRatio || 1;
-    const w = Math.max(canvas.clientWidth || 0, 40);
+    const w = Math.max(width(canvas) || 0, 40);
     const h = Number(canvas.dataset.height) || canvas.clientHeight || 40;
     const bw = Math.round(w * dpr), bh = Math.round(h * dpr);
     if (canvas.width !== bw || canvas.height !== bh) {
