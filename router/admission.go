@@ -567,6 +567,7 @@ func (rt *Router) refuse(w http.ResponseWriter, stage admStage, reason admReason
 // ends.
 func (rt *Router) runAttempt(w http.ResponseWriter, r *http.Request, st *reqState, b *backend, d Decision, matched int, last bool, start time.Time, ep Endpoint) attemptResult {
 	defer rt.adm.leaveBackend(b.slot)
+	st.ownOutgoing() // before tracing writes its header: an earlier attempt's may still be read
 	if rt.otel != nil {
 		return rt.tracedAttempt(w, r, st, b, d, matched, last, start, ep, len(st.tried))
 	}

@@ -47,6 +47,36 @@ func (l *bodyLease) reclaim(body []byte) []byte {
 	return nil
 }
 
+// busy reports whether a reader lent over the current buffer is still
+// open: the transport may still be writing that attempt's request.
+func (l *bodyLease) busy() bool { return l.open != nil && l.open.Load() > 0 }
+
+// outgoingBusy reports whether the transport may still read the parts of
+// a request st sent (header, URL, X-Forwarded-For): a reader over its body
+// is still open (the transport closes it once it has written the request),
+// or it had no body, so no Close tells when its write ended.
+func (st *reqState) outgoingBusy() bool { return st.sentBare || st.lease.busy() }
+
+// leaveOutgoing leaves the outgoing request's parts to the transport: the
+// next use makes new ones.
+func (st *reqState) leaveOutgoing() {
+	st.outHeader, st.xff, st.outURL, st.outReq = nil, nil, nil, nil
+}
+
+// ownOutgoing makes the outgoing request's parts safe to change for the
+// next attempt of the same request: when the last attempt's request may
+// still be read by the transport, they become copies (its header's values
+// included) and the old ones are left to it.
+func (st *reqState) ownOutgoing() {
+	if st.outHeader == nil || !st.outgoingBusy() {
+		return
+	}
+	h := st.outHeader.Clone()
+	st.leaveOutgoing()
+	st.outHeader = h
+	st.sentBare = false
+}
+
 // leasedBody is a request body over bytes a bodyLease lent. Close marks the
 // transport done with them; the bytes must not be read after it.
 type leasedBody struct {

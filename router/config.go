@@ -140,6 +140,14 @@ type Config struct {
 	// output tokens at 15 tokens/s. A timeout is answered 504 and not
 	// retried (the backend may still be working on it).
 	BackendHeaderTimeout time.Duration `yaml:"backend_response_header_timeout"`
+	// ClientWriteTimeout cuts off a client that takes no byte of its answer
+	// for this long (the router's write to it blocked: its socket buffers
+	// and the kernel's are full), ending the backend request with it. A
+	// client that stops reading a streamed answer otherwise held the
+	// backend's sequence, its in-flight count and an admission slot for
+	// good. 60 s: buffers absorb megabytes first, so only a client that
+	// stopped reading gets there. 0: never.
+	ClientWriteTimeout time.Duration `yaml:"client_write_timeout"`
 	// BackendDialTimeout bounds a TCP connect to a backend. 2 s: backends
 	// sit in the same network; a connect that takes longer is a dead host,
 	// and the request is retried elsewhere.
@@ -276,6 +284,7 @@ func DefaultConfig() Config {
 		ReadHeaderTimeout:      10 * time.Second,
 		IdleTimeout:            2 * time.Minute,
 		BackendHeaderTimeout:   10 * time.Minute,
+		ClientWriteTimeout:     time.Minute,
 		BackendDialTimeout:     2 * time.Second,
 		MaxIdleConnsPerBackend: 256,
 		Retries:                2,
@@ -381,6 +390,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxConnections < 0 {
 		bad("max_connections must not be negative (0: no bound), got %d", c.MaxConnections)
+	}
+	if c.ClientWriteTimeout < 0 {
+		bad("client_write_timeout must not be negative (0: never), got %v", c.ClientWriteTimeout)
 	}
 	positive := []struct {
 		name string

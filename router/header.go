@@ -110,6 +110,9 @@ func (rt *Router) outgoingHeader(st *reqState, r *http.Request) http.Header {
 		if prior := h["X-Forwarded-For"]; len(prior) > 0 {
 			ip = strings.Join(prior, ", ") + ", " + ip
 		}
+		if st.xff == nil {
+			st.xff = make([]string, 1)
+		}
 		st.xff[0] = ip
 		h["X-Forwarded-For"] = st.xff[:1:1]
 	}

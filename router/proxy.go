@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/kvmesh/kvmesh/tree"
@@ -107,7 +110,12 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, st *reqState, 
 			break
 		}
 	}
-	e := NewAPIError(http.StatusBadGateway, "", "no backend could serve the request: %v", last.err)
+	e := NewAPIError(http.StatusBadGateway, "", "no backend could serve the request (%s)", transportReason(last.err))
+	if last.err != nil {
+		// The whole error names backend addresses: the log has it, the
+		// client gets only its kind.
+		rt.log.Warn().Err(last.err).Str("model", st.model).Msg("no backend could serve the request")
+	}
 	if last.err == nil {
 		e = NewAPIError(http.StatusServiceUnavailable, "", "no healthy backend serves model %q", st.model)
 	}
@@ -178,7 +186,10 @@ func (rt *Router) record(st *reqState, b *backend, d Decision, matched int) {
 // template request): only the context-carrying copy and the body reader
 // are new, and no URL is parsed.
 func (st *reqState) outgoingRequest(ctx context.Context, r *http.Request, b *backend) *http.Request {
-	u := &st.outURL
+	if st.outURL == nil {
+		st.outURL, st.outReq = new(url.URL), new(http.Request)
+	}
+	u := st.outURL
 	*u = b.url
 	if u.Path == "" {
 		u.Path, u.RawPath = r.URL.Path, r.URL.RawPath
@@ -189,8 +200,9 @@ func (st *reqState) outgoingRequest(ctx context.Context, r *http.Request, b *bac
 		}
 	}
 	u.RawQuery = r.URL.RawQuery
-	st.outReq = http.Request{Method: r.Method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+	*st.outReq = http.Request{Method: r.Method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header: st.outHeader, Host: u.Host}
+	st.sentBare = len(st.body) == 0
 	if len(st.body) > 0 {
 		// A fresh reader per attempt: after an early answer the transport
 		// may still be reading an earlier attempt's body, and the buffer
@@ -340,6 +352,8 @@ func (rt *Router) setRoute(w http.ResponseWriter, st *reqState, b *backend, d De
 func (rt *Router) copyBody(w http.ResponseWriter, body io.Reader, st *reqState, stream bool, start time.Time, ep Endpoint, pending *pendingPrefill) (rerr, werr error) {
 	rc := http.NewResponseController(w)
 	first := true
+	dl := writeDeadline{rc: rc, timeout: rt.cfg.ClientWriteTimeout}
+	defer dl.clear()
 	for {
 		n, err := body.Read(st.buf)
 		if n > 0 {
@@ -350,6 +364,7 @@ func (rt *Router) copyBody(w http.ResponseWriter, body io.Reader, st *reqState, 
 				rt.modelMetricsFor(st.model).firstBytes(labelOf(ep)).Observe(now.Sub(start).Seconds())
 			}
 			st.usage.write(st.buf[:n])
+			dl.extend()
 			if _, werr = w.Write(st.buf[:n]); werr != nil {
 				return nil, werr
 			}
@@ -367,4 +382,55 @@ func (rt *Router) copyBody(w http.ResponseWriter, body io.Reader, st *reqState, 
 			return err, nil
 		}
 	}
+}
+
+// writeDeadline keeps a deadline on the writes of an answer to its client
+// (Config.ClientWriteTimeout): a write blocked that long means the client
+// stopped reading. It is moved forward at most every quarter of the
+// timeout, so a client gets between 3/4 of it and all of it, and a
+// stream's many small writes do not each reset the connection's timer.
+type writeDeadline struct {
+	rc      *http.ResponseController
+	timeout time.Duration
+	set     time.Time // when the deadline was last moved (zero: never)
+}
+
+func (d *writeDeadline) extend() {
+	if d.timeout <= 0 {
+		return
+	}
+	now := time.Now()
+	if !d.set.IsZero() && now.Sub(d.set) < d.timeout/4 {
+		return
+	}
+	if d.rc.SetWriteDeadline(now.Add(d.timeout)) == nil {
+		d.set = now
+	}
+}
+
+// clear lifts the deadline once the answer is written: the connection may
+// carry the client's next request.
+func (d *writeDeadline) clear() {
+	if !d.set.IsZero() {
+		_ = d.rc.SetWriteDeadline(time.Time{})
+	}
+}
+
+// transportReason is what a client is told of a failed attempt: the kind
+// of failure, never the addresses or ports inside the transport's error.
+func transportReason(err error) string {
+	var ne net.Error
+	switch {
+	case err == nil:
+		return "no attempt made"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "the backend closed the connection"
+	case errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	}
+	return "backend error"
 }

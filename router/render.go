@@ -1,7 +1,9 @@
 package router
 
 import (
+	"bytes"
 	"math"
+	"slices"
 	"sync"
 
 	"github.com/valyala/fastjson"
@@ -132,6 +134,50 @@ type renderer struct {
 
 	noFastPath bool       // tests: force the general path
 	kvs        []sortedKV // stack of object members being sorted by key
+	keys       [][]byte   // an object's keys, for dupKey
+}
+
+// dupKey returns a key that appears more than once in o ("" if none). A
+// backend's JSON parser (Python's, pydantic's) keeps the last copy of a
+// repeated key where fastjson keeps the first: a message with two
+// "content" values would be keyed here by one while the engine prefills
+// the other, and its claims would say a backend holds a prompt it never
+// saw. Rendered objects are refused when they repeat a key. Quadratic up
+// to a few dozen keys (a message has a handful), sorted beyond.
+func (r *renderer) dupKey(o *fastjson.Object) string {
+	if o.Len() < 2 {
+		return ""
+	}
+	r.keys = r.keys[:0]
+	o.Visit(func(k []byte, _ *fastjson.Value) { r.keys = append(r.keys, k) })
+	ks := r.keys
+	if len(ks) > 32 {
+		slices.SortFunc(ks, bytes.Compare)
+		for i := 1; i < len(ks); i++ {
+			if bytes.Equal(ks[i-1], ks[i]) {
+				return string(ks[i])
+			}
+		}
+		return ""
+	}
+	for i := 1; i < len(ks); i++ {
+		for j := 0; j < i; j++ {
+			if bytes.Equal(ks[i], ks[j]) {
+				return string(ks[i])
+			}
+		}
+	}
+	return ""
+}
+
+// refuseDup answers a rendered object that repeats a key (dupKey).
+func (r *renderer) refuseDup(o *fastjson.Object, at loc) error {
+	if k := r.dupKey(o); k != "" {
+		e := badRequest(at.param(k), "duplicate key %q in %s: it is ambiguous which copy counts", k, at.param(""))
+		e.Code = "duplicate_member"
+		return e
+	}
+	return nil
 }
 
 var rendererPool = sync.Pool{New: func() any { return new(renderer) }}

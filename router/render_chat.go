@@ -145,6 +145,9 @@ func (r *renderer) chatMessage(m *fastjson.Value, at loc) error {
 		return badRequest(at.param(""), "%s must be an object", at.param(""))
 	}
 	o, _ := m.Object()
+	if err := r.refuseDup(o, at); err != nil {
+		return err
+	}
 	role, ok := optString(o.Get("role"))
 	if !ok {
 		return at.typeErr("role", "a string")
@@ -284,6 +287,9 @@ func (r *renderer) part(v *fastjson.Value, at loc) error {
 		return at.typeErr("", "an object")
 	}
 	o, _ := v.Object()
+	if err := r.refuseDup(o, at); err != nil {
+		return err
+	}
 	typ, ok := optString(o.Get("type"))
 	if !ok {
 		return at.typeErr("type", "a string")

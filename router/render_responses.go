@@ -71,6 +71,9 @@ func (r *renderer) responsesItem(v *fastjson.Value, at loc) error {
 		return at.typeErr("", "an object")
 	}
 	o, _ := v.Object()
+	if err := r.refuseDup(o, at); err != nil {
+		return err
+	}
 	typ, ok := optString(o.Get("type"))
 	if !ok {
 		return at.typeErr("type", "a string")

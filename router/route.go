@@ -65,12 +65,17 @@ type reqState struct {
 	routed   bool      // the request has a prompt (chain and lookup are valid)
 	model    string
 
-	// The outgoing request's reusable parts (see outgoingRequest).
+	// The outgoing request's reusable parts (see outgoingRequest). The
+	// transport may still be writing an attempt's request after RoundTrip
+	// returned (an answer that came before the request was sent: Go's
+	// writeLoop goes on), reading its header, URL and X-Forwarded-For: they
+	// are reused only once it is done with them (ownOutgoing, putState).
 	outHeader http.Header
-	orcaAdded bool      // the router added the ORCA format request to outHeader
-	xff       [1]string // outHeader's X-Forwarded-For value
-	outURL    url.URL
-	outReq    http.Request
+	orcaAdded bool     // the router added the ORCA format request to outHeader
+	xff       []string // outHeader's X-Forwarded-For value (cap 1)
+	outURL    *url.URL
+	outReq    *http.Request
+	sentBare  bool                          // an attempt without a body was sent: no Close tells when its write ended
 	getBody   func() (io.ReadCloser, error) // over body, made once per state
 }
 
@@ -92,6 +97,10 @@ func newReqState() any {
 func (rt *Router) getState() *reqState { return rt.states.Get().(*reqState) }
 
 func (rt *Router) putState(st *reqState) {
+	if st.outgoingBusy() {
+		st.leaveOutgoing() // the transport may still read them: the next request makes its own
+	}
+	st.sentBare = false
 	st.body = st.lease.reclaim(st.body) // nil while the transport may still read it
 	st.confirm = nil
 	if cap(st.body) > maxPooledBodyCap {
@@ -113,7 +122,12 @@ func (rt *Router) putState(st *reqState) {
 	st.routed, st.model, st.precise = false, "", false
 	st.req = Request{}
 	clear(st.outHeader) // do not pin the last client's header values
-	st.xff[0], st.outURL, st.outReq = "", url.URL{}, http.Request{}
+	if st.xff != nil {
+		st.xff[0] = ""
+	}
+	if st.outURL != nil {
+		*st.outURL, *st.outReq = url.URL{}, http.Request{}
+	}
 	clear(st.backs) // do not pin backends through the pool
 	st.cands, st.backs = st.cands[:0], st.backs[:0]
 	rt.states.Put(st)
