@@ -148,6 +148,14 @@ type Config struct {
 	// good. 60 s: buffers absorb megabytes first, so only a client that
 	// stopped reading gets there. 0: never.
 	ClientWriteTimeout time.Duration `yaml:"client_write_timeout"`
+	// BackendStreamIdleTimeout ends an answer whose backend sends no byte
+	// for this long after its headers (a hung engine or connection with
+	// the socket still open): the client's answer ends there (its first
+	// bytes went out: no retry) and the backend counts a failure. Without
+	// it the client waited as long as the backend stayed silent. 5 min:
+	// engines pause a stream for seconds (other requests' prefills), never
+	// minutes. 0: never.
+	BackendStreamIdleTimeout time.Duration `yaml:"backend_stream_idle_timeout"`
 	// BackendDialTimeout bounds a TCP connect to a backend. 2 s: backends
 	// sit in the same network; a connect that takes longer is a dead host,
 	// and the request is retried elsewhere.
@@ -268,41 +276,42 @@ type Config struct {
 // empty: a router needs at least one.
 func DefaultConfig() Config {
 	return Config{
-		Policy:                 PolicyKVMesh,
-		TenantHeader:           "X-Tenant-ID",
-		MaxBodyBytes:           32 << 20,
-		MaxModelBytes:          256,
-		MaxCacheSaltBytes:      1024,
-		MaxModelsPerBackend:    256,
-		MaxMessages:            8192,
-		MaxJSONValues:          1 << 18,
-		MaxLearnPositions:      512,
-		TenantIndexShare:       0.5,
-		BodyReadTimeout:        10 * time.Second,
-		BodyMinRate:            32 << 10,
-		MaxConnections:         16384,
-		ReadHeaderTimeout:      10 * time.Second,
-		IdleTimeout:            2 * time.Minute,
-		BackendHeaderTimeout:   10 * time.Minute,
-		ClientWriteTimeout:     time.Minute,
-		BackendDialTimeout:     2 * time.Second,
-		MaxIdleConnsPerBackend: 256,
-		Retries:                2,
-		ProvisionalTTL:         30 * time.Second,
-		ConfirmedTTL:           10 * time.Minute,
-		ProbePath:              "/health",
-		ProbeInterval:          2 * time.Second,
-		ProbeTimeout:           time.Second,
-		EjectAfter:             3,
-		EjectionTime:           10 * time.Second,
-		ColdAfter:              5 * time.Second,
-		DiscoveryInterval:      30 * time.Second,
-		ScrapePath:             "/metrics",
-		ScrapeInterval:         time.Second,
-		SignalFresh:            2 * time.Second,
-		SignalMaxAge:           6 * time.Second,
-		BackendLimits:          DefaultBackendLimits(),
-		ORCAFormat:             "TEXT",
+		Policy:                   PolicyKVMesh,
+		TenantHeader:             "X-Tenant-ID",
+		MaxBodyBytes:             32 << 20,
+		MaxModelBytes:            256,
+		MaxCacheSaltBytes:        1024,
+		MaxModelsPerBackend:      256,
+		MaxMessages:              8192,
+		MaxJSONValues:            1 << 18,
+		MaxLearnPositions:        512,
+		TenantIndexShare:         0.5,
+		BodyReadTimeout:          10 * time.Second,
+		BodyMinRate:              32 << 10,
+		MaxConnections:           16384,
+		ReadHeaderTimeout:        10 * time.Second,
+		IdleTimeout:              2 * time.Minute,
+		BackendHeaderTimeout:     10 * time.Minute,
+		ClientWriteTimeout:       time.Minute,
+		BackendStreamIdleTimeout: 5 * time.Minute,
+		BackendDialTimeout:       2 * time.Second,
+		MaxIdleConnsPerBackend:   256,
+		Retries:                  2,
+		ProvisionalTTL:           30 * time.Second,
+		ConfirmedTTL:             10 * time.Minute,
+		ProbePath:                "/health",
+		ProbeInterval:            2 * time.Second,
+		ProbeTimeout:             time.Second,
+		EjectAfter:               3,
+		EjectionTime:             10 * time.Second,
+		ColdAfter:                5 * time.Second,
+		DiscoveryInterval:        30 * time.Second,
+		ScrapePath:               "/metrics",
+		ScrapeInterval:           time.Second,
+		SignalFresh:              2 * time.Second,
+		SignalMaxAge:             6 * time.Second,
+		BackendLimits:            DefaultBackendLimits(),
+		ORCAFormat:               "TEXT",
 		ForwardPaths: []string{"/v1/", "/v2/", "/tokenize", "/detokenize", "/pooling", "/classify",
 			"/score", "/rerank", "/invocations", "/version"},
 		ForwardDeny:    []string{"/v1/load_lora_adapter", "/v1/unload_lora_adapter"},
@@ -393,6 +402,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ClientWriteTimeout < 0 {
 		bad("client_write_timeout must not be negative (0: never), got %v", c.ClientWriteTimeout)
+	}
+	if c.BackendStreamIdleTimeout < 0 {
+		bad("backend_stream_idle_timeout must not be negative (0: never), got %v", c.BackendStreamIdleTimeout)
 	}
 	positive := []struct {
 		name string

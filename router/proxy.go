@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -306,7 +307,12 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, st *reqState, 
 		// Nor did it prefill: its quick first byte must not teach the rate.
 		pending.release(now, false)
 	}
-	rerr, werr := rt.copyBody(w, resp.Body, st, stream, start, ep, &pending)
+	idle := newIdleWatch(rt.cfg.BackendStreamIdleTimeout, func() { cancel(errStreamIdle) })
+	rerr, werr := rt.copyBody(w, resp.Body, st, stream, start, ep, &pending, idle)
+	idle.stop()
+	if rerr != nil && context.Cause(ctx) == errStreamIdle {
+		rerr = errStreamIdle
+	}
 	switch {
 	case werr != nil || (rerr != nil && r.Context().Err() != nil):
 		rt.metrics.errors[errClientCanceled].Inc()
@@ -349,7 +355,7 @@ func (rt *Router) setRoute(w http.ResponseWriter, st *reqState, b *backend, d De
 // read releases the attempt's pending prefill: the backend has produced a
 // token, so its prefill is done. rerr is a failure reading the backend,
 // werr one writing the client.
-func (rt *Router) copyBody(w http.ResponseWriter, body io.Reader, st *reqState, stream bool, start time.Time, ep Endpoint, pending *pendingPrefill) (rerr, werr error) {
+func (rt *Router) copyBody(w http.ResponseWriter, body io.Reader, st *reqState, stream bool, start time.Time, ep Endpoint, pending *pendingPrefill, idle *idleWatch) (rerr, werr error) {
 	rc := http.NewResponseController(w)
 	first := true
 	dl := writeDeadline{rc: rc, timeout: rt.cfg.ClientWriteTimeout}
@@ -357,6 +363,7 @@ func (rt *Router) copyBody(w http.ResponseWriter, body io.Reader, st *reqState, 
 	for {
 		n, err := body.Read(st.buf)
 		if n > 0 {
+			idle.heard()
 			if first {
 				first = false
 				now := rt.now()
@@ -433,4 +440,62 @@ func transportReason(err error) string {
 		return "canceled"
 	}
 	return "backend error"
+}
+
+// errStreamIdle ends an answer whose backend went silent after its
+// headers for Config.BackendStreamIdleTimeout.
+var errStreamIdle = errors.New("backend sent nothing for backend_stream_idle_timeout")
+
+// idleWatch calls fire once no byte has been heard for timeout. A read
+// only stores the time: the timer, armed once, looks at it when it runs
+// and is armed again for what is left, so a stream's many reads each cost
+// a clock reading, not a timer reset.
+type idleWatch struct {
+	timeout time.Duration
+	base    time.Time
+	last    atomic.Int64 // ns since base of the last byte heard
+	done    atomic.Bool
+	t       atomic.Pointer[time.Timer] // the timer armed last
+	fire    func()
+}
+
+// newIdleWatch arms a watch; a timeout of 0 returns nil (never fires; a
+// nil watch's methods do nothing).
+func newIdleWatch(timeout time.Duration, fire func()) *idleWatch {
+	if timeout <= 0 {
+		return nil
+	}
+	d := &idleWatch{timeout: timeout, base: time.Now(), fire: fire}
+	d.arm(timeout)
+	return d
+}
+
+func (d *idleWatch) arm(after time.Duration) { d.t.Store(time.AfterFunc(after, d.check)) }
+
+func (d *idleWatch) check() {
+	if d.done.Load() {
+		return
+	}
+	quiet := time.Since(d.base) - time.Duration(d.last.Load())
+	if left := d.timeout - quiet; left > 0 {
+		d.arm(left)
+		return
+	}
+	d.fire()
+}
+
+func (d *idleWatch) heard() {
+	if d != nil {
+		d.last.Store(int64(time.Since(d.base)))
+	}
+}
+
+// stop ends the watch (a timer armed meanwhile finds it done).
+func (d *idleWatch) stop() {
+	if d != nil {
+		d.done.Store(true)
+		if t := d.t.Load(); t != nil {
+			t.Stop()
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -32,7 +33,7 @@ func earlyBackend(t *testing.T) string {
 			go func() {
 				defer c.Close()
 				fmt.Fprint(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-				time.Sleep(20 * time.Millisecond) // the transport may still be writing the request
+				time.Sleep(40 * time.Millisecond) // the transport may still be writing the request
 			}()
 		}
 	}()
@@ -127,5 +128,48 @@ func TestBadGatewayHidesBackendAddresses(t *testing.T) {
 	_, port, _ := net.SplitHostPort(addr)
 	if strings.Contains(body, addr) || strings.Contains(body, ":"+port) {
 		t.Fatalf("the answer names the backend's address: %s", body)
+	}
+}
+
+// A backend that goes silent in the middle of a streamed answer (socket
+// open) ends the answer after backend_stream_idle_timeout instead of
+// holding the client as long as it stays silent; one that keeps sending,
+// however long, is never cut.
+func TestSilentStreamEndsAfterIdleTimeout(t *testing.T) {
+	var silent atomic.Bool
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		rc := http.NewResponseController(w)
+		for i := 0; i < 40; i++ { // 40 events 40 ms apart: longer than the timeout in all
+			fmt.Fprintf(w, "data: {\"i\":%d}\n\n", i)
+			_ = rc.Flush()
+			time.Sleep(40 * time.Millisecond)
+		}
+		if silent.Load() {
+			<-r.Context().Done() // silent, connection open
+			return
+		}
+		fmt.Fprint(w, "data: [DONE]\n\n")
+	}))
+	t.Cleanup(be.Close)
+	g := newRig(t, func(cfg *Config, _ *Deps) {
+		cfg.Backends = []BackendConfig{{Name: "a", URL: be.URL, Models: []string{"m1"}}}
+		cfg.BackendStreamIdleTimeout = time.Second // a busy machine may delay an event by far less
+	})
+	stream := `{"model":"m1","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	if st, _, body := g.call("POST", "/v1/chat/completions", stream); st != 200 || !strings.Contains(body, "[DONE]") {
+		t.Fatalf("a steady stream longer than the timeout: %d, done %v", st, strings.Contains(body, "[DONE]"))
+	}
+	silent.Store(true)
+	done := make(chan string, 1)
+	go func() { _, _, body := g.call("POST", "/v1/chat/completions", stream); done <- body }()
+	select {
+	case body := <-done:
+		if !strings.Contains(body, `"i":39`) || strings.Contains(body, "[DONE]") {
+			t.Fatalf("the answer cut off at the silence should hold every event sent: %q", body)
+		}
+	case <-time.After(30 * time.Second):
+		be.CloseClientConnections() // or the servers' cleanup waits for the held request
+		t.Fatal("a backend silent mid-stream held the client")
 	}
 }
