@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -24,6 +23,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/rs/zerolog"
 
+	"github.com/kvmesh/kvmesh/cmd/kvmesh/ui"
 	"github.com/kvmesh/kvmesh/integration/sim"
 	"github.com/kvmesh/kvmesh/integration/workload"
 )
@@ -35,20 +35,6 @@ var (
 	uiScreenshot = flag.String("ui.screenshot", "", "TestStatusPageInBrowser: write a screenshot of the status page to this PNG file")
 	uiSettle     = flag.Duration("ui.settle", 25*time.Second, "TestStatusPageInBrowser: traffic to let flow before the screenshot")
 )
-
-// chromiumBinary finds a Chromium: $KVMESH_CHROMIUM, else the usual names
-// on PATH ("" if none).
-func chromiumBinary() string {
-	if p := os.Getenv("KVMESH_CHROMIUM"); p != "" {
-		return p
-	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	return ""
-}
 
 // uiFreeAddr is a loopback address whose port is free for TCP and UDP.
 func uiFreeAddr(t *testing.T) string {
@@ -140,7 +126,7 @@ func uiTraffic(ctx context.Context, t *testing.T, apis []string) (*workload.Work
 // change as traffic flows, the mesh shows both members and the explainer
 // returns a decision.
 func TestStatusPageInBrowser(t *testing.T) {
-	bin := chromiumBinary()
+	bin := ui.ChromiumPath()
 	if bin == "" {
 		t.Skip("no Chromium found (chromium, chromium-browser, google-chrome or $KVMESH_CHROMIUM): the status page's browser test is skipped; apt-get install -y chromium runs it")
 	}

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,18 +54,13 @@ func (d *dynIndex) Stats() tree.Stats {
 	return tree.Stats{Claims: 5, Capacity: 10, Floor: d.floor.Load()}
 }
 
-// chromium finds a Chromium as cmd/kvmesh's browser test does.
+// chromium finds a Chromium (ChromiumPath) or skips the test.
 func chromium(t *testing.T) string {
-	if p := os.Getenv("KVMESH_CHROMIUM"); p != "" {
-		return p
+	p := ChromiumPath()
+	if p == "" {
+		t.Skip("no Chromium found (chromium, chromium-browser, google-chrome or $KVMESH_CHROMIUM)")
 	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	t.Skip("no Chromium found (chromium, chromium-browser, google-chrome or $KVMESH_CHROMIUM)")
-	return ""
+	return p
 }
 
 // rig serves a Handler (swappable: a restart) and a /debug/route to one
