@@ -40,11 +40,18 @@ func (d *dynRouter) ReadStatus(s *router.Status) {
 // ticking is a router whose prefix decisions grow with time (so every
 // poll renders a new decision count), over backends.
 func ticking(backends ...router.BackendSnapshot) *dynRouter {
+	return tickingWith(func(_ float64, s *router.Status) { s.Backends = backends })
+}
+
+// tickingWith is ticking whose backends fill sets at each read, given the
+// seconds elapsed since it was made.
+func tickingWith(fill func(el float64, s *router.Status)) *dynRouter {
 	t0 := time.Now()
 	return &dynRouter{f: func(s *router.Status) {
+		el := time.Since(t0).Seconds()
 		s.Policy = "kvmesh"
-		s.Decisions = []router.ReasonCount{{Reason: "prefix", Count: uint64(time.Since(t0).Milliseconds())}}
-		s.Backends = backends
+		s.Decisions = []router.ReasonCount{{Reason: "prefix", Count: uint64(el * 1000)}}
+		fill(el, s)
 	}}
 }
 
@@ -317,17 +324,13 @@ func TestBrowserRenderErrorIsNotUnreachable(t *testing.T) {
 func TestBrowserRemovedBackend(t *testing.T) {
 	t.Parallel()
 	var removed atomic.Bool
-	t0 := time.Now()
-	fr := &dynRouter{f: func(s *router.Status) {
-		el := time.Since(t0).Seconds()
-		s.Policy = "kvmesh"
-		s.Decisions = []router.ReasonCount{{Reason: "prefix", Count: uint64(el * 1000)}}
+	fr := tickingWith(func(el float64, s *router.Status) {
 		// beta: a steady 50%; alpha: a large history, no hit, no traffic.
 		s.Backends = []router.BackendSnapshot{{Name: "beta", Healthy: true, PromptTokens: el * 1e6, CachedTokens: el * 5e5}}
 		if !removed.Load() {
 			s.Backends = append(s.Backends, router.BackendSnapshot{Name: "alpha", Healthy: true, PromptTokens: 1e9})
 		}
-	}}
+	})
 	r := newRig(t, Deps{Node: "n", Router: fr, Index: &dynIndex{}})
 	r.waitFor("a windowed hit rate", func() bool { return r.text("kpi-hit-window") == "50.0%" })
 	r.record("kpi-hit-window", "kpi-hit", "legend-hit")
@@ -450,11 +453,7 @@ func TestBrowserManyBackends(t *testing.T) {
 		return fmt.Sprintf("vllm-llama-3-70b-instruct-deployment-7f9c6d5b8-%05d.inference.svc.cluster.local", i)
 	}
 	var reversed atomic.Bool
-	t0 := time.Now()
-	fr := &dynRouter{f: func(s *router.Status) {
-		el := time.Since(t0).Seconds()
-		s.Policy = "kvmesh"
-		s.Decisions = []router.ReasonCount{{Reason: "prefix", Count: uint64(el * 1000)}}
+	fr := tickingWith(func(el float64, s *router.Status) {
 		s.Backends = s.Backends[:0]
 		for j := 0; j < n; j++ {
 			i := j
@@ -464,7 +463,7 @@ func TestBrowserManyBackends(t *testing.T) {
 			s.Backends = append(s.Backends, router.BackendSnapshot{Name: name(i), Healthy: true, Models: []string{"m"},
 				PromptTokens: el * 1000 * float64(i+1), CachedTokens: el * 500 * float64(i+1)})
 		}
-	}}
+	})
 	r := newRig(t, Deps{Node: "n", Router: fr, Index: &dynIndex{}})
 	r.waitFor("200 rows and a windowed hit rate", func() bool {
 		return r.eval(`String(document.querySelectorAll("#backends tbody tr").length)`) == "200" && r.text("kpi-hit-window") == "50.0%"
