@@ -201,6 +201,17 @@ type Config struct {
 	// timeouts, failed probes) take a backend out of rotation. 3 tolerates
 	// a stray error without flapping.
 	EjectAfter int `yaml:"eject_after_failures"`
+	// MaxEjectedShare caps the share of the listed backends that answers
+	// (5xx, header timeouts, streams broken off) may keep ejected at once;
+	// at least one may always be. A client's requests can cause those
+	// failures on every backend they reach (a prompt that makes the
+	// engine fail, one that takes longer than the header timeout), and
+	// without a cap a few such requests eject the whole fleet. A backend
+	// that refuses connections or fails its probe is down whatever the
+	// clients send: it is ejected past the cap. 0.5, as Envoy's outlier
+	// detection caps ejections (its default is 10%, too few for a fleet of
+	// 4): half the fleet still serves while the rest is out. 1: no cap.
+	MaxEjectedShare float64 `yaml:"max_ejected_share"`
 	// EjectionTime is the least time a backend stays ejected; after it, the
 	// next successful probe re-admits it. 10 s is long enough for a crashed
 	// process to be seen down, short enough to recover capacity quickly.
@@ -303,6 +314,7 @@ func DefaultConfig() Config {
 		ProbeInterval:            2 * time.Second,
 		ProbeTimeout:             time.Second,
 		EjectAfter:               3,
+		MaxEjectedShare:          0.5,
 		EjectionTime:             10 * time.Second,
 		ColdAfter:                5 * time.Second,
 		DiscoveryInterval:        30 * time.Second,
@@ -439,6 +451,9 @@ func (c *Config) Validate() error {
 	}
 	if c.EjectAfter < 1 {
 		bad("eject_after_failures must be at least 1, got %d", c.EjectAfter)
+	}
+	if !(c.MaxEjectedShare > 0 && c.MaxEjectedShare <= 1) {
+		bad("max_ejected_share must be in (0, 1] (1: no cap), got %v", c.MaxEjectedShare)
 	}
 	if !strings.HasPrefix(c.ProbePath, "/") {
 		bad("probe_path %q must start with /", c.ProbePath)

@@ -138,8 +138,9 @@ func TestAdminBackendsHealthReady(t *testing.T) {
 	if status, _ := adminCall(t, g, "GET", "/readyz", ""); status != 200 {
 		t.Error("readyz", status)
 	}
-	g.rt.markFailure(g.rt.backendByName("a"), errBackend5xx, false, "x")
-	g.rt.markFailure(g.rt.backendByName("b"), errBackend5xx, false, "x")
+	// Down (refusing connections): answers alone would eject only half.
+	g.rt.markFailure(g.rt.backendByName("a"), errBackendConnect, false, "x")
+	g.rt.markFailure(g.rt.backendByName("b"), errBackendConnect, false, "x")
 	if status, _ := adminCall(t, g, "GET", "/readyz", ""); status != http.StatusServiceUnavailable {
 		t.Error("readyz with every backend ejected:", status)
 	}

@@ -14,7 +14,11 @@ import (
 //     probe) adds to a run of consecutive failures; any success of a
 //     backend in rotation ends it.
 //   - EjectAfter consecutive failures eject the backend: it stops being a
-//     candidate.
+//     candidate. A run ended by an answer (5xx, header timeout, broken
+//     stream), which a client's requests can cause anywhere, ejects it
+//     only while fewer than MaxEjectedShare of the listed backends are
+//     ejected (at least one may always be); one ended by a refused
+//     connection or a failed probe ejects it past that cap.
 //   - An ejected backend is re-admitted by the first successful probe at
 //     least EjectionTime after its ejection (or, with probes disabled, once
 //     EjectionTime has passed).
@@ -112,11 +116,16 @@ func (rt *Router) markFailure(b *backend, kind errKind, probe bool, err string) 
 		h.downSince, h.answered = now, false
 	}
 	h.lastError, h.lastErrorAt = errKindNames[kind]+": "+err, now
-	eject := h.ejectedAt.IsZero() && h.fails >= rt.cfg.EjectAfter
+	eject, capped := h.ejectedAt.IsZero() && h.fails >= rt.cfg.EjectAfter, false
 	if eject {
-		h.ejectedAt = now
-		h.ejections++
-		b.healthy.Store(false)
+		rt.ejectMu.Lock()
+		if eject = kind == errProbe || kind == errBackendConnect || rt.mayEject(); eject {
+			h.ejectedAt = now
+			h.ejections++
+			b.healthy.Store(false)
+		}
+		rt.ejectMu.Unlock()
+		capped = !eject
 	}
 	fails := h.fails
 	b.mu.Unlock()
@@ -124,6 +133,31 @@ func (rt *Router) markFailure(b *backend, kind errKind, probe bool, err string) 
 		b.ejections.Inc()
 		rt.log.Warn().Str("backend", b.name).Int("failures", fails).Str("last_error", err).Msg("backend ejected")
 	}
+	if capped {
+		rt.metrics.ejectionsCapped.Inc()
+		if fails == rt.cfg.EjectAfter { // once per run
+			rt.log.Warn().Str("backend", b.name).Int("failures", fails).Str("last_error", err).
+				Float64("max_ejected_share", rt.cfg.MaxEjectedShare).Msg("backend not ejected: as many backends as max_ejected_share allows are out already")
+		}
+	}
+}
+
+// mayEject says whether one more backend may be ejected by its answers:
+// fewer than MaxEjectedShare of the listed backends (at least one) are
+// ejected. Called under ejectMu, which makes the count and the ejection
+// one step.
+func (rt *Router) mayEject() bool {
+	if rt.cfg.MaxEjectedShare >= 1 {
+		return true
+	}
+	listed := rt.set.Load().listed
+	ejected := 0
+	for _, b := range listed {
+		if !b.healthy.Load() {
+			ejected++
+		}
+	}
+	return ejected < max(1, int(rt.cfg.MaxEjectedShare*float64(len(listed))))
 }
 
 // readmitDue re-admits b if it is ejected and EjectionTime has passed; it

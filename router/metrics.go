@@ -68,25 +68,26 @@ var errKindNames = [numErrKinds]string{"bad_request", "too_large", "model_not_fo
 // metrics holds the router's Prometheus metrics with their label children
 // resolved up front, so the request path never looks a label up.
 type metrics struct {
-	decisions      *prometheus.CounterVec
-	decisionByWhy  [numReasons]prometheus.Counter // for the configured policy
-	matchedRatio   prometheus.Histogram
-	requests       *prometheus.CounterVec   // by endpoint, code and model: children per model in models
-	duration       *prometheus.HistogramVec // by endpoint and model
-	ttfb           *prometheus.HistogramVec // by endpoint and model
-	models         modelLabels              // the models served and their children (metrics_model.go)
-	decisionTime   prometheus.Histogram
-	learned        [3]prometheus.Counter  // provisional, confirmed, first_byte
-	lessons        [2]prometheus.Counter  // answer, peer
-	lostPrefixes   *prometheus.CounterVec // by origin: own, peer
-	cachedTokens   *prometheus.CounterVec
-	promptTokens   *prometheus.CounterVec
-	prefixRoutes   *prometheus.CounterVec // by backend, outcome
-	retries        prometheus.Counter
-	ejections      *prometheus.CounterVec
-	invalidations  *prometheus.CounterVec
-	errors         [numErrKinds]prometheus.Counter
-	backendsGauges *backendCollector
+	decisions       *prometheus.CounterVec
+	decisionByWhy   [numReasons]prometheus.Counter // for the configured policy
+	matchedRatio    prometheus.Histogram
+	requests        *prometheus.CounterVec   // by endpoint, code and model: children per model in models
+	duration        *prometheus.HistogramVec // by endpoint and model
+	ttfb            *prometheus.HistogramVec // by endpoint and model
+	models          modelLabels              // the models served and their children (metrics_model.go)
+	decisionTime    prometheus.Histogram
+	learned         [3]prometheus.Counter  // provisional, confirmed, first_byte
+	lessons         [2]prometheus.Counter  // answer, peer
+	lostPrefixes    *prometheus.CounterVec // by origin: own, peer
+	cachedTokens    *prometheus.CounterVec
+	promptTokens    *prometheus.CounterVec
+	prefixRoutes    *prometheus.CounterVec // by backend, outcome
+	retries         prometheus.Counter
+	ejections       *prometheus.CounterVec
+	ejectionsCapped prometheus.Counter
+	invalidations   *prometheus.CounterVec
+	errors          [numErrKinds]prometheus.Counter
+	backendsGauges  *backendCollector
 	// tenantShareExceeded counts requests that learned no new claims
 	// because their tenant had used its share of the index.
 	tenantShareExceeded prometheus.Counter
@@ -141,6 +142,8 @@ func newMetrics(reg prometheus.Registerer, policy string, rt *Router) (*metrics,
 		Name: "retries_total", Help: "Requests re-sent to another backend before any byte reached the client."})
 	m.ejections = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 		Name: "backend_ejections_total", Help: "Times a backend was taken out of rotation after consecutive failures."}, []string{"backend"})
+	m.ejectionsCapped = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+		Name: "ejections_capped_total", Help: "Times a backend's answers reached eject_after_failures while max_ejected_share of the backends were ejected already: it stayed in rotation (one that refuses connections or fails its probe is ejected past the cap)."})
 	m.invalidations = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 		Name: "backend_invalidations_total", Help: "Times a backend's claims were invalidated because it came back cold."}, []string{"backend"})
 	errs := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
@@ -161,7 +164,7 @@ func newMetrics(reg prometheus.Registerer, policy string, rt *Router) (*metrics,
 		Help: "Backends in rotation on this node: listed (not being removed), healthy (not ejected) and not drained, what /readyz needs one of (503 at 0). backend_healthy (1 while drained) and discovery_backends{state=\"serving\"} (ejected ones included) each miss a way out of rotation; this is 0 whenever nothing can be routed."},
 		func() float64 { return float64(rt.routableBackends()) })
 	for _, c := range append([]prometheus.Collector{m.decisions, m.matchedRatio, requests, duration, ttfb, m.decisionTime,
-		learned, lessons, m.lostPrefixes, m.cachedTokens, m.promptTokens, m.prefixRoutes, m.retries, m.ejections, m.invalidations, errs, m.backendsGauges,
+		learned, lessons, m.lostPrefixes, m.cachedTokens, m.promptTokens, m.prefixRoutes, m.retries, m.ejections, m.ejectionsCapped, m.invalidations, errs, m.backendsGauges,
 		m.tenantShareExceeded, reuse, routable}, m.models.collectors()...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err

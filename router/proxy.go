@@ -52,6 +52,9 @@ type attemptResult struct {
 	ok      bool  // a 2xx answer copied completely
 	err     error // why the attempt failed (outRetry)
 	errKind errKind
+	// answer is, for an attempt to be retried after a 5xx answer, that
+	// whole answer when it was short enough to keep (proxy_kept.go).
+	answer *keptAnswer
 }
 
 // forward sends the request to the decided backend and, while nothing has
@@ -64,6 +67,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, st *reqState, 
 	defer func() { st.chain.Learn = learnAll }()
 	rt.outgoingHeader(st, r)
 	var last attemptResult
+	var kept *keptAnswer // the latest whole 5xx answer of an attempt retried
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			st.chain.Learn = learnAll
@@ -107,9 +111,18 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, st *reqState, 
 			return statusAborted
 		}
 		st.tried = append(st.tried, b.slot)
+		if last.answer != nil {
+			kept = last.answer
+		}
 		if attempt >= rt.cfg.Retries {
 			break
 		}
+	}
+	if kept != nil {
+		// No attempt after it answered: the client gets the backend's own
+		// error rather than the router's.
+		rt.log.Warn().Err(last.err).Str("model", st.model).Int("status", kept.status).Msg("no backend could serve the request; passing on a backend's error answer")
+		return rt.writeKept(w, st, kept)
 	}
 	e := NewAPIError(http.StatusBadGateway, "", "no backend could serve the request (%s)", transportReason(last.err))
 	if last.err != nil {
@@ -281,10 +294,11 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, st *reqState, 
 			// the retry forever (the header timer is stopped), so the
 			// attempt is canceled after retryDrainTimeout, which closes the
 			// connection and ends the read.
+			// The answer is kept, should no later attempt answer.
 			drain := time.AfterFunc(retryDrainTimeout, func() { cancel(errDrainTimeout) })
-			_, _ = io.CopyN(io.Discard, resp.Body, 64<<10)
+			answer := keepAnswer(resp, b, d, matched)
 			drain.Stop()
-			return attemptResult{out: outRetry, err: errors.New("backend " + b.name + " answered " + resp.Status), errKind: errBackend5xx}
+			return attemptResult{out: outRetry, err: errors.New("backend " + b.name + " answered " + resp.Status), errKind: errBackend5xx, answer: answer}
 		}
 	} else {
 		rt.markSuccess(b, false)

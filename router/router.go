@@ -105,8 +105,12 @@ type Router struct {
 
 	// set is the backend set now, read lock-free on the request path;
 	// setMu serializes its changes (backends.go).
-	set       atomic.Pointer[backendSet]
-	setMu     sync.Mutex
+	set   atomic.Pointer[backendSet]
+	setMu sync.Mutex
+	// ejectMu makes counting the ejected backends and ejecting one a
+	// single step (health.go, Config.MaxEjectedShare). Taken under a
+	// backend's mu, never the other way round.
+	ejectMu   sync.Mutex
 	members   map[string]*member // by name; guarded by setMu
 	slots     map[string]int     // every name ever in the set -> its slot; guarded by setMu
 	runCtx    context.Context    // the loops' context once started; guarded by setMu
