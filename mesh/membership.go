@@ -70,6 +70,27 @@ func (n *Node) quicAddr() string {
 	return n.tr.Addr()
 }
 
+// dialAddr is where a member's QUIC listener is reached: its quic tag, or,
+// when the tag's host is a wildcard, the member's gossip address with the
+// tag's port. A node listening on every interface with no
+// quic_advertise_addr announces its listener as is ("[::]:7947"), and a
+// peer dialling that reaches its own host: in a container network every
+// node replicated with itself while membership looked healthy. The gossip
+// address is the one serf itself reached the member at.
+func dialAddr(tag string, gossip net.IP) string {
+	host, port, err := net.SplitHostPort(tag)
+	if err != nil {
+		return tag
+	}
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return tag
+	}
+	if gossip == nil || gossip.IsUnspecified() {
+		return tag
+	}
+	return net.JoinHostPort(gossip.String(), port)
+}
+
 // createSerf starts this node's serf member (not joined to anyone yet).
 func (n *Node) createSerf() (*serf.Serf, error) {
 	key, err := n.cfg.gossipKey()
@@ -140,7 +161,7 @@ func (n *Node) refresh() {
 		if m.Tags[TagProtocol] != strconv.Itoa(ProtocolVersion) || q == "" {
 			continue // cannot replicate with it; it stays listed in Members
 		}
-		addrs[m.Name] = q
+		addrs[m.Name] = dialAddr(q, m.Addr)
 		members = append(members, m.Name)
 	}
 	n.known.Store(&known)

@@ -223,7 +223,7 @@ var serveSettings = []setting{
 	strSetting("bind", "mesh.bind", "serf membership listener (TCP+UDP; 127.0.0.1:7946 with --dev)", func(c *ServeConfig) *string { return &c.Mesh.Bind }),
 	strSetting("advertise", "mesh.advertise", "serf address other nodes use (when --bind is a wildcard)", func(c *ServeConfig) *string { return &c.Mesh.Advertise }),
 	strSetting("quic-listen", "mesh.quic", "QUIC listener for claim replication (UDP; 127.0.0.1:7947 with --dev)", func(c *ServeConfig) *string { return &c.Mesh.QUIC }),
-	strSetting("quic-advertise", "mesh.quic_advertise", "QUIC address other nodes use (when --quic-listen is a wildcard)", func(c *ServeConfig) *string { return &c.Mesh.QUICAdvertise }),
+	strSetting("quic-advertise", "mesh.quic_advertise", "QUIC address other nodes use (default: the --quic-listen address, its wildcard host replaced by the gossip address peers reach this node at)", func(c *ServeConfig) *string { return &c.Mesh.QUICAdvertise }),
 	strSetting("gossip-key", "mesh.gossip_key", "serf gossip encryption key, 32 bytes base64 (`kvmesh gossip-key` makes one; required unless --dev)", func(c *ServeConfig) *string { return &c.Mesh.GossipKey }),
 	strSetting("tls-ca", "mesh.tls_ca", "cluster CA certificate (PEM)", func(c *ServeConfig) *string { return &c.Mesh.TLSCA }),
 	strSetting("tls-cert", "mesh.tls_cert", "this node's certificate (PEM; CommonName = node name)", func(c *ServeConfig) *string { return &c.Mesh.TLSCert }),
