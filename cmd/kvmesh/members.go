@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -19,8 +20,9 @@ func membersCommand(args []string, stdout, stderr io.Writer) int {
 	admin := flags.String("admin", envOr("KVMESH_ADMIN", "http://127.0.0.1:9090"), "the node's admin listener (env KVMESH_ADMIN)")
 	asJSON := flags.Bool("json", false, "print the whole /admin/mesh document as JSON")
 	timeout := flags.Duration("timeout", 5*time.Second, "request timeout")
+	forceLeave := flags.String("force-leave", "", "remove the failed member NAME from the mesh at once (instead of a day later), then print the members")
 	flags.Usage = func() {
-		fmt.Fprintln(flags.Output(), "Usage: kvmesh members [--admin URL] [--json]\n\nPrints a running node's view of the mesh, like `serf members`.")
+		fmt.Fprintln(flags.Output(), "Usage: kvmesh members [--admin URL] [--json] [--force-leave NAME]\n\nPrints a running node's view of the mesh, like `serf members`.\nWith --force-leave, first removes a failed member (one that crashed and will not\ncome back under its name) from every node's member list.")
 		flags.PrintDefaults()
 	}
 	if code, ok := parseFlags(flags, args, stdout, stderr); !ok {
@@ -31,6 +33,11 @@ func membersCommand(args []string, stdout, stderr io.Writer) int {
 		base = "http://" + base
 	}
 	client := &http.Client{Timeout: *timeout}
+	if *forceLeave != "" {
+		if code := forceLeaveMember(client, base, *forceLeave, stdout, stderr); code != 0 {
+			return code
+		}
+	}
 	resp, err := client.Get(base + mesh.AdminPath)
 	if err != nil {
 		fmt.Fprintf(stderr, "kvmesh members: %v\n", err)
@@ -65,6 +72,37 @@ func membersCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "\ntopology %s, state digest %s\n", view.Topology, view.StateDigest)
 	return 0
+}
+
+// forceLeaveMember asks the node at base to force the failed member name
+// out of the mesh (mesh.ForceLeavePath).
+func forceLeaveMember(client *http.Client, base, name string, stdout, stderr io.Writer) int {
+	u := base + "/admin/mesh/members/" + url.PathEscape(name) + "/force-leave"
+	resp, err := client.Post(u, "", nil)
+	if err != nil {
+		fmt.Fprintf(stderr, "kvmesh members: %v\n", err)
+		return 1
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode == http.StatusOK {
+		fmt.Fprintf(stdout, "%s forced out of the mesh\n\n", name)
+		return 0
+	}
+	var e struct {
+		Error struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	msg := strings.TrimSpace(string(body))
+	if json.Unmarshal(body, &e) == nil && e.Error.Message != "" {
+		msg = e.Error.Message
+	}
+	if resp.StatusCode == http.StatusNotFound && e.Error.Message == "" {
+		msg = "the node has no mesh (is it running with --mesh?)"
+	}
+	fmt.Fprintf(stderr, "kvmesh members: force-leave %s: %s (%s)\n", name, msg, resp.Status)
+	return 1
 }
 
 func envOr(key, def string) string {

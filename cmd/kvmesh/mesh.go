@@ -25,6 +25,9 @@ type meshNode interface {
 	Leave() error
 	Close() error
 	AdminHandler() http.Handler
+	// ForceLeaveHandler serves mesh.ForceLeavePath (`kvmesh members
+	// --force-leave`).
+	ForceLeaveHandler() http.Handler
 	// End and AliveMembers serve precise mode: the node is the sink of
 	// the KV events of the streams it owns among the alive members.
 	End(keys []tree.Key, backend tree.BackendID)

@@ -208,6 +208,7 @@ func serveSignals(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, rea
 	})
 	if node != nil {
 		admin.Handle("/admin/mesh", node.AdminHandler())
+		admin.Handle(mesh.ForceLeavePath, node.ForceLeaveHandler())
 	} else {
 		admin.HandleFunc("/admin/mesh", func(w http.ResponseWriter, r *http.Request) {
 			e := router.NewAPIError(http.StatusNotFound, "", "this node runs alone, without a mesh (start it with --mesh to join one)")
