@@ -20,6 +20,8 @@ import (
 	"encoding/base64"
 	"maps"
 	"os"
+	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,6 +31,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/kvmesh/kvmesh/router"
 )
 
 func TestHelmChartRendersAValidMesh(t *testing.T) {
@@ -48,6 +52,28 @@ func TestHelmChartRendersAValidMesh(t *testing.T) {
 			}
 			if got := objs.statefulSets[0].Spec.Template.Spec.Containers[0].Image; got != "ghcr.io/kvmesh/kvmesh:0.1.0" {
 				t.Errorf("default image %q, want the chart's appVersion", got)
+			}
+			// deploy/README.md and the runbook reach one node as kvmesh-N.kvmesh-mesh (release kvmesh).
+			if sts := objs.statefulSets[0]; sts.Name != "kvmesh" || sts.Spec.ServiceName != "kvmesh-mesh" {
+				t.Errorf("pods %s-N under Service %s: deploy/README.md and the runbook name them kvmesh-N.kvmesh-mesh", sts.Name, sts.Spec.ServiceName)
+			}
+			// Requests still sent while the pod leaves the endpoints are served, not refused.
+			if sec, ok := kubePreStopSleep(objs.statefulSets[0]); !ok || sec != 5 {
+				t.Errorf("preStop sleep %d s (present %v), want shutdown.drainDelaySeconds, 5", sec, ok)
+			}
+		}},
+		// No delay: no preStop hook at all. A sleep of 0 s is refused by API servers before 1.33
+		// (PodLifecycleSleepActionAllowZero), and the StatefulSet would create no pod.
+		{name: "no drain delay", release: "kvmesh", vals: map[string]any{
+			"gossip":   gossipKey,
+			"shutdown": map[string]any{"drainDelaySeconds": 0, "timeoutSeconds": 30},
+		}, check: func(t *testing.T, objs *kubeObjects) {
+			spec := objs.statefulSets[0].Spec.Template.Spec
+			if l := spec.Containers[0].Lifecycle; l != nil {
+				t.Errorf("drainDelaySeconds 0 renders lifecycle %+v (preStop %+v), want none", l, l.PreStop)
+			}
+			if g := *spec.TerminationGracePeriodSeconds; g != 45 {
+				t.Errorf("terminationGracePeriodSeconds %d, want 0 + 30 + 15", g)
 			}
 		}},
 		{name: "cert-manager per-pod certificates, own CA", release: "llm-router", installed: true, vals: map[string]any{
@@ -99,6 +125,9 @@ func TestHelmChartRendersAValidMesh(t *testing.T) {
 			if g := *spec.TerminationGracePeriodSeconds; g != 145 {
 				t.Errorf("terminationGracePeriodSeconds %d, want 10 + 120 + 15", g)
 			}
+			if sec, ok := kubePreStopSleep(objs.statefulSets[0]); !ok || sec != 10 {
+				t.Errorf("preStop sleep %d s (present %v), want shutdown.drainDelaySeconds, 10", sec, ok)
+			}
 			cfg := objs.configMaps[0].Data["kvmesh.yaml"]
 			for _, want := range []string{"policy: least_loaded", "capacity: 2000000", "sglang-0", "shutdown_timeout: 120s"} {
 				if !strings.Contains(cfg, want) {
@@ -129,8 +158,26 @@ func TestHelmChartRendersAValidMesh(t *testing.T) {
 			if cfg := objs.configMaps[0].Data["kvmesh.yaml"]; !strings.Contains(cfg, "name: _http._tcp.vllm.llm.svc.cluster.local") || !strings.Contains(cfg, "interval: 5s") {
 				t.Errorf("config:\n%s", cfg)
 			}
+			// Settings left empty are the node's defaults: not written (a node that does not know family would
+			// refuse the file).
+			if cfg := objs.configMaps[0].Data["kvmesh.yaml"]; strings.Contains(cfg, "record:") || strings.Contains(cfg, "server:") || strings.Contains(cfg, "family:") {
+				t.Errorf("empty dns settings written:\n%s", cfg)
+			}
 			if len(objs.roles)+len(objs.roleBindings) != 0 {
 				t.Error("RBAC rendered without EndpointSlice discovery")
+			}
+		}},
+		{name: "DNS discovery of A records from a given server", release: "kvmesh", vals: map[string]any{
+			"gossip": gossipKey,
+			"discovery": map[string]any{"mode": "dns", "dns": map[string]any{
+				"name": "vllm.llm.svc.cluster.local", "record": "AAAA", "port": 8000, "server": "[fd00::a]:53"}},
+		}, check: func(t *testing.T, objs *kubeObjects) {
+			cfg, _, err := kubeNodeConfig(objs, objs.statefulSets[0], 0, t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := cfg.Router.Discovery.DNS; d.Name != "vllm.llm.svc.cluster.local" || d.Record != "AAAA" || d.Port != 8000 || d.Server != "[fd00::a]:53" {
+				t.Errorf("the node's dns discovery: %+v", d)
 			}
 		}},
 		{name: "claim snapshots on volumes, backend weight and KV capacity, free config keys", release: "kvmesh", vals: map[string]any{
@@ -200,6 +247,11 @@ func TestHelmChartRefusesBadValues(t *testing.T) {
 		{"no backends", map[string]any{"backends": []any{}}, "backends"},
 		{"kubernetes discovery without a selector", map[string]any{"discovery": map[string]any{"mode": "kubernetes"}}, "selector"},
 		{"dns discovery without a name", map[string]any{"discovery": map[string]any{"mode": "dns"}}, "dns.name"},
+		{"dns A records without a port", map[string]any{"discovery": map[string]any{"mode": "dns", "dns": map[string]any{"name": "vllm.llm.svc.cluster.local"}}}, "discovery.dns.port is required"},
+		{"dns SRV name as A records without a port", map[string]any{"discovery": map[string]any{"mode": "dns", "dns": map[string]any{"name": "_http._tcp.vllm", "record": "A"}}}, "discovery.dns.port is required"},
+		{"unknown dns record type", map[string]any{"discovery": map[string]any{"mode": "dns", "dns": map[string]any{"name": "_http._tcp.vllm", "record": "MX"}}}, "record"},
+		{"dns server without a port", map[string]any{"discovery": map[string]any{"mode": "dns", "dns": map[string]any{"name": "_http._tcp.vllm", "server": "10.96.0.10"}}}, "server"},
+		{"unknown dns address family", map[string]any{"discovery": map[string]any{"mode": "dns", "dns": map[string]any{"name": "_http._tcp.vllm", "family": "inet6"}}}, "family"},
 		{"unknown discovery mode", map[string]any{"discovery": map[string]any{"mode": "consul"}}, "mode"},
 		{"bad anti-affinity", map[string]any{"podAntiAffinity": "always"}, "podAntiAffinity"},
 		{"TLS Secret with cert-manager", map[string]any{"tls": map[string]any{"mode": "csi", "existingSecret": "x"}}, "tls.existingSecret"},
@@ -223,6 +275,47 @@ func TestHelmChartRefusesBadValues(t *testing.T) {
 			_, err := renderHelmChart("kvmesh", "llm", vals)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("rendered, or an error without %q: %v", tc.want, err)
+			}
+		})
+	}
+}
+
+// discovery.dns.family (the backends' address family) reaches the node's configuration when set. The
+// node reads it if its version knows the key (router.DNSDiscoveryConfig has a field family); one that does not
+// would refuse the file, which is why the chart writes the key only when it is set.
+func TestHelmChartDNSFamily(t *testing.T) {
+	for _, family := range []string{"auto", "any", "ipv4", "ipv6"} {
+		t.Run(family, func(t *testing.T) {
+			objs := renderHelmObjects(t, "kvmesh", "llm", map[string]any{"gossip": map[string]any{"key": kubeTestGossipKey},
+				"discovery": map[string]any{"mode": "dns", "dns": map[string]any{"name": "vllm.llm.svc.cluster.local", "port": 8000, "family": family}}})
+			var file struct {
+				Router struct {
+					Discovery struct {
+						DNS map[string]any `json:"dns"`
+					} `json:"discovery"`
+				} `json:"router"`
+			}
+			if err := yaml.Unmarshal([]byte(objs.configMaps[0].Data["kvmesh.yaml"]), &file); err != nil {
+				t.Fatal(err)
+			}
+			if got := file.Router.Discovery.DNS["family"]; got != family {
+				t.Errorf("router.discovery.dns.family %v, want %s: %v", got, family, file.Router.Discovery.DNS)
+			}
+			known := false
+			for f := range reflect.TypeFor[router.DNSDiscoveryConfig]().Fields() {
+				known = known || strings.Split(f.Tag.Get("yaml"), ",")[0] == "family"
+			}
+			if !known {
+				t.Logf("router.DNSDiscoveryConfig has no family: the node's loading of it is not checked")
+				return
+			}
+			checkKubeDeployment(t, objs)
+			cfg, _, err := kubeNodeConfig(objs, objs.statefulSets[0], 0, t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := reflect.ValueOf(cfg.Router.Discovery.DNS).FieldByName("Family"); got.IsValid() && got.Kind() == reflect.String && got.String() != family {
+				t.Errorf("the node's dns family %q, want %s", got.String(), family)
 			}
 		})
 	}
@@ -306,6 +399,9 @@ func TestKubernetesManifestsAreValid(t *testing.T) {
 		t.Fatalf("deploy/kubernetes/kvmesh.yaml: %v", err)
 	}
 	checkKubeDeployment(t, objs)
+	if sec, ok := kubePreStopSleep(objs.statefulSets[0]); !ok || sec <= 0 {
+		t.Error("no preStop sleep: requests still sent while the pod leaves the endpoints would be refused")
+	}
 	if strings.Contains(string(data), "--from-file=certs/ ") || strings.Contains(string(data), "--from-file=certs/\n") {
 		t.Error("the Secret command takes the whole certs directory, CA key included")
 	}
@@ -363,6 +459,21 @@ func TestDeployOperationsFiles(t *testing.T) {
 	}
 	if n == 0 {
 		t.Error("no alert rules read")
+	}
+
+	// An address meant to reach one node names its pod under the headless Service (kvmesh-N.kvmesh-mesh): a bare
+	// pod name does not resolve, and the admin Service's address reaches any one ready pod, a different one each
+	// time (a scrape of it mixes the pods' counters under one instance, and never reaches an unready pod, where
+	// KVMeshNoHealthyBackend fires).
+	podAddr := regexp.MustCompile(`\bkvmesh-(admin|N|[0-9]+):[0-9]+/`)
+	for _, f := range []string{"../../deploy/README.md", "../../deploy/prometheus/runbook.md", helmChartDir + "/templates/NOTES.txt"} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range podAddr.FindAllString(string(data), -1) {
+			t.Errorf("%s: %s reaches no pod, or any one: name the pod, kvmesh-N.kvmesh-mesh:<port>", f, m)
+		}
 	}
 
 	dockerfile, err := os.ReadFile("../../deploy/Dockerfile")

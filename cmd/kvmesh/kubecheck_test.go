@@ -162,12 +162,18 @@ func checkKubeDeployment(t *testing.T, objs *kubeObjects) {
 		}
 	}
 
-	// The ServiceMonitor scrapes the admin Service's admin port.
+	// The ServiceMonitor scrapes the admin port of every pod, each as its own target, ready or not (an unready pod
+	// is where KVMeshNoHealthyBackend fires): the Prometheus Operator's endpoints (or endpointslice) discovery makes
+	// a target of each address of the Service's endpoints, not-ready addresses included (labelled
+	// __meta_kubernetes_endpoint_ready="false"), unless a relabeling drops them, and promServiceMonitor has no
+	// relabelings to decode. It selects one Service, the admin one (admin port only), which selects every pod
+	// (checked above for every Service); a second would scrape each pod twice.
 	for _, sm := range objs.serviceMonitors {
 		s, err := metav1.LabelSelectorAsSelector(&sm.Spec.Selector)
-		found := false
+		found, selected := false, 0
 		for _, svc := range objs.services {
 			if err == nil && s.Matches(labels.Set(svc.Labels)) {
+				selected++
 				for _, ep := range sm.Spec.Endpoints {
 					for _, sp := range svc.Spec.Ports {
 						found = found || (ep.Port == sp.Name && sp.TargetPort.String() == "admin")
@@ -180,6 +186,12 @@ func checkKubeDeployment(t *testing.T, objs *kubeObjects) {
 		}
 		if !found {
 			t.Errorf("ServiceMonitor %s scrapes no admin port", sm.Name)
+		}
+		if selected > 1 {
+			t.Errorf("ServiceMonitor %s selects %d Services: each pod would be scraped more than once", sm.Name, selected)
+		}
+		if ns := sm.Spec.NamespaceSelector; !ns.Any && len(ns.MatchNames) > 0 && !slices.Equal(ns.MatchNames, []string{objs.namespace}) {
+			t.Errorf("ServiceMonitor %s looks for its Service in %v, not in %s", sm.Name, ns.MatchNames, objs.namespace)
 		}
 	}
 
@@ -449,12 +461,20 @@ func checkKubeNode(t *testing.T, objs *kubeObjects, sts *appsv1.StatefulSet, ord
 		checkDiscoveryRBAC(t, objs, spec.ServiceAccountName, cfg.Router.Discovery.Kubernetes.Namespace)
 	}
 
-	// Termination: the grace period covers the preStop delay and the whole shutdown timeout.
+	// Termination: the grace period covers the preStop delay and the whole shutdown timeout. No preStop hook is
+	// no delay (chosen: the deployments with one check it, kubePreStopSleep); a sleep of 0 seconds is refused by
+	// API servers before 1.33 (PodLifecycleSleepActionAllowZero), which the chart's kubeVersion allows: no pod
+	// would ever be created.
 	delay := time.Duration(0)
-	if h := c.Lifecycle; h == nil || h.PreStop == nil || h.PreStop.Sleep == nil {
-		t.Errorf("pod %s: no preStop sleep: requests still sent during endpoint removal would be refused", podName)
-	} else {
-		delay = time.Duration(h.PreStop.Sleep.Seconds) * time.Second
+	if h := c.Lifecycle; h != nil && h.PreStop != nil {
+		switch s := h.PreStop.Sleep; {
+		case s == nil:
+			t.Errorf("pod %s: preStop is not a sleep (the image has no shell to run a command)", podName)
+		case s.Seconds <= 0:
+			t.Errorf("pod %s: preStop sleep of %d s: API servers before 1.33 refuse it and create no pod; leave the hook out for no delay", podName, s.Seconds)
+		default:
+			delay = time.Duration(s.Seconds) * time.Second
+		}
 	}
 	grace := 30 * time.Second
 	if spec.TerminationGracePeriodSeconds != nil {
@@ -526,6 +546,15 @@ func checkKubeNode(t *testing.T, objs *kubeObjects, sts *appsv1.StatefulSet, ord
 			t.Errorf("pod %s: TLS volume %s is neither a Secret, a projection of Secrets nor the cert-manager csi-driver", podName, vol.Name)
 		}
 	}
+}
+
+// kubePreStopSleep is the preStop sleep of the StatefulSet's container in seconds, and whether it has one.
+func kubePreStopSleep(sts *appsv1.StatefulSet) (int64, bool) {
+	h := sts.Spec.Template.Spec.Containers[0].Lifecycle
+	if h == nil || h.PreStop == nil || h.PreStop.Sleep == nil {
+		return 0, false
+	}
+	return h.PreStop.Sleep.Seconds, true
 }
 
 // checkDiscoveryRBAC: a Role in the watched namespace grants get, list and watch on EndpointSlices and nothing

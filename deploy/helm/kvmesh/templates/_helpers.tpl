@@ -53,7 +53,14 @@ ready or not. Fully qualified so that no search path is needed. */}}
 {{- if eq $d.mode "dns" -}}
 {{- if not $d.dns.name }}{{ fail "discovery.dns.name is required with discovery.mode dns" }}{{ end -}}
 {{- $dns := dict "name" $d.dns.name -}}
+{{- /* A records carry no port: the node refuses them without one (SRV records carry theirs). */ -}}
+{{- $record := upper (default (ternary "SRV" "A" (hasPrefix "_" $d.dns.name)) $d.dns.record) -}}
+{{- if and (ne $record "SRV") (not $d.dns.port) }}{{ fail (printf "discovery.dns.port is required with A records (discovery.dns.record A or AAAA, or empty with a name not starting with _: %q)" $d.dns.name) }}{{ end -}}
+{{- with $d.dns.record }}{{ $_ := set $dns "record" . }}{{ end -}}
 {{- if $d.dns.port }}{{ $_ := set $dns "port" (int $d.dns.port) }}{{ end -}}
+{{- with $d.dns.server }}{{ $_ := set $dns "server" . }}{{ end -}}
+{{- /* Only when set: a node that predates the key would refuse the file. */ -}}
+{{- with $d.dns.family }}{{ $_ := set $dns "family" . }}{{ end -}}
 {{- $_ := set $disc "dns" $dns -}}
 {{- else -}}
 {{- if not $d.kubernetes.selector }}{{ fail "discovery.kubernetes.selector is required with discovery.mode kubernetes" }}{{ end -}}
