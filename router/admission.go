@@ -38,8 +38,8 @@ type AdmissionConfig struct {
 	// router nodes keeps each engine's own queue empty.
 	MaxInFlightPerBackend int `yaml:"max_in_flight_per_backend"`
 	// MaxQueued bounds the requests waiting for either cap, together; past
-	// it a request is answered 429 at once, unless its tenant has fewer
-	// waiting than the tenant with the most, whose newest waiter then gives
+	// it a request is answered 429 at once, unless its tenant has at least
+	// two fewer waiting than the tenant with the most, whose newest waiter then gives
 	// up its place (one tenant cannot fill the queue). 0 refuses at once
 	// what a cap does not admit. 1,024: a few seconds of a busy node's
 	// arrivals, each waiter a goroutine and a connection (a request waiting
@@ -269,21 +269,26 @@ func (rt *Router) decideAdmitted(w http.ResponseWriter, r *http.Request, st *req
 	if a.perBackend == 0 {
 		return rt.decide(st, ep, now, attempt, false), 0
 	}
-	held := -1 // a slot handed to this request while it waited
+	held := -1          // a slot handed to this request while it waited
+	var since time.Time // when it first waited (a rewoken request waits on from there)
 	for {
 		if held >= 0 && !slices.ContainsFunc(st.backs, func(b *backend) bool { return b.slot == held }) {
 			a.leaveBackend(held) // the backend left rotation while the request waited
 			held = -1
 		}
 		if slots := a.filterFull(st, held); slots != nil {
-			wt := &waiter{tenant: rt.tenant(r), stage: stageBackend, slots: slots}
+			wt := &waiter{tenant: rt.tenant(r), stage: stageBackend, slots: slots, since: since}
 			if status := rt.admissionWait(w, r, wt); status != 0 {
 				return Decision{}, status
 			}
+			since = wt.since
+			// wt.slot is -1 when the backends changed while it waited
+			// (rewake): it decides again among the backends now listed.
 			held, now = wt.slot, rt.now()
-			rt.gather(st, st.model, now)
-			if len(st.cands) == 0 {
-				a.leaveBackend(held)
+			if !rt.gather(st, st.model, now) || len(st.cands) == 0 {
+				if held >= 0 {
+					a.leaveBackend(held)
+				}
 				return Decision{}, rt.fail(w, errNoBackend, NewAPIError(http.StatusServiceUnavailable, "",
 					"no healthy backend serves model %q; try again shortly", st.model))
 			}
@@ -382,7 +387,11 @@ func (a *admission) leaveBackend(slot int) {
 	sc := (*a.back.Load())[slot] // it exists: the slot was taken
 	if a.backWaiting.Load() > 0 {
 		a.mu.Lock()
-		if w := a.backQ.pop(slot); w != nil {
+		if sc.used.Load() > sc.limit.Load() {
+			// The cap was lowered (a weight changed) while the slots were
+			// held: this one is not handed on.
+			sc.used.Add(-1)
+		} else if w := a.backQ.pop(slot); w != nil {
 			a.grant(w, slot)
 			a.backWaiting.Store(int64(a.backQ.n))
 		} else {
@@ -397,6 +406,35 @@ func (a *admission) leaveBackend(slot int) {
 		a.grantBackend(slot)
 		a.mu.Unlock()
 	}
+}
+
+// rewake wakes every request waiting for a backend's cap, without a slot,
+// when one of bs (the backends now listed) has room: the set, a weight, a
+// drain or a health state changed, and a waiter's list of slots, fixed
+// when it queued, may not name the backend that has room (a backend added
+// for its model) or may name one that has left. Each decides again among
+// the backends listed now and, if none has room, waits again (at its
+// tenant's back) for what is left of its QueueTimeout. The backends' caps
+// are refreshed from their weights on the way (hasRoom).
+func (a *admission) rewake(bs []*backend) {
+	if a.perBackend == 0 {
+		return
+	}
+	room := false
+	for _, b := range bs {
+		if a.hasRoom(b) && b.inRotation() {
+			room = true
+		}
+	}
+	if !room || a.backWaiting.Load() == 0 {
+		return
+	}
+	a.mu.Lock()
+	for w := a.backQ.pop(-1); w != nil; w = a.backQ.pop(-1) {
+		a.grant(w, -1)
+	}
+	a.backWaiting.Store(int64(a.backQ.n))
+	a.mu.Unlock()
 }
 
 // grantBackend hands free slots of the backend to waiters that can use
@@ -416,11 +454,21 @@ func (a *admission) grantBackend(slot int) {
 
 // ---- waiting ----
 
-// admissionWait queues wt and waits for its slot, QueueTimeout at most.
-// It returns 0 once wt holds its slot, else the status it answered.
+// admissionWait queues wt and waits for its slot, QueueTimeout at most
+// from wt.since (set: a request rewoken without a slot waits again for
+// what is left). It returns 0 once wt holds its slot or was rewoken
+// (wt.slot -1), else the status it answered.
 func (rt *Router) admissionWait(w http.ResponseWriter, r *http.Request, wt *waiter) int {
 	a := rt.adm
-	wt.since = a.now()
+	now := a.now()
+	again := !wt.since.IsZero()
+	if !again {
+		wt.since = now
+	}
+	left := a.cfg.QueueTimeout - now.Sub(wt.since)
+	if left <= 0 {
+		return rt.refuse(w, wt.stage, rejectTimeout)
+	}
 	wt.ready = make(chan struct{})
 	a.mu.Lock()
 	if !a.enqueue(wt) {
@@ -429,9 +477,11 @@ func (rt *Router) admissionWait(w http.ResponseWriter, r *http.Request, wt *wait
 	}
 	done := wt.done
 	a.mu.Unlock()
-	a.queued[wt.stage].Inc()
+	if !again {
+		a.queued[wt.stage].Inc()
+	}
 	if !done {
-		timeout, stop := a.after(a.cfg.QueueTimeout)
+		timeout, stop := a.after(left)
 		select {
 		case <-wt.ready:
 		case <-timeout:
@@ -446,6 +496,9 @@ func (rt *Router) admissionWait(w http.ResponseWriter, r *http.Request, wt *wait
 			wt.canceled = r.Context().Err() != nil
 		}
 		a.mu.Unlock()
+	}
+	if !wt.refused && wt.stage == stageBackend && wt.slot < 0 {
+		return 0 // rewoken: it decides again, and its wait is measured when it ends
 	}
 	waited := a.now().Sub(wt.since)
 	a.wait[wt.stage].Observe(waited.Seconds())

@@ -150,6 +150,16 @@ func (rt *Router) publishLocked() {
 	if rt.disc != nil {
 		rt.disc.counts(rt.members)
 	}
+	rt.admissionChanged()
+}
+
+// admissionChanged lets the requests waiting for a backend's cap decide
+// again when the backends, their weights or their rotation changed
+// (admission.rewake).
+func (rt *Router) admissionChanged() {
+	if rt.adm != nil { // nil while New builds the first set
+		rt.adm.rewake(rt.set.Load().listed)
+	}
 }
 
 // listedBackends is the model table's source: always the current set, so
@@ -481,6 +491,9 @@ func (rt *Router) SetDrained(name string, drained bool) error {
 	}
 	if rt.disc != nil {
 		rt.disc.counts(rt.members)
+	}
+	if !drained {
+		rt.admissionChanged()
 	}
 	return nil
 }

@@ -98,6 +98,7 @@ func (rt *Router) markSuccess(b *backend, probe bool) {
 		}
 	}
 	if readmit {
+		rt.admissionChanged()
 		rt.log.Info().Str("backend", b.name).Msg("backend re-admitted")
 	}
 }
@@ -173,6 +174,7 @@ func (rt *Router) readmitDue(b *backend) {
 	}
 	b.mu.Unlock()
 	if due {
+		rt.admissionChanged()
 		rt.log.Info().Str("backend", b.name).Msg("backend re-admitted after the ejection time (probes disabled)")
 	}
 }

@@ -289,13 +289,15 @@ func (st *reqState) pinnedAt(b *backend, nowMs int64, upt float64) float64 {
 // in rotation and not tried yet. It reports whether any backend serves the
 // model at all, healthy or not.
 func (rt *Router) gather(st *reqState, model string, now time.Time) bool {
+	// Emptied first: a caller that finds the model gone (a retry, a
+	// request that waited for a slot) must not decide on the last list.
+	st.cands, st.backs = st.cands[:0], st.backs[:0]
 	bs := rt.set.Load().listed
 	if model != "" {
 		if bs = rt.models.lookup(model); len(bs) == 0 {
 			return false
 		}
 	}
-	st.cands, st.backs = st.cands[:0], st.backs[:0]
 	for _, b := range bs {
 		if !b.inRotation() || st.triedSlot(b.slot) {
 			continue

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -234,4 +235,39 @@ func TestServeDNSDiscovery(t *testing.T) {
 	srv["_http._tcp.vllm.test."] = []string{"0 0 " + port(b1.URL) + " b1.test."}
 	mu.Unlock()
 	waitForBackends(t, s.Admin, n1)
+}
+
+// A reload that changes settings it cannot apply live names them in a
+// warning (values left out: the file holds secrets); the backend list
+// alone is applied and named nowhere.
+func TestReloadNamesSettingsNotApplied(t *testing.T) {
+	rt := setterFunc(func([]router.BackendConfig) error { return nil })
+	cfg := DefaultServeConfig()
+	cfg.reload = func() (*ServeConfig, error) {
+		nc := DefaultServeConfig()
+		nc.Router.Backends = []router.BackendConfig{{Name: "x", URL: "http://x:1"}}
+		nc.Router.Admission.MaxInFlight = 64
+		nc.Mesh.GossipKey = "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LTMyYg=="
+		return &nc, nil
+	}
+	var logs bytes.Buffer
+	reloadBackends(&cfg, rt, zerolog.New(&logs))
+	out := logs.String()
+	if !strings.Contains(out, `"not_applied":["mesh.gossip_key","router.admission.max_in_flight"]`) {
+		t.Errorf("log does not name exactly the two settings:\n%s", out)
+	}
+	if strings.Contains(out, "c2VjcmV0") || strings.Contains(out, "router.backends") {
+		t.Errorf("log shows a secret or the applied backends:\n%s", out)
+	}
+	// Only the backends changed: no warning.
+	cfg.reload = func() (*ServeConfig, error) {
+		nc := DefaultServeConfig()
+		nc.Router.Backends = []router.BackendConfig{{Name: "y", URL: "http://y:1"}}
+		return &nc, nil
+	}
+	logs.Reset()
+	reloadBackends(&cfg, rt, zerolog.New(&logs))
+	if strings.Contains(logs.String(), "not_applied") {
+		t.Errorf("a backends-only reload warned:\n%s", logs.String())
+	}
 }

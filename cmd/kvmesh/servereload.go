@@ -2,9 +2,11 @@ package main
 
 import (
 	"os"
+	"sort"
 	"sync"
 
 	"github.com/rs/zerolog"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/kvmesh/kvmesh/router"
 )
@@ -102,5 +104,59 @@ func reloadBackends(cfg *ServeConfig, rt backendSetter, log zerolog.Logger) {
 	if err := rt.SetBackends(nc.Router.Backends); err != nil {
 		log.Warn().Err(err).Msg("SIGHUP: some backends were not applied")
 	}
-	log.Info().Int("backends", len(nc.Router.Backends)).Msg("SIGHUP: backend list reloaded (other settings need a restart)")
+	log.Info().Int("backends", len(nc.Router.Backends)).Msg("SIGHUP: backend list reloaded")
+	if keys := unappliedKeys(cfg, nc); len(keys) > 0 {
+		log.Warn().Strs("not_applied", keys).Msg("SIGHUP: these settings changed but take effect only at a restart")
+	}
+}
+
+// unappliedKeys lists the configuration keys (dotted, as in the file)
+// whose values differ between the running configuration and the one read
+// again, the backend list aside: a reload applies only that, and an
+// operator who changed a cap or a weight in the file must hear that it
+// did not take effect. Values are not shown (the file holds secrets).
+func unappliedKeys(running, read *ServeConfig) []string {
+	a, b := flatConfig(running), flatConfig(read)
+	var keys []string
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			keys = append(keys, k)
+		}
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// flatConfig is c's settings, the backend list aside, as key path ->
+// value (YAML text of a leaf or a list).
+func flatConfig(c *ServeConfig) map[string]string {
+	cp := *c
+	cp.Router.Backends = nil
+	out, err := yaml.Marshal(&cp)
+	var tree map[string]any
+	if err != nil || yaml.Unmarshal(out, &tree) != nil {
+		return nil
+	}
+	flat := make(map[string]string)
+	var walk func(prefix string, v any)
+	walk = func(prefix string, v any) {
+		if m, ok := v.(map[string]any); ok {
+			for k, x := range m {
+				if prefix != "" {
+					k = prefix + "." + k
+				}
+				walk(k, x)
+			}
+			return
+		}
+		leaf, _ := yaml.Marshal(v)
+		flat[prefix] = string(leaf)
+	}
+	walk("", tree)
+	return flat
 }
