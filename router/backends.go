@@ -204,11 +204,13 @@ func (rt *Router) SetBackends(list []BackendConfig) error {
 		return errors.New("router: closed")
 	}
 	var added, removed, back, replaced []string
+	dropped := false // a starting member left before it joined
 	now := rt.now()
 	for name, m := range rt.members {
 		bc, listed := want[name]
 		switch {
 		case !listed && m.state == memberStarting:
+			dropped = true
 			m.cancel() // never served: nothing to drain
 			delete(rt.members, name)
 			m.b.gone.Store(true)
@@ -256,7 +258,12 @@ func (rt *Router) SetBackends(list []BackendConfig) error {
 		}
 		added = append(added, name)
 	}
-	rt.publishLocked()
+	// A list that changes nothing (discovery delivers its list again now
+	// and then, for entries refused before) publishes nothing: requests
+	// waiting for a backend's cap are not made to decide again.
+	if dropped || len(added)+len(removed)+len(back)+len(replaced) > 0 {
+		rt.publishLocked()
+	}
 	if d := rt.disc; d != nil {
 		d.added.Add(float64(len(added)))
 		d.removed.Add(float64(len(removed)))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Discoverer finds the backends to route to: the configured list, DNS
@@ -20,9 +23,10 @@ import (
 //
 // Run watches the source until ctx ends, telling sink each complete list it
 // finds (sink.Found: at least once, as soon as the list is known, then
-// whenever it may have changed), each failed look-up (sink.Failed: the
-// router keeps the last list) and each entry it skips (sink.Skipped: a
-// record or endpoint with garbage). It calls sink from one goroutine at a
+// whenever it may have changed, and at least every DiscoveryRedeliverEvery
+// even when it did not), each failed look-up (sink.Failed: the router keeps
+// the last list) and each entry it skips (sink.Skipped: a record or
+// endpoint with garbage). It calls sink from one goroutine at a
 // time. It returns when ctx ends, or early with an error if the source
 // cannot be watched at all (the router then runs it again after
 // Discovery.Interval).
@@ -34,6 +38,25 @@ import (
 type Discoverer interface {
 	Run(ctx context.Context, sink *DiscoverySink) error
 }
+
+// DiscoveryRedeliverEvery bounds the time between two deliveries of a
+// discoverer's list (sink.Found) while it does not change. The router's
+// SetBackends skips an entry it cannot take (a full registry, a backend
+// that cannot be built) and changes nothing for the entries it already has:
+// an unchanged list delivered again retries the refused ones (logging each
+// refusal again) and, for the rest, costs a rebuild of the backend set and
+// model table with the same content (no probe, no log line, no registry
+// write). A minute: a refused backend waits at most that long
+// once the cause is gone, and a list of thousands is rebuilt once a minute.
+const DiscoveryRedeliverEvery = time.Minute
+
+// minDiscoveryInterval is the smallest Interval accepted. Below it the DNS
+// discoverer re-resolves back to back (a round trip to the server takes
+// about that long) and the Kubernetes informers resync continuously: 1ns
+// is a unit typo, not a choice. The floor is low because tests and local
+// demos use short intervals; in production anything under a second only
+// loads the DNS or API server (the 10 s default is the advice).
+const minDiscoveryInterval = 10 * time.Millisecond
 
 // Discovery modes (DiscoveryConfig.Mode).
 const (
@@ -55,7 +78,9 @@ type DiscoveryConfig struct {
 	// and probes meanwhile; a query every 10 s per node costs the DNS
 	// server nothing. A removed backend is also overruled in the registry
 	// (made active again) by a node still listing it only after two
-	// intervals.
+	// intervals, and an empty DNS answer empties a non-empty list only
+	// when three rounds over two intervals say so. At least 10 ms
+	// (minDiscoveryInterval).
 	Interval time.Duration `yaml:"interval"`
 	// Scheme of the discovered backends' URLs: http (vLLM's and SGLang's
 	// default) or https.
@@ -95,6 +120,14 @@ type DNSDiscoveryConfig struct {
 	// Server is a DNS server (host:port) to ask instead of the system's
 	// resolver (/etc/resolv.conf).
 	Server string `yaml:"server"`
+	// Family is the address family of the backends with A records, and of
+	// the SRV targets' addresses: "ipv4", "ipv6", "any" (every A and AAAA
+	// record is a backend) or "auto" (the default): IPv4 only when the
+	// answer holds an IPv4 address, else IPv6. A dual-stack pod has an A
+	// and an AAAA record; with "any" it would be two backends, each with
+	// half of its cache affinity. With SRV records, "auto" and "any" take
+	// a target's lowest IPv4 address, else its lowest IPv6 one.
+	Family string `yaml:"family"`
 }
 
 // KubernetesDiscoveryConfig: backends from EndpointSlices.
@@ -147,19 +180,39 @@ func (c *DiscoveryConfig) validate() []error {
 			bad("dns: record %q: want A or SRV", c.DNS.Record)
 		}
 		if c.DNS.Server != "" {
-			if _, _, err := net.SplitHostPort(c.DNS.Server); err != nil {
+			if _, port, err := net.SplitHostPort(c.DNS.Server); err != nil {
 				bad("dns: server %q: %v", c.DNS.Server, err)
+			} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+				bad("dns: server %q: the port must be a number in [1, 65535] (e.g. 53)", c.DNS.Server)
 			}
+		}
+		switch c.DNS.family() {
+		case familyAuto, familyAny, familyIPv4, familyIPv6:
+		default:
+			bad("dns: family %q: want auto, any, ipv4 or ipv6", c.DNS.Family)
 		}
 	case DiscoveryKubernetes:
 		if strings.TrimSpace(c.Kubernetes.Selector) == "" {
 			bad("kubernetes: selector is required in kubernetes mode (e.g. kubernetes.io/service-name=vllm)")
+		} else if _, err := labels.Parse(c.Kubernetes.Selector); err != nil {
+			bad("kubernetes: selector %q: %v", c.Kubernetes.Selector, err)
+		}
+		if p := c.Kubernetes.Port; p != "" {
+			if n, err := strconv.Atoi(p); err == nil {
+				if n < 1 || n > 65535 {
+					bad("kubernetes: port %s: a port number must be in [1, 65535]", p)
+				}
+			} else if msgs := validation.IsDNS1123Label(p); len(msgs) > 0 {
+				// An EndpointSlice port's name is a DNS label: any other name
+				// matches no slice.
+				bad("kubernetes: port %q: neither a number nor a port name: %s", p, strings.Join(msgs, "; "))
+			}
 		}
 	default:
 		bad("mode %q: want static, dns or kubernetes", c.Mode)
 	}
-	if c.Interval <= 0 {
-		bad("interval must be positive, got %v", c.Interval)
+	if c.Interval < minDiscoveryInterval {
+		bad("interval must be at least %v, got %v", minDiscoveryInterval, c.Interval)
 	}
 	if c.DrainTimeout <= 0 {
 		bad("drain_timeout must be positive, got %v", c.DrainTimeout)
@@ -187,6 +240,22 @@ func (c *DNSDiscoveryConfig) record() string {
 		return "SRV"
 	}
 	return c.Record
+}
+
+// Address families (DNSDiscoveryConfig.Family).
+const (
+	familyAuto = "auto"
+	familyAny  = "any"
+	familyIPv4 = "ipv4"
+	familyIPv6 = "ipv6"
+)
+
+// family is the address family to keep, in lower case ("auto" when unset).
+func (c *DNSDiscoveryConfig) family() string {
+	if c.Family == "" {
+		return familyAuto
+	}
+	return strings.ToLower(c.Family)
 }
 
 // DiscoverySink receives what a Discoverer finds (see Discoverer).

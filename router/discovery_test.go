@@ -436,8 +436,24 @@ func TestDiscoveryConfigValidate(t *testing.T) {
 		}, "want A or SRV"},
 		{func(c *Config) { c.Backends = nil; c.Discovery.Mode = "kubernetes" }, "selector is required"},
 		{func(c *Config) { c.Discovery.Mode = "consul" }, `mode "consul"`},
-		{func(c *Config) { c.Discovery.Interval = 0 }, "interval must be positive"},
+		{func(c *Config) { c.Discovery.Interval = 0 }, "interval must be at least 10ms"},
+		{func(c *Config) { c.Discovery.Interval = time.Nanosecond }, "interval must be at least 10ms, got 1ns"},
 		{func(c *Config) { c.Backends = nil }, "at least one backend"},
+		{kube("app in ((", ""), `kubernetes: selector "app in ((":`},
+		{kube("app=vllm,", ""), `kubernetes: selector "app=vllm,"`},
+		{kube("app=vllm", "70000"), "kubernetes: port 70000: a port number must be in [1, 65535]"},
+		{kube("app=vllm", "0"), "kubernetes: port 0: a port number must be in [1, 65535]"},
+		{kube("app=vllm", "-1"), "kubernetes: port -1"},
+		{kube("app=vllm", "Http_Port"), `kubernetes: port "Http_Port": neither a number nor a port name`},
+		{dnsServer("10.0.0.10:"), `dns: server "10.0.0.10:": the port must be a number`},
+		{dnsServer("10.0.0.10:0"), `dns: server "10.0.0.10:0": the port must be a number`},
+		{dnsServer("10.0.0.10:99999"), `dns: server "10.0.0.10:99999"`},
+		{dnsServer("10.0.0.10"), `dns: server "10.0.0.10": address 10.0.0.10: missing port`},
+		{func(c *Config) {
+			c.Backends = nil
+			c.Discovery.Mode = "dns"
+			c.Discovery.DNS = DNSDiscoveryConfig{Name: "x", Port: 80, Family: "ipv5"}
+		}, `dns: family "ipv5": want auto, any, ipv4 or ipv6`},
 	} {
 		cfg := DefaultConfig()
 		cfg.Backends = []BackendConfig{{URL: "http://x:1"}}
@@ -452,6 +468,45 @@ func TestDiscoveryConfigValidate(t *testing.T) {
 	cfg.Discovery.DNS = DNSDiscoveryConfig{Name: "_http._tcp.x"}
 	if err := cfg.Validate(); err != nil {
 		t.Errorf("SRV without a port: %v", err)
+	}
+	for _, ok := range []func(*Config){
+		kube("kubernetes.io/service-name=vllm", ""),
+		kube("app in (vllm, sglang),tier!=canary", "http"),
+		kube("app=vllm", "8000"),
+		kube("app=vllm", "65535"),
+		dnsServer("10.0.0.10:53"),
+		dnsServer("[fd00::10]:5353"),
+		func(c *Config) {
+			c.Backends = nil
+			c.Discovery.Mode = "dns"
+			c.Discovery.DNS = DNSDiscoveryConfig{Name: "x", Port: 80, Family: "IPv6"}
+		},
+		func(c *Config) { c.Discovery.Interval = 10 * time.Millisecond },
+	} {
+		cfg := DefaultConfig()
+		cfg.Backends = []BackendConfig{{URL: "http://x:1"}}
+		ok(&cfg)
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("refused: %v", err)
+		}
+	}
+}
+
+// kube is a kubernetes-mode config with selector and port.
+func kube(selector, port string) func(*Config) {
+	return func(c *Config) {
+		c.Backends = nil
+		c.Discovery.Mode = DiscoveryKubernetes
+		c.Discovery.Kubernetes = KubernetesDiscoveryConfig{Selector: selector, Port: port}
+	}
+}
+
+// dnsServer is an A-mode dns config asking server.
+func dnsServer(server string) func(*Config) {
+	return func(c *Config) {
+		c.Backends = nil
+		c.Discovery.Mode = DiscoveryDNS
+		c.Discovery.DNS = DNSDiscoveryConfig{Name: "vllm", Port: 8000, Server: server}
 	}
 }
 

@@ -20,5 +20,7 @@
 // small Learner interface that the mesh (or a local, unreplicated learner)
 // satisfies. It may import tree and its subpackage kvevents (precise
 // mode's event decoding; kubediscovery imports router, not the reverse). It
-// must not import mesh, crdt, transport or cmd.
+// must not import mesh, crdt, transport or cmd; of Kubernetes' libraries
+// only apimachinery's label and name validation (discovery config checks),
+// never client-go, which stays in kubediscovery.
 package router

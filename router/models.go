@@ -240,25 +240,65 @@ func parseModels(r io.Reader) ([]modelEntry, error) {
 	return out, err
 }
 
+// modelListData is a model list's "data" member, noting whether it was
+// there (a JSON null is there, and not a list).
+type modelListData struct {
+	present, null bool
+	items         []json.RawMessage
+}
+
+func (d *modelListData) UnmarshalJSON(b []byte) error {
+	d.present = true
+	if string(b) == "null" {
+		d.null = true
+		return nil
+	}
+	return json.Unmarshal(b, &d.items)
+}
+
+// maxModelErrorBytes bounds the part of an error object quoted in the
+// error of an answer without a model list.
+const maxModelErrorBytes = 256
+
 // parseModelList reads an OpenAI model list, keeping each entry's raw
 // object. Entries without a string id are skipped; duplicates keep the
 // first. Past lim, entries are skipped and counted: an id longer than
 // lim.maxIDBytes, and every entry after the first lim.maxModels kept.
+//
+// An answer without a "data" list (null, {}, {"data":null}, an error
+// object such as {"error":...}) is an error, not an empty list: the
+// backend's last list stays. {"data":[]} is an empty list.
 func parseModelList(r io.Reader, lim modelLimits) ([]modelEntry, modelSkips, error) {
 	var skips modelSkips
-	var list struct {
-		Data []json.RawMessage `json:"data"`
+	var list *struct {
+		Data  modelListData   `json:"data"`
+		Error json.RawMessage `json:"error"`
 	}
 	if err := json.NewDecoder(r).Decode(&list); err != nil {
 		return nil, skips, fmt.Errorf("GET /v1/models: %w", err)
 	}
-	n := len(list.Data)
+	switch {
+	case list == nil:
+		return nil, skips, errors.New(`GET /v1/models answered null, not a model list`)
+	case !list.Data.null && list.Data.present:
+	case len(list.Error) > 0 && string(list.Error) != "null":
+		e := list.Error
+		if len(e) > maxModelErrorBytes {
+			e = append(e[:maxModelErrorBytes:maxModelErrorBytes], "..."...)
+		}
+		return nil, skips, fmt.Errorf(`GET /v1/models answered an error object, not a model list: "error": %s`, e)
+	case list.Data.null:
+		return nil, skips, errors.New(`GET /v1/models: "data" is null, not a list of models`)
+	default:
+		return nil, skips, errors.New(`GET /v1/models: the answer has no "data" list of models`)
+	}
+	n := len(list.Data.items)
 	if lim.maxModels > 0 {
 		n = min(n, lim.maxModels)
 	}
 	out := make([]modelEntry, 0, n)
 	seen := make(map[string]struct{}, n)
-	for _, raw := range list.Data {
+	for _, raw := range list.Data.items {
 		var m struct {
 			ID string `json:"id"`
 		}

@@ -78,10 +78,17 @@ func FuzzParseModels(f *testing.F) {
 	f.Add([]byte(`{"data":[{"id":null},{}, 3, "x"]}`))
 	f.Add([]byte(`{"data":{}}`))
 	f.Add(modelList(10))
+	f.Add([]byte(`{}`))
+	f.Add([]byte(`null`))
+	f.Add([]byte(`{"data":null,"error":{"message":"loading"}}`))
+	f.Add([]byte(`{"data":[]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		out, err := parseModels(bytes.NewReader(data))
 		if err != nil {
 			return
+		}
+		if !bytes.Contains(bytes.ToLower(data), []byte(`"data"`)) && !bytes.Contains(data, []byte(`\u`)) { // json matches names case-insensitively
+			t.Fatalf("an answer without a \"data\" member parsed as a list of %d: %q", len(out), data)
 		}
 		seen := map[string]bool{}
 		for _, m := range out {
@@ -121,5 +128,55 @@ func TestDiscoveryLogsChangesOnly(t *testing.T) {
 	rt.ServeHTTP(w, httptest.NewRequest("GET", "/v1/models", nil))
 	if !strings.Contains(w.Body.String(), `"created":3`) {
 		t.Errorf("/v1/models does not show the latest object: %s", w.Body)
+	}
+}
+
+// An answer without a model list (null, {}, a null "data", an error object
+// served with status 200) is a failed discovery, not an empty list: the
+// error says what was wrong, and the backend keeps its last list.
+func TestParseModelsNeedsDataList(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{`{}`, `no "data" list`},
+		{`{"object":"list"}`, `no "data" list`},
+		{`null`, `answered null`},
+		{`{"data":null}`, `"data" is null`},
+		{`{"error":{"message":"the model is loading","code":503}}`, `answered an error object, not a model list: "error": {"message":"the model is loading","code":503}`},
+		{`{"error":"` + strings.Repeat("x", 1000) + `"}`, `"error": "xxx`},
+		{`{"data":{}}`, `cannot unmarshal object`},
+		{`[]`, `cannot unmarshal array`},
+	} {
+		out, err := parseModels(strings.NewReader(c.in))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%.40s: %d models, error %v, want one saying %q", c.in, len(out), err, c.want)
+		} else if len(err.Error()) > 2*maxModelErrorBytes {
+			t.Errorf("%.40s: an error of %d bytes", c.in, len(err.Error()))
+		}
+	}
+	for _, in := range []string{`{"data":[]}`, `{"object":"list","data":[],"error":null}`} {
+		if out, err := parseModels(strings.NewReader(in)); err != nil || len(out) != 0 {
+			t.Errorf("%s: %v, %v; want an empty list", in, out, err)
+		}
+	}
+	// The backend's list stays.
+	var answer atomic.Value
+	answer.Store(`{"object":"list","data":[{"id":"m1"},{"id":"m2"}]}`)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, answer.Load().(string))
+	}))
+	defer srv.Close()
+	cfg := DefaultConfig()
+	cfg.Backends = []BackendConfig{{Name: "a", URL: srv.URL}}
+	ix, _ := tree.New(tree.Config{BlockTokens: 16, Capacity: 1024, MaxBackends: 16, EvictFraction: 0.25, SweepPerWrite: 1})
+	rt, err := New(cfg, Deps{Index: ix, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.discover(context.Background(), rt.backends()[0])
+	for _, bad := range []string{`{}`, `null`, `{"error":{"message":"overloaded"}}`, `{"data":null}`} {
+		answer.Store(bad)
+		rt.discover(context.Background(), rt.backends()[0])
+		if ids := rt.models.cur.Load().ids; fmt.Sprint(ids) != "[m1 m2]" {
+			t.Errorf("after %s: models %v, want [m1 m2] kept", bad, ids)
+		}
 	}
 }

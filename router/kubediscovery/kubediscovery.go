@@ -15,13 +15,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -53,7 +56,19 @@ type Discoverer struct {
 	client    dynamic.Interface
 	namespace string
 	selector  labels.Selector
+	// ticker makes the redelivery ticker (tests inject their own).
+	ticker func(time.Duration) (<-chan time.Time, func())
 }
+
+// realTicker is a time.Ticker.
+func realTicker(d time.Duration) (<-chan time.Time, func()) {
+	t := time.NewTicker(d)
+	return t.C, t.Stop
+}
+
+// syncPoll is how often Run checks whether the informer has its first
+// complete view (cache.WaitForCacheSync's period).
+const syncPoll = 100 * time.Millisecond
 
 // endpointSlices is the resource a Discoverer watches.
 var endpointSlices = discoveryv1.SchemeGroupVersion.WithResource("endpointslices")
@@ -67,7 +82,7 @@ func New(cfg router.DiscoveryConfig, client dynamic.Interface) (*Discoverer, err
 	if sel.Empty() {
 		return nil, errors.New("discovery.kubernetes.selector must select something (e.g. kubernetes.io/service-name=vllm)")
 	}
-	return &Discoverer{cfg: cfg, client: client, namespace: Namespace(cfg.Kubernetes), selector: sel}, nil
+	return &Discoverer{cfg: cfg, client: client, namespace: Namespace(cfg.Kubernetes), selector: sel, ticker: realTicker}, nil
 }
 
 // serviceAccountNamespace is where a pod finds its own namespace.
@@ -105,8 +120,11 @@ func NewClient(kubeconfig string) (dynamic.Interface, error) {
 }
 
 // Run implements router.Discoverer: it watches the slices until ctx ends
-// and delivers the list at the first complete view of them and after each
-// change that changes it.
+// and delivers the list at the first complete view of them, after each
+// change that changes it, and every router.DiscoveryRedeliverEvery even
+// when nothing changed. Each failed list or watch call (RBAC forbidding it,
+// the API server down: the informer retries with backoff) is a failed
+// look-up for the sink, before the first view as after it.
 func (d *Discoverer) Run(ctx context.Context, sink *router.DiscoverySink) error {
 	sel := d.selector.String()
 	res := d.client.Resource(endpointSlices).Namespace(d.namespace)
@@ -138,6 +156,22 @@ func (d *Discoverer) Run(ctx context.Context, sink *router.DiscoverySink) error 
 	}); err != nil {
 		return err
 	}
+	// The reflector's errors reach the sink on this goroutine (the sink is
+	// called from one goroutine at a time). The buffer outlasts any burst:
+	// the reflector backs off between attempts.
+	failures := make(chan error, 16)
+	if err := informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+		cache.DefaultWatchErrorHandler(ctx, r, err) // its klog line
+		if ctx.Err() != nil || !failedCall(err) {
+			return
+		}
+		select {
+		case failures <- err:
+		default:
+		}
+	}); err != nil {
+		return err
+	}
 	runCtx, stop := context.WithCancel(ctx)
 	ran := make(chan struct{})
 	defer func() {
@@ -148,21 +182,60 @@ func (d *Discoverer) Run(ctx context.Context, sink *router.DiscoverySink) error 
 		defer close(ran)
 		informer.RunWithContext(runCtx)
 	}()
-	if !cache.WaitForCacheSync(runCtx.Done(), informer.HasSynced) {
-		return ctx.Err()
+	poll, stopPoll := d.tick(syncPoll)
+	for !informer.HasSynced() {
+		select {
+		case <-ctx.Done():
+			stopPoll()
+			return ctx.Err()
+		case err := <-failures:
+			sink.Failed(err)
+		case <-poll:
+		}
 	}
+	stopPoll()
+	redeliver, stopRedeliver := d.tick(router.DiscoveryRedeliverEvery)
+	defer stopRedeliver()
 	var last []router.BackendConfig
-	for first := true; ; first = false {
-		if list := d.Backends(typedSlices(informer.GetStore().List(), sink), sink); first || !slices.EqualFunc(last, list, sameBackend) {
+	deliver := true // the first view
+	for {
+		if list := d.Backends(typedSlices(informer.GetStore().List(), sink), sink); deliver || !slices.EqualFunc(last, list, sameBackend) {
 			last = list
 			sink.Found(list)
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-changed:
+		deliver = false
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case err := <-failures:
+				sink.Failed(err)
+			case <-changed:
+				break wait
+			case <-redeliver:
+				deliver = true // an entry the router refused is offered again
+				break wait
+			}
 		}
 	}
+}
+
+// tick is d.ticker, or a real one.
+func (d *Discoverer) tick(every time.Duration) (<-chan time.Time, func()) {
+	if d.ticker == nil {
+		return realTicker(every)
+	}
+	return d.ticker(every)
+}
+
+// failedCall reports whether err, which ended the reflector's list or
+// watch, is a failure (forbidden, unreachable, a server error) rather than
+// the end of a watch the reflector resumes at once (closed, or its
+// resource version expired: it lists again).
+func failedCall(err error) bool {
+	return err != nil && !errors.Is(err, io.EOF) && !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) &&
+		!errors.Is(err, context.Canceled)
 }
 
 // typedSlices converts the informer's objects into EndpointSlices; sink,
@@ -203,9 +276,15 @@ func (d *Discoverer) Backends(all []*discoveryv1.EndpointSlice, sink *router.Dis
 	all = slices.DeleteFunc(slices.Clone(all), func(s *discoveryv1.EndpointSlice) bool { return s == nil })
 	slices.SortFunc(all, func(a, b *discoveryv1.EndpointSlice) int { return strings.Compare(a.Name, b.Name) })
 	out := []router.BackendConfig{}
-	seen := map[string]bool{}
+	seen := map[string]bool{} // names
+	at := map[string]string{} // host:port -> the name of the backend there
 	for _, s := range all {
 		if !d.selector.Matches(labels.Set(s.Labels)) {
+			continue
+		}
+		if len(s.Endpoints) == 0 {
+			// Nothing to list. Kubernetes keeps such a slice, without ports,
+			// for a Service without endpoints: not garbage.
 			continue
 		}
 		what := "EndpointSlice " + s.Namespace + "/" + s.Name
@@ -243,7 +322,15 @@ func (d *Discoverer) Backends(all []*discoveryv1.EndpointSlice, sink *router.Dis
 			if seen[name] {
 				continue
 			}
+			if other, dup := at[hostPort]; dup {
+				// Two names for one engine (an endpoint listed without its pod
+				// and with it, in slices managed by hand): one backend, the
+				// first in slice order, on every node.
+				skip(what, fmt.Sprintf("endpoint %s (%s) is already listed as %s", name, hostPort, other))
+				continue
+			}
 			seen[name] = true
+			at[hostPort] = name
 			out = append(out, d.cfg.DiscoveredBackend(name, hostPort, models))
 		}
 	}

@@ -2,6 +2,7 @@ package kubediscovery
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -17,11 +18,13 @@ import (
 	"github.com/rs/zerolog"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynfake "k8s.io/client-go/dynamic/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kvmesh/kvmesh/router"
 	"github.com/kvmesh/kvmesh/tree"
@@ -136,7 +139,17 @@ func create(t *testing.T, c fakeAPI, s *discoveryv1.EndpointSlice) {
 
 func newRig(t *testing.T, objs ...*discoveryv1.EndpointSlice) *rig {
 	t.Helper()
+	return newRigWith(t, nil, objs...)
+}
+
+// newRigWith is newRig with setup called on the fake API before the router
+// starts (to add reactors).
+func newRigWith(t *testing.T, setup func(fakeAPI), objs ...*discoveryv1.EndpointSlice) *rig {
+	t.Helper()
 	client := newClient()
+	if setup != nil {
+		setup(client)
+	}
 	for _, o := range objs {
 		create(t, client, o)
 	}
@@ -410,5 +423,165 @@ func TestTypedSlicesSkipsWhatDoesNotDecode(t *testing.T) {
 	}
 	if out := log.String(); !strings.Contains(out, "EndpointSlice llm/bad") || !strings.Contains(out, "does not decode") {
 		t.Errorf("no line for the slice skipped: %s", out)
+	}
+}
+
+// counter is the value of the metric name (summed over its series).
+func (g *rig) counter(t *testing.T, name string) float64 {
+	t.Helper()
+	mfs, err := g.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v float64
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				v += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return v
+}
+
+// TestListErrorsReachTheSink: a list the API server refuses (RBAC
+// forbidding it) is a failed look-up, counted in
+// kvmesh_router_discovery_errors_total, although the informer never syncs;
+// once allowed, the slices are listed.
+func TestListErrorsReachTheSink(t *testing.T) {
+	e0 := newEngine(t)
+	var forbid atomic.Bool
+	forbid.Store(true)
+	g := newRigWith(t, func(c fakeAPI) {
+		c.PrependReactor("list", "endpointslices", func(k8stesting.Action) (bool, runtime.Object, error) {
+			if forbid.Load() {
+				return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "discovery.k8s.io", Resource: "endpointslices"}, "",
+					errors.New(`User "system:serviceaccount:llm:kvmesh" cannot list resource "endpointslices"`))
+			}
+			return false, nil, nil
+		})
+	}, slice("vllm-a", "vllm", "m1", e0.port, map[string]bool{"vllm-0": true}))
+	waitFor(t, "a discovery error counted", func() bool { return g.counter(t, "kvmesh_router_discovery_errors_total") >= 1 })
+	if n := len(g.rt.Backends()); n != 0 {
+		t.Fatalf("%d backends while the list is forbidden", n)
+	}
+	forbid.Store(false)
+	waitFor(t, "vllm-0 once the list is allowed", func() bool { return g.serving("vllm-0") })
+}
+
+// The sink hears of the failure itself (what the errors counter counts),
+// with the API server's reason.
+func TestWatchErrorHandlerCallsSinkFailed(t *testing.T) {
+	client := newClient()
+	client.PrependReactor("list", "endpointslices", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "discovery.k8s.io", Resource: "endpointslices"}, "", errors.New("RBAC: denied"))
+	})
+	cfg := router.DefaultDiscoveryConfig()
+	cfg.Kubernetes = router.KubernetesDiscoveryConfig{Namespace: "llm", Selector: "app=vllm"}
+	d, err := New(cfg, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var log strings.Builder
+	w := zerolog.SyncWriter(writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return log.Write(p) }))
+	sink := router.NewDiscoverySink("kubernetes", func([]router.BackendConfig) { t.Error("a list was delivered") }, zerolog.New(w))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx, sink) }()
+	waitFor(t, "the failure logged by the sink", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Contains(log.String(), "backend discovery failed") && strings.Contains(log.String(), "forbidden")
+	})
+	cancel()
+	if err := <-done; err != context.Canceled {
+		t.Errorf("Run returned %v", err)
+	}
+}
+
+// An unchanged list is delivered again every DiscoveryRedeliverEvery, so
+// that a backend the router refused once (a full registry) is offered
+// again.
+func TestRedeliversUnchangedList(t *testing.T) {
+	client := newClient()
+	create(t, client, slice("vllm-a", "vllm", "m1", 8000, map[string]bool{"vllm-0": true}))
+	cfg := router.DefaultDiscoveryConfig()
+	cfg.Interval = time.Hour
+	cfg.Kubernetes = router.KubernetesDiscoveryConfig{Namespace: "llm", Selector: "app=vllm"}
+	d, err := New(cfg, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick := make(chan time.Time, 1)
+	d.ticker = func(every time.Duration) (<-chan time.Time, func()) {
+		if every == router.DiscoveryRedeliverEvery {
+			return tick, func() {}
+		}
+		return realTicker(every)
+	}
+	var mu sync.Mutex
+	var found [][]router.BackendConfig
+	sink := router.NewDiscoverySink("kubernetes", func(l []router.BackendConfig) { mu.Lock(); found = append(found, l); mu.Unlock() }, zerolog.Nop())
+	deliveries := func() int { mu.Lock(); defer mu.Unlock(); return len(found) }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx, sink) }()
+	waitFor(t, "the first list", func() bool { return deliveries() == 1 })
+	tick <- time.Now()
+	waitFor(t, "the list delivered again", func() bool { return deliveries() == 2 })
+	cancel()
+	<-done
+	if a, b := fmt.Sprint(found[0]), fmt.Sprint(found[1]); a != b || len(found[0]) != 1 {
+		t.Errorf("delivered %s then %s, want the same one backend", a, b)
+	}
+}
+
+// Kubernetes keeps an EndpointSlice without ports or endpoints for a
+// Service without endpoints: nothing to list, and not garbage (no skipped
+// entry, no log line).
+func TestPlaceholderSliceNotSkipped(t *testing.T) {
+	for _, port := range []string{"", "http", "8000"} {
+		cfg := router.DefaultDiscoveryConfig()
+		cfg.Kubernetes = router.KubernetesDiscoveryConfig{Selector: "app=vllm", Port: port}
+		d, err := New(cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		placeholder := &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Name: "vllm-x7k2p", Namespace: "llm", Labels: map[string]string{"app": "vllm"}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+		}
+		var log strings.Builder
+		sink := router.NewDiscoverySink("kubernetes", func([]router.BackendConfig) {}, zerolog.New(&log))
+		if got := d.Backends([]*discoveryv1.EndpointSlice{placeholder}, sink); len(got) != 0 {
+			t.Errorf("port %q: %v", port, got)
+		}
+		if log.Len() != 0 {
+			t.Errorf("port %q: the placeholder slice was skipped: %s", port, log.String())
+		}
+	}
+}
+
+// One engine listed under two names (an endpoint without its pod in one
+// slice, with it in another) is one backend: the first in slice order.
+func TestBackendsOneBackendPerAddress(t *testing.T) {
+	cfg := router.DefaultDiscoveryConfig()
+	cfg.Kubernetes = router.KubernetesDiscoveryConfig{Selector: "app=vllm"}
+	d, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := slice("a", "vllm", "", 8000, map[string]bool{"vllm-0": true})
+	b := slice("b", "vllm", "", 8000, nil)
+	b.Endpoints = []discoveryv1.Endpoint{{Addresses: []string{"127.0.0.1"}}}
+	var log strings.Builder
+	sink := router.NewDiscoverySink("kubernetes", func([]router.BackendConfig) {}, zerolog.New(&log))
+	got := d.Backends([]*discoveryv1.EndpointSlice{b, a}, sink)
+	if len(got) != 1 || got[0].Name != "vllm-0" {
+		t.Errorf("got %+v, want vllm-0 alone", got)
+	}
+	if !strings.Contains(log.String(), "already listed as vllm-0") {
+		t.Errorf("log: %s", log.String())
 	}
 }
