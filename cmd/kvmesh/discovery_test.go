@@ -148,13 +148,13 @@ func (f setterFunc) SetBackends(l []router.BackendConfig) error { return f(l) }
 // others; a mode without its source is refused with the flag to set.
 func TestDiscoveryFlags(t *testing.T) {
 	cfg, err := loadServeConfig([]string{"--discovery", "dns", "--dns-name", "_http._tcp.vllm.llm.svc.cluster.local",
-		"--discovery-interval", "5s", "--backend-drain-timeout", "1m", "--discovery-models", "a,b"}, env(map[string]string{"KVMESH_DNS_SERVER": "10.0.0.10:53"}), io.Discard)
+		"--discovery-interval", "5s", "--backend-drain-timeout", "1m", "--discovery-models", "a,b", "--dns-family", "ipv6"}, env(map[string]string{"KVMESH_DNS_SERVER": "10.0.0.10:53"}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	d := cfg.Router.Discovery
 	if d.Mode != "dns" || d.DNS.Name != "_http._tcp.vllm.llm.svc.cluster.local" || d.DNS.Server != "10.0.0.10:53" ||
-		d.Interval != 5*time.Second || d.DrainTimeout != time.Minute || strings.Join(d.Models, ",") != "a,b" {
+		d.Interval != 5*time.Second || d.DrainTimeout != time.Minute || strings.Join(d.Models, ",") != "a,b" || d.DNS.Family != "ipv6" {
 		t.Errorf("discovery %+v", d)
 	}
 	_, err = loadServeConfig([]string{"--discovery", "kubernetes"}, env(nil), io.Discard)

@@ -201,6 +201,7 @@ var serveSettings = []setting{
 	strSetting("dns-name", "router.discovery.dns.name", "dns: the name to resolve (a headless Service; _http._tcp.<service> for its SRV records)", func(c *ServeConfig) *string { return &c.Router.Discovery.DNS.Name }),
 	strSetting("dns-record", "router.discovery.dns.record", "dns: A (A and AAAA) or SRV (default: SRV when the name starts with _)", func(c *ServeConfig) *string { return &c.Router.Discovery.DNS.Record }),
 	intSetting("dns-port", "router.discovery.dns.port", "dns: the backends' port (required with A records; replaces the SRV records' port)", func(c *ServeConfig) *int { return &c.Router.Discovery.DNS.Port }),
+	strSetting("dns-family", "router.discovery.dns.family", "dns: which addresses become backends: auto (IPv4 when the answer has any, else IPv6), any, ipv4 or ipv6", func(c *ServeConfig) *string { return &c.Router.Discovery.DNS.Family }),
 	strSetting("dns-server", "router.discovery.dns.server", "dns: a DNS server host:port to ask instead of the system's resolver", func(c *ServeConfig) *string { return &c.Router.Discovery.DNS.Server }),
 	strSetting("kube-selector", "router.discovery.kubernetes.selector", "kubernetes: label selector of the EndpointSlices, e.g. kubernetes.io/service-name=vllm", func(c *ServeConfig) *string { return &c.Router.Discovery.Kubernetes.Selector }),
 	strSetting("kube-namespace", "router.discovery.kubernetes.namespace", "kubernetes: namespace to watch (default: the pod's own)", func(c *ServeConfig) *string { return &c.Router.Discovery.Kubernetes.Namespace }),
