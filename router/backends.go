@@ -374,7 +374,8 @@ func (rt *Router) maintain(ctx context.Context) {
 }
 
 // sweepRemoved finalizes each backend being removed whose in-flight
-// requests are done (removeIdleChecks checks in a row), or whose drain
+// requests are done (removeIdleChecks checks in a row) once it has been
+// out of the list for Discovery.RemoveGrace, or whose drain
 // took longer than Discovery.DrainTimeout: its loops stop, it leaves the
 // set, its claims are invalidated (removed) through the learner, which
 // the mesh replicates, and its metric series are deleted.
@@ -391,9 +392,10 @@ func (rt *Router) sweepRemoved() {
 		} else {
 			m.idle = 0
 		}
-		timedOut := now.Sub(m.removedAt) >= rt.cfg.Discovery.DrainTimeout
-		if m.idle < removeIdleChecks && !timedOut {
-			continue
+		gone := now.Sub(m.removedAt)
+		timedOut := gone >= rt.cfg.Discovery.DrainTimeout
+		if (m.idle < removeIdleChecks || gone < rt.cfg.Discovery.RemoveGrace) && !timedOut {
+			continue // in flight still, or within the grace a flap comes back in
 		}
 		if m.cancel != nil {
 			m.cancel()

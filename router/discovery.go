@@ -94,6 +94,20 @@ type DiscoveryConfig struct {
 	// backend_response_header_timeout: a non-streaming answer may take
 	// that long.
 	DrainTimeout time.Duration `yaml:"drain_timeout"`
+	// RemoveGrace is the least time a removed backend's claims are kept
+	// after it left the list, in case it comes back: listed again within
+	// it, it returns with its claims and its cache's state, as if it had
+	// been drained. A pod whose readiness probe failed once leaves its
+	// Service's endpoints for a probe period or two (10-20 s with
+	// Kubernetes' defaults) with its cache intact, and a DNS answer can
+	// miss a record for a round; without a grace each such flap dropped
+	// its claims mesh-wide and started a new generation. 30 s covers a
+	// few probe periods and a DNS TTL, and is short against a claim's
+	// life (10 min): a backend really gone holds nothing routable in the
+	// meantime (it is out of rotation), only its claims wait for the
+	// sweep. A restarted engine is caught by its probes (cold_after) and
+	// its reset prefix-cache counters, grace or not. 0: no grace.
+	RemoveGrace time.Duration `yaml:"remove_grace"`
 	// DNS is the dns mode's source.
 	DNS DNSDiscoveryConfig `yaml:"dns"`
 	// Kubernetes is the kubernetes mode's source.
@@ -153,7 +167,7 @@ type KubernetesDiscoveryConfig struct {
 
 // DefaultDiscoveryConfig returns the defaults documented on each field.
 func DefaultDiscoveryConfig() DiscoveryConfig {
-	return DiscoveryConfig{Mode: DiscoveryStatic, Interval: 10 * time.Second, Scheme: "http", DrainTimeout: 10 * time.Minute}
+	return DiscoveryConfig{Mode: DiscoveryStatic, Interval: 10 * time.Second, Scheme: "http", DrainTimeout: 10 * time.Minute, RemoveGrace: 30 * time.Second}
 }
 
 func (c *DiscoveryConfig) validate() []error {
@@ -216,6 +230,9 @@ func (c *DiscoveryConfig) validate() []error {
 	}
 	if c.DrainTimeout <= 0 {
 		bad("drain_timeout must be positive, got %v", c.DrainTimeout)
+	}
+	if c.RemoveGrace < 0 || c.RemoveGrace >= c.DrainTimeout {
+		bad("remove_grace (%v) must be in [0, drain_timeout (%v))", c.RemoveGrace, c.DrainTimeout)
 	}
 	if c.Scheme != "http" && c.Scheme != "https" {
 		bad("scheme %q: want http or https", c.Scheme)

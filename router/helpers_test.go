@@ -139,6 +139,9 @@ func newRig(t testing.TB, mod func(*Config, *Deps), backends ...*fakeBackend) *t
 	// cache behind it): the belief would learn from it that nothing is
 	// ever kept. Its own tests turn it on with backends that model a cache.
 	cfg.Belief.Enabled = false
+	// Removals finalize as soon as the backend is idle (its own test sets a
+	// grace): tests that remove backends wait for it.
+	cfg.Discovery.RemoveGrace = 0
 	tc := tree.DefaultConfig()
 	tc.Capacity = 1 << 16 // the default's 64 MiB table is slow to allocate in every test
 	ix, err := tree.New(tc)

@@ -85,7 +85,7 @@ func TestServeReloadsBackendsOnSIGHUP(t *testing.T) {
 		}
 	}
 	write(fmt.Sprintf("router:\n  backends:\n    - {name: b1, url: %q}\n", b1.URL))
-	s, cancel, done := startServe(t, "--config", path, "--shutdown-timeout", "5s")
+	s, cancel, done := startServe(t, "--config", path, "--shutdown-timeout", "5s", "--backend-remove-grace", "0")
 	defer func() { cancel(); <-done }()
 	waitForBackends(t, s.Admin, "b1")
 
@@ -219,7 +219,7 @@ func TestServeDNSDiscovery(t *testing.T) {
 	defer ds.Shutdown()
 
 	s, cancel, done := startServe(t, "--discovery", "dns", "--dns-name", "_http._tcp.vllm.test.", "--dns-server", pc.LocalAddr().String(),
-		"--discovery-interval", "50ms", "--shutdown-timeout", "5s")
+		"--discovery-interval", "50ms", "--shutdown-timeout", "5s", "--backend-remove-grace", "0")
 	defer func() { cancel(); <-done }()
 	n0, n1 := "b0.test:"+port(b0.URL), "b1.test:"+port(b1.URL)
 	waitForBackends(t, s.Admin, n0)

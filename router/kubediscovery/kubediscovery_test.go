@@ -159,6 +159,7 @@ func newRigWith(t *testing.T, setup func(fakeAPI), objs ...*discoveryv1.Endpoint
 	cfg.ScrapeInterval = time.Hour
 	cfg.Discovery.Mode = router.DiscoveryKubernetes
 	cfg.Discovery.Interval = time.Hour // events drive it; no resync needed here
+	cfg.Discovery.RemoveGrace = 0      // the test waits for removals
 	cfg.Discovery.Kubernetes = router.KubernetesDiscoveryConfig{Namespace: "llm", Selector: "app=vllm", Port: "http", ModelLabel: "model"}
 	d, err := New(cfg.Discovery, client)
 	if err != nil {
