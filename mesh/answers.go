@@ -63,11 +63,12 @@ func (t *loadTable) applyAnswers(p *peerLoad, m *loadMsg) {
 	p.answers = answerTotals{N: max(p.answers.N, a.N), Prompt: max(p.answers.Prompt, a.Prompt), Cached: max(p.answers.Cached, a.Cached)}
 }
 
-// add adds b's counts to a's.
+// add adds b's counts to a's, saturating (addSat): the sums never wrap,
+// so they never go back.
 func (a *answerTotals) add(b answerTotals) {
-	a.N += b.N
-	a.Prompt += b.Prompt
-	a.Cached += b.Cached
+	a.N = addSat(a.N, b.N)
+	a.Prompt = addSat(a.Prompt, b.Prompt)
+	a.Cached = addSat(a.Cached, b.Cached)
 }
 
 // sub takes b's counts out of a's (b was added to a before).

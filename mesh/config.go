@@ -175,7 +175,13 @@ type Config struct {
 	// been silent for LoadFresh, then less and less, and not at all (they
 	// are dropped) at LoadMaxAge. 1.5 s (three missed snapshots) and 3 s:
 	// serf takes 7-10 s to declare a killed node failed, and a dead
-	// router's bookings must not hold backends busy that long.
+	// router's bookings must not hold backends busy that long. Silence is
+	// counted from the last message applied: a peer whose messages are all
+	// dropped (stale) ages out too. LoadFresh is also how long a peer's
+	// current session must be silent before a snapshot of another
+	// incarnation with a lower sequence is taken as a restart (its clock
+	// stepped back, or an earlier release numbering from 1) rather than a
+	// late message of the session before.
 	LoadFresh  time.Duration
 	LoadMaxAge time.Duration
 	// LessonGrace: a node authors lessons (what its backends' answers

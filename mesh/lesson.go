@@ -15,8 +15,10 @@ import (
 // trace: routing precision 93.4% against one node's 95.5%).
 //
 // A lesson is a last-writer-wins register per backend: the router stamps
-// each lesson it learns later than every lesson it holds, a node adopts a
-// peer's lesson with a newer stamp, and goes on learning from it. Two
+// each lesson it learns later than every lesson it holds (but never more
+// than a second past its clock, router.lessonStampLead: it ties instead), a
+// node adopts a peer's lesson with a newer stamp, and goes on learning
+// from it. Two
 // lessons learned at once on two nodes keep the later one: one answer's
 // worth of learning is lost, not the estimate.
 

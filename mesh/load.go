@@ -21,7 +21,11 @@ import (
 // absolute figures, a lost one is corrected by the next (a snapshot of
 // everything goes out every LoadRefresh), and a peer's part is dropped
 // when it leaves, fails or falls silent for LoadMaxAge. Nothing is
-// acknowledged or retransmitted.
+// acknowledged or retransmitted. The transport does not order messages:
+// each carries a sequence number, and a receiver applies only messages
+// newer than the last it applied. The numbers grow across a node's
+// restarts too (loadSeqBase), so a late message of a process that has
+// since restarted is dropped rather than taken over the new one's.
 //
 // Goroutines: the load loop (loadLoop) reads the source every
 // LoadInterval and sends what changed; received messages are applied by
@@ -106,9 +110,43 @@ func (n *Node) wakeLoad() {
 // counts itself (hot prefixes) by it to estimate the mesh's totals.
 func (n *Node) MeshShare() float64 { return math.Float64frombits(n.loads.share.Load()) }
 
+// loadSeqEpoch is where load sequence bases start counting: 2025-01-01
+// UTC in Unix ms (a smaller base takes fewer bytes on the wire).
+const loadSeqEpoch = 1_735_689_600_000
+
+// loadSeqShift: a load session's sequence starts at its start time in ms
+// since loadSeqEpoch, times 1 << loadSeqShift (loadSeqBase).
+const loadSeqShift = 10
+
+// loadSeqBase is the sequence number a load session started at nowMs
+// (Unix ms) counts from: (nowMs - loadSeqEpoch) << 10. A session's numbers
+// stay below the next session's base unless it sent 1,024 messages per
+// millisecond of its life on average; a node sends at most a few (one
+// booking message per LoadMinGap, 2 ms, and the lessons, lost marks and
+// answers of the same tick), so a restarted node's numbers are above every
+// earlier process's and a receiver tells a late message of the old process
+// from the new one's (loadTable.apply). A clock before the epoch gives 0:
+// sequences start at 1 as in earlier releases, and receivers switch to the
+// new session after LoadFresh of silence.
+//
+// The cost is on the wire: in 2026 a base is about 2^46, a 7-byte uvarint
+// (up to 2^49, that is until 2042; then 8 bytes, up to 2^56, for two
+// thousand years more), where a count from 1 took 3 bytes for the first 2
+// million messages and 4 up to 268 million: 3 to 4 bytes more per message.
+// The base stays far inside uint64: 2^46 now, and at most 2^63 (the clock
+// is capped at 2^53 ms, 285,000 years, past the epoch), from which a
+// session would count for 290 million years at a thousand messages a
+// second before reaching 2^64.
+func loadSeqBase(nowMs int64) uint64 {
+	d := min(max(nowMs-loadSeqEpoch, 0), 1<<53)
+	return uint64(d) << loadSeqShift
+}
+
 // loadPublisher is the sending side's state, guarded by loadMu.
 type loadPublisher struct {
-	inc       uint64
+	inc uint64
+	// seq numbered the last message sent, counting from loadSeqBase of
+	// the node's start.
 	seq       uint64
 	last      map[tree.BackendID]booking // what the peers were last told
 	cur       []idBooking                // this tick's reading
@@ -257,11 +295,9 @@ const loadNamesEvery = 10
 func (n *Node) sendLoadSnapshot(src LoadSource, now int64, joined bool) {
 	p := &n.lp
 	routed := int64(min(src.Routed(), math.MaxInt64))
-	if p.routedAt > 0 && now > p.routedAt && routed >= p.routed {
-		r := float64(routed-p.routed) * 1000 / float64(now-p.routedAt)
-		p.rate += (r - p.rate) * routedEWMA
-	}
-	p.routed, p.routedAt = routed, now
+	// Sampled as the receivers sample it: not over less than LoadRefresh/2
+	// (a snapshot for a joining member follows the last within ms).
+	sampleRouted(&p.routed, &p.routedAt, &p.rate, routed, now, n.cfg.LoadRefresh.Milliseconds()/2)
 	if joined {
 		// The member that joined may not accept our messages until it has
 		// heard of us: the next few snapshots carry the names as well.
@@ -331,7 +367,17 @@ func (n *Node) receiveLoad(msg transport.Message) {
 		n.loads.publish(now, n.lp.rate)
 		n.deliverLost()
 	}
+	newSession := n.loads.takeNamesWanted()
 	n.loadMu.Unlock()
+	if newSession {
+		// The peer restarted (or is new): it knows none of our backend
+		// indexes, and membership may not have noticed (a restart in place
+		// keeps the name and address). Send it our names now, as for a
+		// member that joined, rather than at the next loadNamesEvery-th
+		// snapshot.
+		n.loadJoined.Store(true)
+		n.wakeLoad()
+	}
 	switch res {
 	case loadApplyStale:
 		n.m.loadDrops.WithLabelValues("stale").Inc()

@@ -20,6 +20,10 @@ import (
 // publish.
 type loadTable struct {
 	fresh, maxAge int64 // ms: a peer's weight is 1 up to fresh, 0 at maxAge
+	// rateGap is the least span (ms) a routing-rate sample covers: a
+	// snapshot sooner after the last sample's (members joining send one at
+	// once) keeps the base, so one request in 2 ms never reads as 500/s.
+	rateGap int64
 	// resolve maps a backend name to this node's id; false for a backend
 	// this node does not know (it is not routed to from here).
 	resolve func(name string) (tree.BackendID, bool)
@@ -65,6 +69,13 @@ type loadTable struct {
 	// lostIn holds the marks of the last applied lost message (lost.go),
 	// until the receive loop hands them to the router.
 	lostIn []lostIn
+	// namesWanted says a peer started a new load session (it restarted, or
+	// sent its first snapshot) since the receive loop last asked
+	// (takeNamesWanted): it may not know this node's backend indexes, so
+	// this node should send a snapshot with names soon.
+	namesWanted bool
+	// wscratch holds publish's written totals (exact, saturating).
+	wscratch []uint64
 }
 
 // peerSum is the published sum of peers' bookings at one backend.
@@ -79,7 +90,7 @@ type peerLoad struct {
 	name  string
 	inc   uint64 // the incarnation of its last snapshot; 0 before one
 	seq   uint64 // the last applied message
-	heard int64  // ms: the last message from it, applied or not
+	heard int64  // ms: the last message applied (or when the entry was made)
 	// names maps the peer's backend indexes to names, learnt from
 	// snapshots with names, valid for inc; ids caches the names resolved
 	// to this node's ids (a name this node does not know yet, because its
@@ -123,8 +134,11 @@ const maxDeparted = 1024
 // there in all.
 type booking struct{ units, requests, inFlight, written uint64 }
 
-func newLoadTable(fresh, maxAge int64, maxBackends int, resolve func(string) (tree.BackendID, bool)) *loadTable {
-	t := &loadTable{fresh: fresh, maxAge: max(maxAge, fresh+1), resolve: resolve,
+// newLoadTable makes a table: fresh and maxAge as in loadTable, rateGap the
+// least span of a routing-rate sample (ms; LoadRefresh/2), maxBackends the
+// index's registry size, resolve this node's backend names.
+func newLoadTable(fresh, maxAge, rateGap int64, maxBackends int, resolve func(string) (tree.BackendID, bool)) *loadTable {
+	t := &loadTable{fresh: fresh, maxAge: max(maxAge, fresh+1), rateGap: rateGap, resolve: resolve,
 		peers: make(map[string]*peerLoad), sums: make([]peerSum, maxBackends), retired: make([]uint64, maxBackends)}
 	t.share.Store(math.Float64bits(1))
 	return t
@@ -140,25 +154,40 @@ const (
 )
 
 // apply records message m of size bytes from peer at now.
+//
+// Sequence numbers are ordered across a peer's restarts (each load session
+// starts at loadSeqBase of its start time), and the transport does not
+// order messages: a snapshot of another incarnation whose sequence is not
+// above the last applied one is a late message of an earlier session,
+// counted stale and ignored. Only when the current session has applied
+// nothing for fresh ms is such a snapshot taken as a new session: the peer
+// restarted with its clock stepped back, or runs an earlier release whose
+// sequences start at 1. Then the switch waits at most fresh (LoadFresh) of
+// silence. Only applied messages make a peer heard: one whose every message
+// is dropped expires at maxAge and starts over.
 func (t *loadTable) apply(peer string, m *loadMsg, size int, now int64) loadApplied {
 	p := t.peers[peer]
 	if p == nil {
-		p = &peerLoad{name: peer, book: make(map[tree.BackendID]booking), written: make(map[tree.BackendID]uint64),
+		p = &peerLoad{name: peer, heard: now, book: make(map[tree.BackendID]booking), written: make(map[tree.BackendID]uint64),
 			lessons: make(map[tree.BackendID]lessonWire), fresh: make(map[tree.BackendID]lessonWire)}
 		t.peers[peer] = p
 	}
 	t.dirty = true
-	p.heard = now
 	p.msgs++
 	p.bytes += uint64(size)
 	if m.Snapshot && m.Incarnation != p.inc {
-		// A new load session (the peer restarted): its indexes and sequence
-		// numbers start over.
+		if p.inc != 0 && m.Seq <= p.seq && now-p.heard < t.fresh {
+			p.stale++ // a late snapshot of an earlier session
+			return loadApplyStale
+		}
+		// A new load session (the peer restarted, or this is its first
+		// snapshot): its indexes start over, and it may not know ours.
 		p.inc, p.seq, p.ids, p.names = m.Incarnation, 0, nil, nil
 		p.routedAt = 0
 		clear(p.book)
 		t.retire(p)
 		t.readmit(p)
+		t.namesWanted = true
 	}
 	switch {
 	case p.inc == 0 || (!m.Snapshot && p.names == nil && len(m.Entries) > 0):
@@ -168,6 +197,7 @@ func (t *loadTable) apply(peer string, m *loadMsg, size int, now int64) loadAppl
 		p.stale++
 		return loadApplyStale
 	}
+	p.heard = now
 	p.seq = m.Seq
 	if m.Lessons {
 		t.applyLessons(p, m, now)
@@ -251,11 +281,43 @@ const routedEWMA = 0.5
 
 // observeRouted updates a peer's routing rate from its routed counter.
 func (t *loadTable) observeRouted(p *peerLoad, routed, now int64) {
-	if p.routedAt > 0 && now > p.routedAt && routed >= p.routed {
-		r := float64(routed-p.routed) * 1000 / float64(now-p.routedAt)
-		p.rate += (r - p.rate) * routedEWMA
+	sampleRouted(&p.routed, &p.routedAt, &p.rate, routed, now, t.rateGap)
+}
+
+// sampleRouted moves a routing rate (a moving average) towards what the
+// routed counter did since the base (base, baseAt ms) and makes the reading
+// the new base; a reading less than gap ms after the base is left out and
+// keeps it (one request over the 2 ms between two snapshots would read as
+// 500/s). A counter that went back (a new session) or a clock that did
+// only sets the base.
+func sampleRouted(base, baseAt *int64, rate *float64, routed, now, gap int64) {
+	if *baseAt > 0 && routed >= *base && now >= *baseAt {
+		if now-*baseAt < max(gap, 1) {
+			return
+		}
+		r := float64(routed-*base) * 1000 / float64(now-*baseAt)
+		*rate += (r - *rate) * routedEWMA
 	}
-	p.routed, p.routedAt = routed, now
+	*base, *baseAt = routed, now
+}
+
+// takeNamesWanted reports whether a peer started a new session since the
+// last call (namesWanted), and clears it.
+func (t *loadTable) takeNamesWanted() bool {
+	w := t.namesWanted
+	t.namesWanted = false
+	return w
+}
+
+// addSat is a+b, or math.MaxUint64 where that would wrap: the totals it
+// keeps (written counts, answers) only grow, and a wrapped one would go
+// back. Summing saturated parts gives the saturated sum, so a total never
+// decreases as its parts move (a peer retired, readmitted).
+func addSat(a, b uint64) uint64 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return math.MaxUint64
 }
 
 // retire moves a peer's written counts into the retired totals (it left,
@@ -263,7 +325,7 @@ func (t *loadTable) observeRouted(p *peerLoad, routed, now int64) {
 func (t *loadTable) retire(p *peerLoad) {
 	for id, w := range p.written {
 		if int(id) < len(t.retired) {
-			t.retired[id] += w
+			t.retired[id] = addSat(t.retired[id], w)
 		}
 	}
 	clear(p.written)
@@ -380,10 +442,10 @@ func (t *loadTable) publish(now int64, localRate float64) {
 	t.dirty, t.lastRate, t.stableUntil = false, localRate, t.stableAfter(now)
 	t.recomputed++
 	n := t.hi
-	if cap(t.scratch) < 4*n {
-		t.scratch = make([]float64, 4*n)
+	if cap(t.scratch) < 3*n {
+		t.scratch = make([]float64, 3*n)
 	}
-	acc := t.scratch[:4*n]
+	acc := t.scratch[:3*n]
 	clear(acc)
 	others := 0.0
 	for _, p := range t.peers {
@@ -398,11 +460,19 @@ func (t *loadTable) publish(now int64, localRate float64) {
 			acc[3*int(id)+2] += w * float64(b.inFlight)
 		}
 	}
-	written := acc[3*n:]
+	// The written totals add up in integers, saturating (addSat), and are
+	// converted once: a total saturates as a whole, so it does not go back
+	// when a part moves into the retired ones, and no rounding depends on
+	// the order of the peers' map.
+	if cap(t.wscratch) < n {
+		t.wscratch = make([]uint64, n)
+	}
+	written := t.wscratch[:n]
+	copy(written, t.retired[:n])
 	for _, p := range t.peers {
 		for id, v := range p.written {
 			if int(id) < n {
-				written[id] += float64(v)
+				written[id] = addSat(written[id], v)
 			}
 		}
 	}
@@ -413,7 +483,7 @@ func (t *loadTable) publish(now int64, localRate float64) {
 		s.units.Store(math.Float64bits(acc[3*i]))
 		s.requests.Store(math.Float64bits(acc[3*i+1]))
 		s.inFlight.Store(math.Float64bits(acc[3*i+2]))
-		s.written.Store(math.Float64bits(written[i] + float64(t.retired[i])))
+		s.written.Store(math.Float64bits(float64(written[i])))
 	}
 	share := 1.0
 	if total := localRate + others; total > 0 {
@@ -458,8 +528,9 @@ func (t *loadTable) writtenSum(id tree.BackendID) float64 {
 // LoadPeerView is one peer's load-channel state in the admin view.
 type LoadPeerView struct {
 	Peer string `json:"peer"`
-	// AgeMs is how long ago the peer was last heard on the load channel;
-	// Weight is how much its bookings count now (1 fresh, 0 silent).
+	// AgeMs is how long ago a message of the peer's was last applied (a
+	// stale or unsynced one does not count); Weight is how much its
+	// bookings count now (1 fresh, 0 silent).
 	AgeMs  int64   `json:"age_ms"`
 	Weight float64 `json:"weight"`
 	Seq    uint64  `json:"seq"`

@@ -18,7 +18,7 @@ func TestLoadTableForgetsFreedIDs(t *testing.T) {
 	r := snapshot(1, 1, true, 1) // q restarts (below): what it wrote to b0 is retired
 	r.Entries[0].Written = 300
 	lt.apply("q", r, 40, 0)
-	lt.apply("q", snapshot(1, 2, true, 1), 40, 0)
+	lt.apply("q", snapshot(2, 2, true, 1), 40, 0)
 	lt.publish(0, 0)
 	if units(lt, 0) != 101 || lt.writtenSum(0) != 6400+300 || lt.lesson(0) == nil {
 		t.Fatalf("before: b0 units %v written %v lesson %v (the test would prove nothing)", units(lt, 0), lt.writtenSum(0), lt.lesson(0))

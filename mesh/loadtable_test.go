@@ -10,7 +10,7 @@ import (
 
 // testLoadTable resolves "b0".."b3" to ids 0..3 and knows nothing else.
 func testLoadTable() *loadTable {
-	return newLoadTable(1000, 3000, 16, func(name string) (tree.BackendID, bool) {
+	return newLoadTable(1000, 3000, 250, 16, func(name string) (tree.BackendID, bool) {
 		if len(name) == 2 && name[0] == 'b' && name[1] >= '0' && name[1] <= '3' {
 			return tree.BackendID(name[1] - '0'), true
 		}
@@ -89,12 +89,12 @@ func TestLoadTableSumsPeers(t *testing.T) {
 	}
 }
 
-// A restarted peer (new incarnation) starts over: its old bookings go,
-// and its sequence numbers may start again from 1.
+// A restarted peer (new incarnation, its sequence numbers past the old
+// one's: loadSeqBase) starts over: its old bookings go.
 func TestLoadTableNewIncarnation(t *testing.T) {
 	lt := testLoadTable()
 	lt.apply("p", snapshot(50, 1, true, 100, 100), 40, 0)
-	if got := lt.apply("p", snapshot(1, 2, true, 7), 40, 10); got != loadApplyOK {
+	if got := lt.apply("p", snapshot(1050, 2, true, 7), 40, 10); got != loadApplyOK {
 		t.Fatalf("the new incarnation's first snapshot: %v", got)
 	}
 	lt.publish(10, 0)
@@ -102,7 +102,7 @@ func TestLoadTableNewIncarnation(t *testing.T) {
 		t.Fatalf("after restart: b0 %v b1 %v, want 7 0", units(lt, 0), units(lt, 1))
 	}
 	// A snapshot without names after a restart cannot be resolved yet.
-	lt.apply("p", snapshot(1, 3, false, 9), 20, 20)
+	lt.apply("p", snapshot(2050, 3, false, 9), 20, 20)
 	lt.publish(20, 0)
 	if units(lt, 0) != 0 {
 		t.Fatalf("entries of an unnamed incarnation were applied: b0 %v", units(lt, 0))
@@ -176,9 +176,9 @@ func TestLoadTableSkippingPublishesTheSame(t *testing.T) {
 	for step := range 5000 {
 		now += int64(rng.IntN(300))
 		switch peer := peers[rng.IntN(len(peers))]; rng.IntN(10) {
-		case 0: // a restart: a new incarnation's snapshot
+		case 0: // a restart: a new incarnation's snapshot, its sequence past the last
 			inc[peer]++
-			seq[peer] = 0
+			seq[peer] += 1000
 			fallthrough
 		case 1, 2: // a snapshot
 			seq[peer]++
@@ -295,7 +295,7 @@ func TestLoadTableShare(t *testing.T) {
 // starts later than its mesh node) is resolved when it is next used.
 func TestLoadTableResolvesLateBackends(t *testing.T) {
 	known := false
-	lt := newLoadTable(1000, 3000, 16, func(name string) (tree.BackendID, bool) {
+	lt := newLoadTable(1000, 3000, 250, 16, func(name string) (tree.BackendID, bool) {
 		if name == "late" && known {
 			return 5, true
 		}
@@ -332,7 +332,7 @@ func TestLoadTableWrittenNeverGoesBack(t *testing.T) {
 	if got := w(); got != 8000 {
 		t.Fatalf("after a release: written %v, want 8000", got)
 	}
-	r := snapshot(1, 2, true, 5) // p restarts: its count starts over
+	r := snapshot(3, 2, true, 5) // p restarts: its count starts over
 	r.Entries[0].Written = 64
 	lt.apply("p", r, 40, 0)
 	if got := w(); got != 8064 {

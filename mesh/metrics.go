@@ -152,7 +152,7 @@ var (
 	descLastHeard  = prometheus.NewDesc("kvmesh_mesh_peer_last_heard_timestamp_seconds", "When the peer was last heard from.", []string{"peer"}, nil)
 	descLoadMsgs   = prometheus.NewDesc("kvmesh_mesh_load_messages_total", "Load-channel messages by peer and direction (sent: handed to the transport; received: from the peer, applied or not).", []string{"peer", "direction"}, nil)
 	descLoadBytes  = prometheus.NewDesc("kvmesh_mesh_load_bytes_total", "Load-channel bytes by peer and direction.", []string{"peer", "direction"}, nil)
-	descLoadAge    = prometheus.NewDesc("kvmesh_mesh_load_age_seconds", "Time since the peer's last load-channel message (its bookings count less from LoadFresh and are dropped at LoadMaxAge).", []string{"peer"}, nil)
+	descLoadAge    = prometheus.NewDesc("kvmesh_mesh_load_age_seconds", "Time since the peer's last load-channel message applied (late or stale ones do not count; its bookings count less from LoadFresh and are dropped at LoadMaxAge).", []string{"peer"}, nil)
 	descLoadShare  = prometheus.NewDesc("kvmesh_mesh_load_share_ratio", "This node's share of the requests the mesh routes, from the routing rates the nodes report (1 alone).", nil, nil)
 )
 

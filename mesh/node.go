@@ -192,10 +192,11 @@ func New(cfg Config, deps Deps) (*Node, error) {
 	if n.lp.inc, err = newIncarnation(); err != nil {
 		return nil, err
 	}
+	n.lp.seq = loadSeqBase(n.nowMs())
 	n.lp.last = make(map[tree.BackendID]booking)
 	n.lp.names = make(map[tree.BackendID]string)
-	n.loads = newLoadTable(cfg.LoadFresh.Milliseconds(), cfg.LoadMaxAge.Milliseconds(), n.ix.Config().MaxBackends,
-		n.ix.BackendByName)
+	n.loads = newLoadTable(cfg.LoadFresh.Milliseconds(), cfg.LoadMaxAge.Milliseconds(), cfg.LoadRefresh.Milliseconds()/2,
+		n.ix.Config().MaxBackends, n.ix.BackendByName)
 	n.loadOut.Store(&[]*sender{})
 	if n.rep, err = crdt.New(cfg.replicaConfig(false), n.ix, inc); err != nil {
 		return nil, fmt.Errorf("mesh: %w", err)

@@ -11,8 +11,8 @@ import (
 // with the mesh's other nodes, so that each learns from every node's
 // answers rather than from its share of them. A lesson is a
 // last-writer-wins register per backend: learning stamps it later than any
-// lesson the node holds, and a peer's lesson with a later stamp replaces
-// the node's own (mesh/lesson.go carries them on the load channel). A node
+// lesson the node holds (up to lessonStampLead past the clock), and a
+// peer's lesson with a later stamp replaces the node's own (mesh/lesson.go carries them on the load channel). A node
 // adopts the peers' newest lesson before it routes and before it learns
 // from an answer, so that it learns on top of it.
 
@@ -92,14 +92,31 @@ func (rt *Router) adoptLesson(b *backend) {
 	}
 }
 
+// lessonStampLead bounds how far past this node's clock a lesson is
+// stamped (ms). A lesson is stamped later than every lesson held, one ms
+// past the newest when the clock has not passed it, and the mesh adopts the
+// highest stamp: over a thousand lessons a second about one backend
+// (mesh-wide) would push its stamps ahead of every clock without end, and
+// past the peers' lessonMaxAhead (a minute, mesh/lesson.go) they would drop
+// its lessons as from the future. A second is far inside that minute and
+// far beyond the ms a lesson needs to be ordered after one adopted from a
+// peer a little ahead (clocks within a second of each other lose nothing;
+// a node whose clock is further behind ties, below).
+const lessonStampLead = 1_000
+
 // stampLocked marks a lesson learned at nowMs: later than every lesson
-// held, so that the peers adopt it; unstamped leaves the stamp as it is
-// (see LessonGate). Caller holds mu.
+// held, so that the peers adopt it, but never more than lessonStampLead
+// past nowMs. When one past the stamp would be further ahead, the stamp
+// stays as it is (a tie: the peers take the lesson with the next stamp, a
+// millisecond later); it never goes back. unstamped leaves the stamp as it
+// is (see LessonGate). Caller holds mu.
 func (cb *cacheBelief) stampLocked(nowMs int64) {
 	if nowMs == unstamped {
 		return
 	}
-	cb.stamp.Store(max(nowMs, cb.stamp.Load()+1))
+	if s := cb.stamp.Load(); s+1 <= nowMs+lessonStampLead {
+		cb.stamp.Store(max(nowMs, s+1))
+	}
 	cb.own = true
 }
 

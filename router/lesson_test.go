@@ -53,11 +53,18 @@ func TestCacheBeliefAdoptsNewerLessons(t *testing.T) {
 	if stamp, scale, _, doubt, _, _ := cb.lesson(); stamp != 5_000 || scale != 0.5 || doubt != 0.2 {
 		t.Fatalf("an older lesson was adopted: stamp %d, scale %v, doubt %v", stamp, scale, doubt)
 	}
-	// This node's clock is behind the peer that taught it: its next lesson
-	// is still later than the adopted one, and learned on top of it.
-	cb.learnDoubt(0, 0, &cfg, 1_000)
+	// This node's clock is behind the peer that taught it (by less than
+	// lessonStampLead): its next lesson is still later than the adopted one,
+	// and learned on top of it.
+	cb.learnDoubt(0, 0, &cfg, 4_500)
 	if stamp, _, _, doubt, n, own := cb.lesson(); stamp != 5_001 || n != 13 || !(doubt < 0.2) || !own {
 		t.Fatalf("a lesson after adopting: stamp %d, doubt %v, %d answers, own %v; want 5001, below 0.2, 13, own", stamp, doubt, n, own)
+	}
+	// Behind by more than lessonStampLead, it is not stamped further ahead:
+	// the stamp stays (a tie), and the lesson is still learned.
+	cb.learnDoubt(0, 0, &cfg, 1_000)
+	if stamp, _, _, _, n, own := cb.lesson(); stamp != 5_001 || n != 14 || !own {
+		t.Fatalf("a lesson with the clock 4 s behind: stamp %d, %d answers, own %v; want 5001 (kept), 14, own", stamp, n, own)
 	}
 	cb.learnDoubt(0, 0, &cfg, 9_000)
 	if stamp := cb.stamp.Load(); stamp != 9_000 {
@@ -233,5 +240,44 @@ func TestLessonsWaitForTheMesh(t *testing.T) {
 	})
 	if listed != 1 {
 		t.Fatalf("settled: %d lessons of this node's, want 1", listed)
+	}
+}
+
+// Lesson stamps stay within lessonStampLead of the clock however fast
+// lessons are learned: 3,000 a second about one backend, mesh-wide (two
+// nodes, each adopting the other's newest lesson, as the mesh passes the
+// highest stamp on), for a simulated minute. Before, each lesson was
+// stamped one past the last: three ms of stamps per ms of clock, past the
+// peers' lessonMaxAhead (a minute) within 30 s, after which they dropped
+// the backend's lessons as from the future.
+func TestLessonStampsStayNearTheClock(t *testing.T) {
+	cfg := DefaultBeliefConfig()
+	var nodes [2]cacheBelief
+	for i := range nodes {
+		nodes[i].init()
+	}
+	const start = 1_790_000_000_000
+	var last [2]int64
+	for ms := int64(0); ms < 60_000; ms++ {
+		now := start + ms
+		for i := range 3 {
+			me, peer := i%2, 1-i%2
+			nodes[me].learnDoubt(0.5, 0, &cfg, now)
+			stamp, scale, learned, doubt, n, _ := nodes[me].lesson()
+			nodes[peer].adopt(stamp, scale, learned, doubt, n, 4)
+			if stamp-now > lessonStampLead {
+				t.Fatalf("at %d ms: stamp %d ms ahead of the clock, want at most %d", ms, stamp-now, lessonStampLead)
+			}
+			for j := range nodes {
+				if s := nodes[j].stamp.Load(); s < last[j] {
+					t.Fatalf("at %d ms: node %d's stamp went back from %d to %d", ms, j, last[j], s)
+				} else {
+					last[j] = s
+				}
+			}
+		}
+	}
+	if lead := last[0] - (start + 60_000 - 1); lead < lessonStampLead-1 {
+		t.Fatalf("stamps ended %d ms ahead: the bound was never reached, the test proves nothing", lead)
 	}
 }
