@@ -86,16 +86,22 @@ type Config struct {
 	// DrainTimeout is how long Close waits for Sends already in progress
 	// before cancelling them and closing the connections. 2 s lets a
 	// handful of small messages go out on a graceful shutdown without making
-	// shutdown slow.
+	// shutdown slow. A message whose Send returned may still be lost when
+	// Close follows at once: closing a connection discards the streams the
+	// peer has not read yet (Close lingers closeLinger after the last Send
+	// to let them be read).
 	DrainTimeout time.Duration
 
 	// MaxIncomingStreams is how many messages one peer may have in flight to
 	// us at once (QUIC's unidirectional stream limit per connection). It
 	// bounds goroutines and buffers per peer; beyond it the peer's Send
 	// waits for credit. 32 allows plenty of concurrency for a gossip mesh.
-	// Worst case, a peer can make us hold MaxIncomingStreams x
-	// MaxMessageBytes of message buffers at once (buffers grow only as
-	// bytes arrive, so this takes a peer actually sending that much).
+	// Worst case, a peer (one certificate name) can make us hold
+	// MaxInboundConnsPerPeer x MaxIncomingStreams x MaxMessageBytes of
+	// message buffers at once (4 x 32 x 16 MiB with the defaults: buffers
+	// grow only as bytes arrive, so this takes a peer actually sending
+	// that much; one that announces messages and stalls pins 64 KiB a
+	// stream, 8 MiB, for ReadTimeout), plus what waits in InboundQueueLen.
 	MaxIncomingStreams int64
 
 	// MaxInboundConnsPerPeer caps the incoming connections one peer (one

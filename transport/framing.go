@@ -39,8 +39,12 @@ const (
 	// growStart bounds the first allocation for a message: a message up to
 	// this size is allocated at once; a larger one grows (doubling, never past
 	// its declared length) as bytes actually arrive, so a peer that announces
-	// 16 MiB and then stalls costs little memory.
-	growStart = 1 << 20
+	// 16 MiB and then stalls costs little memory. 64 KiB: a peer may hold
+	// MaxInboundConnsPerPeer x MaxIncomingStreams streams (4 x 32) open with
+	// a header each, and at 1 MiB those pinned 128 MiB for ReadTimeout from
+	// 640 bytes sent; at 64 KiB 8 MiB. The mesh's deltas and load messages
+	// are far smaller; a full-transfer chunk of a few MiB grows 6 times.
+	growStart = 64 << 10
 	// maxEmptyReads is how many (0, nil) reads in a row readFrame tolerates
 	// (io.Reader discourages them; io.ReadFull uses the same idea).
 	maxEmptyReads = 100
