@@ -58,6 +58,9 @@ func serveCommand(args []string, stdout, stderr io.Writer) int {
 		s := <-ready
 		<-signals
 		s.hurry()
+		// A third signal is Go's default again: it ends the process (an
+		// operator's third Ctrl-C during a long shutdown is not swallowed).
+		signal.Stop(signals)
 	}()
 	if err := serveSignals(ctx, cfg, log, ready, hup); err != nil {
 		log.Error().Str("node", cfg.Node.Name).Err(err).Msg("kvmesh serve failed")
@@ -302,7 +305,13 @@ func serveSignals(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, rea
 		_ = state.save() // after the last requests confirmed their claims
 	}
 	leave()
-	adminSrv.Shutdown(shutCtx)
+	// Its own short bound: the API drain may have used up shutCtx, and the
+	// admin handlers must be done before the router and the node close.
+	adminCtx, adminDone := context.WithTimeout(context.Background(), 5*time.Second)
+	if err := adminSrv.Shutdown(adminCtx); err != nil {
+		adminSrv.Close()
+	}
+	adminDone()
 	cancel()
 	log.Info().Msg("kvmesh stopped")
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {

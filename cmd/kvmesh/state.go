@@ -115,7 +115,7 @@ func (s *stateStore) removeStaleTemps() {
 // fails the start: a damaged snapshot is logged, counted and ignored.
 func (s *stateStore) restore() {
 	path := filepath.Join(s.dir, stateFile)
-	data, err := os.ReadFile(path)
+	data, err := readSnapshotFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		s.log.Info().Str("path", path).Msg("state: no snapshot yet; starting cold")
 		return
@@ -134,6 +134,23 @@ func (s *stateStore) restore() {
 	}
 	s.loadErrs.Inc()
 	s.log.Error().Str("path", path).Err(err).Msg("state: the snapshot is unusable and was ignored; starting cold (it is replaced at the next write)")
+}
+
+// readSnapshotFile reads the snapshot at path, refusing what is not a
+// regular file (a directory there would fail every write, which the log
+// would not say) or is larger than crdt.MaxSnapshotBytes (checked before
+// it is read into memory).
+func readSnapshotFile(path string) ([]byte, error) {
+	fi, err := os.Lstat(path)
+	switch {
+	case err != nil:
+		return nil, err
+	case !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("%s is not a regular file (%v): move it away, or no snapshot can be written either", path, fi.Mode().Type())
+	case fi.Size() > crdt.MaxSnapshotBytes:
+		return nil, fmt.Errorf("%s is %d bytes, more than a snapshot can be (%d)", path, fi.Size(), crdt.MaxSnapshotBytes)
+	}
+	return os.ReadFile(path)
 }
 
 // save writes a snapshot atomically: temporary file, fsync, rename, fsync

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -142,6 +143,17 @@ func TestStateStoreIgnoresDamage(t *testing.T) {
 	s3.restore()
 	if metricValue(s3.loadErrs) != 0 || fresh.Len() != 0 {
 		t.Fatal("a missing snapshot is not an error")
+	}
+	// A directory where the snapshot goes is refused by name (every write
+	// would fail too), not read as a missing snapshot.
+	if err := os.Mkdir(path, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	s4, _ := newStateStore(dir, time.Minute, 2*time.Hour, stateIndex(t), zerolog.New(&logs), nil)
+	s4.restore()
+	if metricValue(s4.loadErrs) != 1 || !strings.Contains(logs.String(), "not a regular file") {
+		t.Fatalf("a directory at the snapshot's path: %v load errors, log %s", metricValue(s4.loadErrs), logs.String())
 	}
 }
 
