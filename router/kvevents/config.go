@@ -59,6 +59,8 @@ type Config struct {
 	MaxBlocksPerEngine int
 	// DialRetry is the wait between attempts to reach a publisher that is
 	// down. 1 s reconnects quickly after an engine restart without spinning.
+	// After a connection that ended without delivering a message, the wait
+	// doubles each time up to 30 s (Manager.dialLoop).
 	DialRetry time.Duration
 	// MaxMessageBytes bounds one ZMQ message read from an engine (its
 	// frames together), and MaxMessageFrames its frames: a connection whose
@@ -68,11 +70,16 @@ type Config struct {
 	// of an event message or a replay answer.
 	MaxMessageBytes  int
 	MaxMessageFrames int
-	// HandshakeTimeout bounds how long a connection to the Listen socket
-	// may take to send its greeting and handshake command. The library
-	// accepts connections one at a time and reads each handshake before
-	// the next, so a client that connected and sent nothing held every
-	// engine's connection back. 10 s is far above a handshake on a LAN.
+	// HandshakeTimeout bounds how long a peer may take to send its
+	// greeting and handshake command, on connections to the Listen socket
+	// and on those this node dials (publishers, replay sockets). The
+	// library accepts connections one at a time and reads each handshake
+	// before the next, so a client that connected and sent nothing held
+	// every engine's connection back; and it dials with no deadline, so a
+	// publisher or replay socket that accepted the connection and never
+	// answered held the stream, its handover and Close (a dialed
+	// connection is also closed as soon as its socket's context ends). 10 s
+	// is far above a handshake on a LAN.
 	HandshakeTimeout time.Duration
 	// Listen, if set (e.g. tcp://0.0.0.0:5557), binds a SUB socket that
 	// engines' publishers connect to; streams without an Endpoint are read

@@ -41,6 +41,11 @@ const (
 	reasonGap     = "gap"     // missed messages that replay could not recover
 	reasonRestart = "restart" // the publisher's sequence went back
 	reasonCleared = "cleared" // AllBlocksCleared
+	// reasonMalformed: a payload that did not decode. Its events are
+	// unknown (removals among them, whose claims would otherwise be renewed
+	// for as long as the stream lasts), as with a gap; a replay would
+	// resend the same bytes, so none is asked for.
+	reasonMalformed = "malformed"
 )
 
 // consumer applies one engine's messages. Its methods are safe for
@@ -75,6 +80,10 @@ type consumer struct {
 	gen uint16
 	// heard is when the engine's last message arrived (Unix ms, c.now).
 	heard int64
+	// live counts the live messages taken in order (applied, or found
+	// already replayed): a connection that took none did not work
+	// (Manager.dialLoop backs off).
+	live uint64
 }
 
 // counters are a consumer's message-level counts (the Mapper counts blocks).
@@ -119,6 +128,8 @@ func (c *consumer) handle(ctx context.Context, frames [][]byte) {
 	switch c.seq.Observe(seq) {
 	case SeqDuplicate:
 		c.c.duplicate++
+		c.live++
+		c.seq.Delivered(seq)
 		return
 	case SeqNext:
 	case SeqGap:
@@ -138,11 +149,16 @@ func (c *consumer) handle(ctx context.Context, frames [][]byte) {
 		c.startLocked(ctx, seq)
 	}
 	c.resynced = false
+	c.live++
+	c.seq.Delivered(seq)
 	if s := c.seq.Observe(seq); s == SeqDuplicate || s == SeqRestart {
 		return // the replay delivered this message already
 	}
-	c.applyLocked(frames[2])
-	c.seq.Applied(seq)
+	if !c.applyLocked(frames[2]) {
+		c.log.Info().Int64("seq", seq).Msg("kvevents: malformed payload; invalidating the backend")
+		c.invalidateLocked(reasonMalformed)
+	}
+	c.seq.Applied(seq) // the stream goes on from the next message
 	c.c.lastSeq = seq
 }
 
@@ -180,7 +196,9 @@ func (c *consumer) resync(ctx context.Context) {
 		case next >= 0 && seq > next:
 			return false // a hole: stop; the live stream's next message is a gap
 		}
-		c.applyLocked(payload)
+		if !c.applyLocked(payload) {
+			return false // as a hole: the live stream's next message is a gap that replay cannot repair
+		}
 		c.seq.Replayed(seq)
 		c.c.lastSeq = seq
 		next = seq + 1
@@ -255,7 +273,9 @@ func (c *consumer) replayLocked(ctx context.Context, from, upTo int64) bool {
 		if seq > next {
 			return false // a hole: the engine's buffer no longer reaches back
 		}
-		c.applyLocked(payload)
+		if !c.applyLocked(payload) {
+			return false // malformed: its events are unknown, as a hole's
+		}
 		c.seq.Replayed(seq)
 		next++
 		return true
@@ -325,12 +345,14 @@ func (c *consumer) currentLocked() bool {
 	return false
 }
 
-// applyLocked decodes one payload and applies its events in order.
-func (c *consumer) applyLocked(payload []byte) {
+// applyLocked decodes one payload and applies its events in order. It
+// reports false for a payload that does not decode: nothing of it was
+// applied, and the caller deals with the events lost (reasonMalformed).
+func (c *consumer) applyLocked(payload []byte) bool {
 	if err := Decode(payload, &c.batch); err != nil {
 		c.c.malformed++
 		c.log.Debug().Err(err).Msg("kvevents: malformed payload dropped")
-		return
+		return false
 	}
 	c.c.applied++
 	leaseEnd := c.now().Add(c.cfg.LeaseTTL).UnixMilli()
@@ -340,6 +362,7 @@ func (c *consumer) applyLocked(payload []byte) {
 		c.mp.Apply(&c.batch.Events[i], leaseEnd, &c.ops)
 		c.flushLocked()
 	}
+	return true
 }
 
 // flushLocked hands one event's changes to the sink: a clear first, then
@@ -406,6 +429,13 @@ func (c *consumer) renew() {
 	c.keys = c.mp.Due(now.UnixMilli(), c.cfg.RenewBefore.Milliseconds(), now.Add(c.cfg.LeaseTTL).UnixMilli(), c.keys[:0])
 	c.c.renewed += uint64(len(c.keys))
 	c.learnLocked(c.keys)
+}
+
+// liveMessages is how many live messages the consumer has taken in order.
+func (c *consumer) liveMessages() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.live
 }
 
 // snapshot returns the counters and mapper stats.

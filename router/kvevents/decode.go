@@ -1,6 +1,9 @@
 package kvevents
 
-import "math"
+import (
+	"math"
+	"unsafe"
+)
 
 // Limits on what one event may carry. vLLM batches the blocks of one
 // scheduler step; even a 128k-token prompt stored at once is 8,192 blocks of
@@ -8,6 +11,27 @@ import "math"
 const (
 	// MaxBlockSize is the largest block size accepted (tokens).
 	MaxBlockSize = 4096
+)
+
+// Bounds on what a Batch keeps between messages. Decode reuses the buffers
+// of the events before, and each event slot used to keep the largest
+// buffers it ever held: messages of k small events then one large one park
+// a large buffer in a new slot each time (20 messages storing 1 MiB each
+// kept 161 MiB). A typical message (a scheduler step: a few events, tens of
+// blocks) fits far below these, so it still decodes with no allocation; a
+// larger one allocates what it needs, which costs little beside decoding
+// it, and leaves at most these bounds behind.
+const (
+	// maxRetainedEntries: an event buffer (Hashes, Tokens, ExtraOff, Extra)
+	// of a larger capacity is dropped before the next message. 64K entries
+	// hold the tokens of a 64k-token prompt stored at once.
+	maxRetainedEntries = 1 << 16
+	// maxRetainedBytes bounds the event buffers kept across all slots;
+	// slots past it lose theirs.
+	maxRetainedBytes = 4 << 20
+	// maxRetainedEvents bounds the event slots kept (~170 bytes each
+	// without their buffers); a larger Events array is dropped whole.
+	maxRetainedEvents = 1024
 )
 
 // Decode parses one msgpack payload, vLLM's EventBatch [ts, events,
@@ -23,7 +47,7 @@ const (
 func Decode(payload []byte, b *Batch) error {
 	r := reader{b: payload}
 	b.TS, b.DPRank, b.Skipped = 0, -1, 0
-	b.Events = b.Events[:0]
+	b.trim()
 	switch c := r.peek(); {
 	case (c >= 0x90 && c <= 0x9f) || c == 0xdc || c == 0xdd:
 		n := r.arrayLen()
@@ -67,6 +91,46 @@ func Decode(payload []byte, b *Batch) error {
 		b.Events = b.Events[:0]
 	}
 	return r.err
+}
+
+// trim empties b for the next message, dropping what the messages before
+// left beyond the retention bounds (maxRetainedEntries, maxRetainedBytes,
+// maxRetainedEvents).
+func (b *Batch) trim() {
+	if cap(b.Events) > maxRetainedEvents {
+		b.Events = nil
+		return
+	}
+	b.Events = b.Events[:cap(b.Events)]
+	total := 0
+	for i := range b.Events {
+		ev := &b.Events[i]
+		if cap(ev.Hashes) > maxRetainedEntries {
+			ev.Hashes = nil
+		}
+		if cap(ev.Tokens) > maxRetainedEntries {
+			ev.Tokens = nil
+		}
+		if cap(ev.ExtraOff) > maxRetainedEntries {
+			ev.ExtraOff = nil
+		}
+		if cap(ev.Extra) > maxRetainedEntries {
+			ev.Extra = nil
+		}
+		n := ev.retainedBytes()
+		if total+n > maxRetainedBytes {
+			ev.Hashes, ev.Tokens, ev.ExtraOff, ev.Extra = nil, nil, nil, nil
+			continue
+		}
+		total += n
+	}
+	b.Events = b.Events[:0]
+}
+
+// retainedBytes is the memory of e's buffers.
+func (e *Event) retainedBytes() int {
+	return cap(e.Hashes)*int(unsafe.Sizeof(Hash(0))) + cap(e.Tokens)*4 + cap(e.ExtraOff)*4 +
+		cap(e.Extra)*int(unsafe.Sizeof(ExtraKey{}))
 }
 
 // optInt reads an integer or nil (def).

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 // vllmArrayPayload is an EventBatch as msgspec writes it with the
@@ -209,5 +210,63 @@ func TestSeqFrames(t *testing.T) {
 	}
 	if _, ok := ParseSeq([]byte{1, 2}); ok {
 		t.Fatal("short seq accepted")
+	}
+}
+
+// batchRetained is the memory b's event buffers hold, over every slot.
+func batchRetained(b *Batch) int {
+	n := 0
+	for _, ev := range b.Events[:cap(b.Events)] {
+		n += ev.retainedBytes()
+	}
+	return n
+}
+
+// TestDecodeBoundsRetainedBuffers: messages of k small events then one
+// large one, decoded into one Batch, do not park a large buffer in a new
+// slot each time: what the Batch keeps stays within the retention bounds
+// plus the message just decoded.
+func TestDecodeBoundsRetainedBuffers(t *testing.T) {
+	const large = 1 << 17 // hashes of the large event: 1 MiB decoded
+	big := make([]Hash, large)
+	for i := range big {
+		big[i] = Hash(i + 1)
+	}
+	var b Batch
+	for k := range 20 {
+		in := &Batch{DPRank: -1}
+		for j := range k {
+			in.Events = append(in.Events, Event{Kind: Removed, Hashes: []Hash{Hash(j + 1)}, Group: -1})
+		}
+		in.Events = append(in.Events, Event{Kind: Removed, Hashes: big, Group: -1})
+		for _, enc := range []Encoding{EncodingArray, EncodingMap} {
+			if err := Decode(AppendBatch(nil, in, enc), &b); err != nil {
+				t.Fatal(err)
+			}
+			if len(b.Events) != k+1 || len(b.Events[k].Hashes) != large {
+				t.Fatalf("message %d: %d events decoded", k, len(b.Events))
+			}
+			current := 0 // what the message holds (append may have grown each buffer up to twice that)
+			for _, ev := range b.Events {
+				current += len(ev.Hashes)*8 + len(ev.Tokens)*4 + len(ev.ExtraOff)*4 + len(ev.Extra)*int(unsafe.Sizeof(ExtraKey{}))
+			}
+			if got, limit := batchRetained(&b), maxRetainedBytes+2*current; got > limit {
+				t.Fatalf("after message %d the batch holds %d bytes, over %d (the bound plus twice the message's %d)", k, got, limit, current)
+			}
+		}
+	}
+	// A message of more slots than kept: the next one starts from fresh ones.
+	many := &Batch{DPRank: -1}
+	for j := range maxRetainedEvents + 1 {
+		many.Events = append(many.Events, Event{Kind: Removed, Hashes: []Hash{Hash(j + 1)}, Group: -1})
+	}
+	if err := Decode(AppendBatch(nil, many, EncodingArray), &b); err != nil {
+		t.Fatal(err)
+	}
+	if err := Decode(AppendBatch(nil, &Batch{DPRank: -1}, EncodingArray), &b); err != nil {
+		t.Fatal(err)
+	}
+	if cap(b.Events) > maxRetainedEvents {
+		t.Fatalf("%d event slots kept after a message of %d", cap(b.Events), len(many.Events))
 	}
 }

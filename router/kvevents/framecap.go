@@ -41,7 +41,7 @@ const (
 type frameLimits struct {
 	maxBytes  uint64        // a message's frames' bodies together
 	maxFrames int           // frames of one message
-	handshake time.Duration // an accepted connection's greeting and handshake command (Config.HandshakeTimeout)
+	handshake time.Duration // a connection's greeting and handshake command, accepted or dialed (Config.HandshakeTimeout)
 }
 
 // frameGuard follows the framing of the bytes a connection reads.
@@ -118,6 +118,9 @@ type guardedConn struct {
 	net.Conn
 	g         frameGuard
 	handshake bool // a read deadline is set until the peer's handshake command is in
+	// unwatch, for a dialed connection, stops closing it when the dial's
+	// context ends (guardedTCP.Dial); called once the handshake is through.
+	unwatch func() bool
 }
 
 func (c *guardedConn) Read(p []byte) (int, error) {
@@ -127,18 +130,28 @@ func (c *guardedConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if gerr := c.g.feed(p[:n]); gerr != nil {
 		c.Conn.Close()
+		c.handshakeOver()
 		return 0, gerr
 	}
 	if c.handshake {
 		switch {
 		case c.g.done > 0:
-			c.handshake = false
 			_ = c.Conn.SetReadDeadline(time.Time{})
+			c.handshakeOver()
 		case err != nil:
 			c.Conn.Close() // the library keeps a connection whose handshake failed
+			c.handshakeOver()
 		}
 	}
 	return n, err
+}
+
+func (c *guardedConn) handshakeOver() {
+	c.handshake = false
+	if c.unwatch != nil {
+		c.unwatch()
+		c.unwatch = nil
+	}
 }
 
 type guardedListener struct {
@@ -166,12 +179,28 @@ type guardedTCP struct {
 	lim frameLimits
 }
 
+// Dial connects and bounds the handshake that the library runs next, as
+// the listener does for accepted connections: the library reads the peer's
+// greeting and handshake command with no deadline and does not close the
+// connection when its context ends, so a peer that accepted the TCP
+// connection and never answered (a hung engine, a wrong port) held the
+// socket's Dial forever, and with it a replay under the consumer's lock, a
+// handover (SetOwned) and Manager.Close. The connection gets a read
+// deadline of HandshakeTimeout, cleared once the peer's handshake command
+// is in (guardedConn.Read), and is closed if ctx (the socket's: a replay's
+// timeout, a handover, Close) ends before then.
 func (t guardedTCP) Dial(ctx context.Context, d transport.Dialer, addr string) (net.Conn, error) {
 	c, err := t.tcp.Dial(ctx, d, addr)
 	if err != nil {
 		return nil, err
 	}
-	return &guardedConn{Conn: c, g: newFrameGuard(t.lim)}, nil
+	if err := c.SetReadDeadline(time.Now().Add(t.lim.handshake)); err != nil {
+		c.Close()
+		return nil, err
+	}
+	gc := &guardedConn{Conn: c, g: newFrameGuard(t.lim), handshake: true}
+	gc.unwatch = context.AfterFunc(ctx, func() { c.Close() })
+	return gc, nil
 }
 
 func (t guardedTCP) Listen(ctx context.Context, addr string) (net.Listener, error) {

@@ -22,7 +22,7 @@ var (
 		"GPU blocks that made no claim change, by reason: unknown_parent, unknown_removed, unmatchable, bad_block_size, other_group, full.",
 		[]string{"backend", "reason"}, nil)
 	descInvalidations = prometheus.NewDesc("kvmesh_kvevents_invalidations_total",
-		"Backend invalidations from the event stream, by reason: first (new stream or takeover), gap, restart, cleared.",
+		"Backend invalidations from the event stream, by reason: first (new stream or takeover), gap, restart, cleared, malformed (a payload that did not decode).",
 		[]string{"backend", "reason"}, nil)
 	descReplays = prometheus.NewDesc("kvmesh_kvevents_replays_total",
 		"Replay requests to the engine's ROUTER socket, by result: ok, incomplete (a resync's replay cut short by a handover counts as neither).",
@@ -90,7 +90,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descDropped, st.BadBlockSize, b, "bad_block_size")
 		counter(descDropped, st.OtherGroup, b, "other_group")
 		counter(descDropped, st.Full, b, "full")
-		for _, r := range []string{reasonFirst, reasonGap, reasonRestart, reasonCleared} {
+		for _, r := range []string{reasonFirst, reasonGap, reasonRestart, reasonCleared, reasonMalformed} {
 			counter(descInvalidations, cc.invalidations[r], b, r)
 		}
 		counter(descReplays, cc.replayOK, b, "ok")

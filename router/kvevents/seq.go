@@ -89,6 +89,19 @@ func (t *SeqTracker) Replayed(seq int64) {
 	}
 }
 
+// Delivered records that the live stream delivered seq, whether it is
+// applied now or a replay applied it already: the live stream never goes
+// back, so from here on a number at or below seq (up to what was applied)
+// is a restart, not a duplicate. Without it a stream started by a replay
+// from 0 (Replayed on a tracker not started) kept its floor at -1 until a
+// live message past the replay was applied, and an engine restarting in
+// that window had its new numbers 0..last taken for duplicates and dropped.
+func (t *SeqTracker) Delivered(seq int64) {
+	if t.started {
+		t.dupFloor = max(t.dupFloor, min(seq, t.last))
+	}
+}
+
 // Reset forgets the stream (after a resync that gave up, or a restart):
 // the next message is SeqFirst.
 func (t *SeqTracker) Reset() { *t = SeqTracker{} }

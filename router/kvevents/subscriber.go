@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,9 +50,12 @@ type Manager struct {
 	listen    zmq4.Socket          // the Listen socket, nil without
 
 	listenErrors atomic.Uint64 // receive errors on the Listen socket (an engine's connection ended)
-	ctx          context.Context
-	cancel       context.CancelFunc
-	wg           sync.WaitGroup
+	// wait pauses dialLoop between connections (sleepCtx; tests replace it
+	// before SetOwned).
+	wait   func(ctx context.Context, d time.Duration)
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 }
 
 // NewManager validates the configuration and registers the metrics.
@@ -73,6 +77,7 @@ func NewManager(cfg Config, streams []StreamConfig, deps Deps) (*Manager, error)
 		log:       deps.Logger.With().Str("component", "kvevents").Logger(),
 		zlog:      log.New(io.Discard, "", 0),
 		consumers: map[string]*consumer{}, running: map[string]context.CancelFunc{}, byTopic: map[string]*consumer{},
+		wait: sleepCtx,
 	}
 	for _, s := range streams {
 		m.streams[s.Backend] = s
@@ -227,8 +232,18 @@ func (m *Manager) Close() error {
 // The library's automatic reconnection is off: it would redial inside the
 // socket's reader, retrying for as long as the engine stays unreachable,
 // and Recv would report nothing meanwhile, so the stream would look alive
-// and its claims be renewed with no end.
+// and its claims be renewed with no end. (An engine that does not accept
+// connections is redialled by the library's Dial, every DialRetry.)
+//
+// A connection that ends without having worked (no live message taken, and
+// up for less than maxDialBackoff: an engine resending a message over
+// MaxMessageBytes, a peer that drops every connection) is retried after a
+// wait that doubles each time up to maxDialBackoff, jittered down to half:
+// each connection's resync invalidates the backend mesh-wide, which a
+// fixed DialRetry did about every second. A connection that worked resets
+// the wait to DialRetry.
 func (m *Manager) dialLoop(ctx context.Context, s StreamConfig, c *consumer) {
+	backoff := m.cfg.DialRetry
 	for ctx.Err() == nil {
 		sctx, cancel := context.WithCancel(ctx)
 		sub := zmq4.NewSub(sctx, zmq4.WithLogger(m.zlog), zmq4.WithDialerRetry(m.cfg.DialRetry),
@@ -237,19 +252,39 @@ func (m *Manager) dialLoop(ctx context.Context, s StreamConfig, c *consumer) {
 		if err == nil {
 			err = dialGuarded(sub, s.Endpoint, m.cfg.limits())
 		}
+		worked := false
 		if err == nil {
+			up, live := m.deps.Now(), c.liveMessages()
 			c.resync(sctx)
 			m.read(sctx, sub, false, func([]byte) *consumer { return c })
 			c.lost(ctx)
+			worked = c.liveMessages() != live || m.deps.Now().Sub(up) >= maxDialBackoff
 		} else if ctx.Err() == nil {
 			m.log.Debug().Err(err).Str("backend", s.Backend).Msg("kvevents: cannot reach the publisher")
 		}
 		sub.Close()
 		cancel()
-		select {
-		case <-ctx.Done():
-		case <-time.After(m.cfg.DialRetry):
+		if worked {
+			backoff = m.cfg.DialRetry
 		}
+		m.wait(ctx, backoff/2+rand.N(backoff/2+1))
+		backoff = min(2*backoff, max(maxDialBackoff, m.cfg.DialRetry))
+	}
+}
+
+// maxDialBackoff bounds dialLoop's wait after connections that did not
+// work: at most one resync (a mesh-wide invalidation) per 30 s for an
+// engine that drops every connection, and a connection that stays up
+// that long is taken for one that worked.
+const maxDialBackoff = 30 * time.Second
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
 	}
 }
 
