@@ -18,7 +18,7 @@ func TestDialAddrReplacesAWildcardHost(t *testing.T) {
 		{"0.0.0.0:7947", gossip, "10.1.2.3:7947"},
 		{":7947", gossip, "10.1.2.3:7947"},
 		{"[::]:7947", net.ParseIP("fd00::5"), "[fd00::5]:7947"},
-		{"10.9.9.9:7947", gossip, "10.9.9.9:7947"},                          // advertised: kept
+		{"10.9.9.9:7947", gossip, "10.9.9.9:7947"},                         // advertised: kept
 		{"kvmesh-1.kvmesh-mesh:7947", gossip, "kvmesh-1.kvmesh-mesh:7947"}, // a name: kept
 		{"[::]:7947", nil, "[::]:7947"},                                    // nothing better known
 		{"[::]:7947", net.IPv4zero, "[::]:7947"},
