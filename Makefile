@@ -23,6 +23,9 @@ vet:
 	@echo "== go vet $(VETFLAGS) $(PKGS): static checks of all $$($(GO) list $(PKGS) | wc -l) packages (prints only problems; on a fresh clone it first compiles everything, two or three minutes)"
 	$(GO) vet $(VETFLAGS) $(PKGS)
 	@echo "== go vet: no problems"
+	@echo "== gofmt -l: every Go file is formatted"
+	@out=$$("$$($(GO) env GOROOT)/bin/gofmt" -l $$($(GO) list -f '{{.Dir}}' $(PKGS))); \
+	  if [ -n "$$out" ]; then echo "gofmt would change (run gofmt -w on them):"; echo "$$out"; exit 1; fi
 
 # go.mod and go.sum must be exactly what `go mod tidy` makes (direct
 # dependencies not marked indirect, nothing unused): CI fails otherwise.
