@@ -20,7 +20,8 @@ type Member struct {
 	Name string `json:"name"`
 	// Addr is the member's gossip (serf) address.
 	Addr string `json:"addr"`
-	// QUICAddr is the replication address from its tags.
+	// QUICAddr is the replication address peers dial: its quic tag, a
+	// wildcard host replaced by the member's gossip address (dialAddr).
 	QUICAddr string `json:"quic_addr"`
 	// Status is serf's: alive, leaving, left or failed.
 	Status string            `json:"status"`
@@ -51,7 +52,7 @@ func (n *Node) Members() []Member {
 		out = append(out, Member{
 			Name:     m.Name,
 			Addr:     net.JoinHostPort(m.Addr.String(), strconv.Itoa(int(m.Port))),
-			QUICAddr: m.Tags[TagQUIC],
+			QUICAddr: dialAddr(m.Tags[TagQUIC], m.Addr), // where it is dialled (tags keeps what it announced)
 			Status:   m.Status.String(),
 			Tags:     m.Tags,
 			Protocol: proto,

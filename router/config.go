@@ -201,9 +201,9 @@ type Config struct {
 	// timeouts, failed probes) take a backend out of rotation. 3 tolerates
 	// a stray error without flapping.
 	EjectAfter int `yaml:"eject_after_failures"`
-	// MaxEjectedShare caps the share of the listed backends that answers
-	// (5xx, header timeouts, streams broken off) may keep ejected at once;
-	// at least one may always be. A client's requests can cause those
+	// MaxEjectedShare caps the share of the listed backends that may be
+	// ejected at once when answers (5xx, header timeouts, streams broken
+	// off) would eject one more; one may be when none is. A client's requests can cause those
 	// failures on every backend they reach (a prompt that makes the
 	// engine fail, one that takes longer than the header timeout), and
 	// without a cap a few such requests eject the whole fleet. A backend

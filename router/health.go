@@ -17,7 +17,7 @@ import (
 //     candidate. A run ended by an answer (5xx, header timeout, broken
 //     stream), which a client's requests can cause anywhere, ejects it
 //     only while fewer than MaxEjectedShare of the listed backends are
-//     ejected (at least one may always be); one ended by a refused
+//     ejected, for any reason (at least one, when none is); one ended by a refused
 //     connection or a failed probe ejects it past that cap.
 //   - An ejected backend is re-admitted by the first successful probe at
 //     least EjectionTime after its ejection (or, with probes disabled, once
@@ -134,19 +134,18 @@ func (rt *Router) markFailure(b *backend, kind errKind, probe bool, err string) 
 		b.ejections.Inc()
 		rt.log.Warn().Str("backend", b.name).Int("failures", fails).Str("last_error", err).Msg("backend ejected")
 	}
-	if capped {
+	if capped && fails == rt.cfg.EjectAfter { // once per run of failures
 		rt.metrics.ejectionsCapped.Inc()
-		if fails == rt.cfg.EjectAfter { // once per run
-			rt.log.Warn().Str("backend", b.name).Int("failures", fails).Str("last_error", err).
-				Float64("max_ejected_share", rt.cfg.MaxEjectedShare).Msg("backend not ejected: as many backends as max_ejected_share allows are out already")
-		}
+		rt.log.Warn().Str("backend", b.name).Int("failures", fails).Str("last_error", err).
+			Float64("max_ejected_share", rt.cfg.MaxEjectedShare).Msg("backend not ejected: as many backends as max_ejected_share allows are out already")
 	}
 }
 
 // mayEject says whether one more backend may be ejected by its answers:
 // fewer than MaxEjectedShare of the listed backends (at least one) are
-// ejected. Called under ejectMu, which makes the count and the ejection
-// one step.
+// ejected, for any reason (with half the fleet down, the rest stays in
+// rotation whatever it answers). Called under ejectMu, which makes the
+// count and the ejection one step.
 func (rt *Router) mayEject() bool {
 	if rt.cfg.MaxEjectedShare >= 1 {
 		return true

@@ -11,6 +11,7 @@ import (
 // failAll answers every generation request 500 with an engine-style error.
 func failAll(w http.ResponseWriter, _ *http.Request, _ []byte) {
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", "7")
 	w.WriteHeader(http.StatusInternalServerError)
 	_, _ = io.WriteString(w, `{"error":{"message":"engine failed on this prompt","type":"InternalServerError","code":500}}`)
 }
@@ -100,8 +101,14 @@ func TestBackendErrorAnswerOutlivesFailedRetries(t *testing.T) {
 	if routeField(route, "backend") != "a" {
 		t.Errorf("route %q, want the backend whose answer it is (a)", route)
 	}
-	if a.generations() != 1 || b.generations() != 1 {
-		t.Errorf("a saw %d, b %d requests, want one each", a.generations(), b.generations())
+	// With the backend's headers (Retry-After, a Content-Encoding).
+	resp := g.do("POST", "/v1/completions", `{"model":"m1","prompt":"x2"}`)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusInternalServerError || resp.Header.Get("Retry-After") != "7" || resp.Header.Get("Content-Type") != "application/json" {
+		t.Errorf("kept answer: %d, headers %v", resp.StatusCode, resp.Header)
+	}
+	if a.generations() != 2 || b.generations() != 2 {
+		t.Errorf("a saw %d, b %d requests, want two each", a.generations(), b.generations())
 	}
 
 	long := strings.Repeat("x", maxKeptErrorBody+1)

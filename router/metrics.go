@@ -143,7 +143,7 @@ func newMetrics(reg prometheus.Registerer, policy string, rt *Router) (*metrics,
 	m.ejections = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 		Name: "backend_ejections_total", Help: "Times a backend was taken out of rotation after consecutive failures."}, []string{"backend"})
 	m.ejectionsCapped = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-		Name: "ejections_capped_total", Help: "Times a backend's answers reached eject_after_failures while max_ejected_share of the backends were ejected already: it stayed in rotation (one that refuses connections or fails its probe is ejected past the cap)."})
+		Name: "ejections_capped_total", Help: "Runs of a backend's failed answers that reached eject_after_failures while max_ejected_share of the backends were ejected already, so it stayed in rotation (counted once per run; one that refuses connections or fails its probe is ejected past the cap)."})
 	m.invalidations = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 		Name: "backend_invalidations_total", Help: "Times a backend's claims were invalidated because it came back cold."}, []string{"backend"})
 	errs := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,

@@ -305,13 +305,7 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, st *reqState, 
 	}
 
 	// Commit: from here on the client sees this backend's answer.
-	h := w.Header()
-	copyEndToEnd(h, resp.Header)
-	if st.orcaAdded {
-		delete(h, orcaResponseHeader)
-		delete(h, orcaResponseBin)
-	}
-	rt.setRoute(w, st, b, d, matched)
+	rt.answerHeader(w, st, resp.Header, b, d, matched)
 	w.WriteHeader(resp.StatusCode)
 	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	stream := st.prompt.Stream || resp.ContentLength < 0 || sse
@@ -352,6 +346,19 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, st *reqState, 
 // prefill.
 func silentAnswer(p *Prompt) bool {
 	return !p.Stream && p.Endpoint != EndpointEmbeddings
+}
+
+// answerHeader sets the client's answer headers from a backend's: its
+// end-to-end ones, less the ORCA report the router asked for, and the
+// route header.
+func (rt *Router) answerHeader(w http.ResponseWriter, st *reqState, from http.Header, b *backend, d Decision, matched int) {
+	h := w.Header()
+	copyEndToEnd(h, from)
+	if st.orcaAdded {
+		delete(h, orcaResponseHeader)
+		delete(h, orcaResponseBin)
+	}
+	rt.setRoute(w, st, b, d, matched)
 }
 
 // setRoute sets the x-kvmesh-route header for b.

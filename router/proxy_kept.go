@@ -17,9 +17,9 @@ const maxKeptErrorBody = 64 << 10
 // engine's own message ("prompt too long for the KV cache", "CUDA out of
 // memory") says more than the router can.
 type keptAnswer struct {
-	status      int
-	contentType string
-	body        []byte
+	status int
+	header http.Header // the backend's (Content-Encoding, Retry-After...)
+	body   []byte
 	// The attempt that got it, for the route header.
 	b       *backend
 	d       Decision
@@ -34,16 +34,13 @@ func keepAnswer(resp *http.Response, b *backend, d Decision, matched int) *keptA
 	if err != nil || len(body) > maxKeptErrorBody {
 		return nil
 	}
-	return &keptAnswer{status: resp.StatusCode, contentType: resp.Header.Get("Content-Type"), body: body, b: b, d: d, matched: matched}
+	return &keptAnswer{status: resp.StatusCode, header: resp.Header.Clone(), body: body, b: b, d: d, matched: matched}
 }
 
 // writeKept sends a kept answer to the client and returns its status.
 func (rt *Router) writeKept(w http.ResponseWriter, st *reqState, k *keptAnswer) int {
-	h := w.Header()
-	if k.contentType != "" {
-		h.Set("Content-Type", k.contentType)
-	}
-	rt.setRoute(w, st, k.b, k.d, k.matched)
+	rt.answerHeader(w, st, k.header, k.b, k.d, k.matched)
+	w.Header().Del("Content-Length") // the body's own, set by Write
 	w.WriteHeader(k.status)
 	_, _ = w.Write(k.body)
 	return k.status

@@ -420,6 +420,7 @@ func (q *QUIC) Close() error {
 	q.closed = true
 	q.mu.Unlock()
 	defer close(q.done)
+	closing := time.Now()
 
 	drained := make(chan struct{})
 	go func() { q.sends.Wait(); close(drained) }()
@@ -432,9 +433,16 @@ func (q *QUIC) Close() error {
 		}
 		t.Stop()
 	}
-	// Let the last messages sent be read before the connections close.
-	if linger := min(closeLinger, q.cfg.DrainTimeout) - time.Since(time.Unix(0, q.lastSend.Load())); linger > 0 && q.lastSend.Load() != 0 {
-		time.Sleep(linger)
+	// Let the last messages sent be read before the connections close,
+	// within DrainTimeout of Close.
+	if last := q.lastSend.Load(); last != 0 {
+		until := time.Unix(0, last).Add(closeLinger)
+		if end := closing.Add(q.cfg.DrainTimeout); end.Before(until) {
+			until = end
+		}
+		if wait := time.Until(until); wait > 0 {
+			time.Sleep(wait)
+		}
 	}
 	q.cancel() // fails dials in progress and stops accepting
 
