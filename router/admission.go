@@ -277,7 +277,7 @@ func (rt *Router) decideAdmitted(w http.ResponseWriter, r *http.Request, st *req
 			held = -1
 		}
 		if slots := a.filterFull(st, held); slots != nil {
-			wt := &waiter{tenant: rt.tenant(r), stage: stageBackend, slots: slots, since: since}
+			wt := &waiter{tenant: rt.tenant(r), stage: stageBackend, slots: slots, model: st.model, since: since}
 			if status := rt.admissionWait(w, r, wt); status != 0 {
 				return Decision{}, status
 			}
@@ -408,29 +408,47 @@ func (a *admission) leaveBackend(slot int) {
 	}
 }
 
-// rewake wakes every request waiting for a backend's cap, without a slot,
-// when one of bs (the backends now listed) has room: the set, a weight, a
-// drain or a health state changed, and a waiter's list of slots, fixed
-// when it queued, may not name the backend that has room (a backend added
-// for its model) or may name one that has left. Each decides again among
-// the backends listed now and, if none has room, waits again (at its
-// tenant's back) for what is left of its QueueTimeout. The backends' caps
-// are refreshed from their weights on the way (hasRoom).
+// rewake wakes, without a slot, the requests waiting for a backend's cap
+// whose model one of bs (the backends now listed) serves with room: the
+// set, a weight, a drain or a health state changed, and a waiter's list of
+// slots, fixed when it queued, may not name the backend that has room (a
+// backend added for its model) or may name one that has left. Each decides
+// again among the backends listed now and, if none has room, waits again,
+// in its place among its tenant's waiters, for what is left of its
+// QueueTimeout. The backends' caps are refreshed from their weights on the
+// way (hasRoom).
 func (a *admission) rewake(bs []*backend) {
 	if a.perBackend == 0 {
 		return
 	}
-	room := false
+	var roomy []*backend
 	for _, b := range bs {
 		if a.hasRoom(b) && b.inRotation() {
-			room = true
+			roomy = append(roomy, b)
 		}
 	}
-	if !room || a.backWaiting.Load() == 0 {
+	if len(roomy) == 0 || a.backWaiting.Load() == 0 {
 		return
 	}
+	serves := func(model string) bool {
+		for _, b := range roomy {
+			if model == "" || slices.ContainsFunc(b.models(), func(m modelEntry) bool { return m.ID == model }) {
+				return true
+			}
+		}
+		return false
+	}
 	a.mu.Lock()
-	for w := a.backQ.pop(-1); w != nil; w = a.backQ.pop(-1) {
+	var woken []*waiter
+	for _, tq := range a.backQ.ring {
+		for _, w := range tq.ws {
+			if serves(w.model) {
+				woken = append(woken, w)
+			}
+		}
+	}
+	for _, w := range woken {
+		a.backQ.remove(w)
 		a.grant(w, -1)
 	}
 	a.backWaiting.Store(int64(a.backQ.n))

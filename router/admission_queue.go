@@ -15,7 +15,8 @@ import (
 type waiter struct {
 	tenant string
 	stage  admStage
-	slots  []int // stageBackend: the backends it can use
+	slots  []int  // stageBackend: the backends it can use
+	model  string // stageBackend: the request's model ("" any), for rewake
 	since  time.Time
 	ready  chan struct{}
 
@@ -53,7 +54,13 @@ func (q *fairQueue) push(w *waiter) {
 		q.byTenant[w.tenant] = tq
 		q.ring = append(q.ring, tq)
 	}
-	tq.ws = append(tq.ws, w)
+	// In the order the waiters first queued: a waiter rewoken to decide
+	// again (admission.rewake) goes back to its place, not to the back.
+	i := len(tq.ws)
+	for i > 0 && tq.ws[i-1].since.After(w.since) {
+		i--
+	}
+	tq.ws = slices.Insert(tq.ws, i, w)
 	q.n++
 }
 
