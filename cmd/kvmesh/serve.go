@@ -140,6 +140,7 @@ func serveSignals(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, rea
 		if state, err = newStateStore(cfg.StateDir, cfg.StateInterval, maxTTL, ix, log, reg); err != nil {
 			return err
 		}
+		defer state.close() // after the final save below
 		state.restore()
 	}
 	var learner router.Learner

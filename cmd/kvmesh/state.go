@@ -50,12 +50,34 @@ type stateStore struct {
 
 	mu  sync.Mutex // one write at a time: the periodic and the final one share buf
 	buf []byte
+
+	lock *os.File // held while the store is open (statelock_unix.go)
 }
 
 func newStateStore(dir string, interval time.Duration, maxTTL time.Duration, ix *tree.Index, log zerolog.Logger, reg prometheus.Registerer) (*stateStore, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
+	lock, err := lockStateDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	s, err := openStateStore(dir, interval, maxTTL, ix, log, reg)
+	if err != nil {
+		unlockStateDir(lock)
+		return nil, err
+	}
+	s.lock = lock
+	return s, nil
+}
+
+// close releases the directory's lock: after the final save.
+func (s *stateStore) close() {
+	unlockStateDir(s.lock)
+	s.lock = nil
+}
+
+func openStateStore(dir string, interval time.Duration, maxTTL time.Duration, ix *tree.Index, log zerolog.Logger, reg prometheus.Registerer) (*stateStore, error) {
 	s := &stateStore{dir: dir, ix: ix, log: log, interval: interval, maxTTL: maxTTL.Milliseconds(), now: time.Now,
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvmesh_state_snapshot_writes_total",
 			Help: "Snapshots of the claim state written to --state-dir, by result (ok, error)."}, []string{"result"}),

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -62,6 +64,7 @@ func savedStore(t *testing.T) (dir string, ix *tree.Index, s *stateStore) {
 	if err := s.save(); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(s.close)
 	return dir, ix, s
 }
 
@@ -96,6 +99,7 @@ func TestStateStoreRoundTrip(t *testing.T) {
 		t.Fatalf("temporary files left: %v", left)
 	}
 
+	s.close() // the directory's lock: one store at a time
 	fresh := stateIndex(t)
 	s2, err := newStateStore(dir, time.Minute, 2*time.Hour, fresh, zerolog.Nop(), prometheus.NewRegistry())
 	if err != nil {
@@ -113,7 +117,8 @@ func TestStateStoreRoundTrip(t *testing.T) {
 // A truncated or corrupted snapshot is counted and ignored: the index stays
 // empty and nothing panics; a missing one is simply a cold start.
 func TestStateStoreIgnoresDamage(t *testing.T) {
-	dir, _, _ := savedStore(t)
+	dir, _, s := savedStore(t)
+	s.close()
 	path := filepath.Join(dir, stateFile)
 	good, err := os.ReadFile(path)
 	if err != nil {
@@ -133,6 +138,7 @@ func TestStateStoreIgnoresDamage(t *testing.T) {
 			t.Fatal(err)
 		}
 		s2.restore()
+		s2.close()
 		if fresh.Len() != 0 || metricValue(s2.loadErrs) != 1 {
 			t.Fatalf("%s snapshot: %d claims loaded, %v load errors; want 0 and 1", name, fresh.Len(), metricValue(s2.loadErrs))
 		}
@@ -141,6 +147,7 @@ func TestStateStoreIgnoresDamage(t *testing.T) {
 	fresh := stateIndex(t)
 	s3, _ := newStateStore(dir, time.Minute, 2*time.Hour, fresh, zerolog.Nop(), nil)
 	s3.restore()
+	s3.close()
 	if metricValue(s3.loadErrs) != 0 || fresh.Len() != 0 {
 		t.Fatal("a missing snapshot is not an error")
 	}
@@ -211,7 +218,8 @@ func TestStateStoreConcurrentSaves(t *testing.T) {
 // the next store in the directory removes such files, its own only, and
 // leaves the snapshot as it was.
 func TestStateStoreRemovesStaleTemps(t *testing.T) {
-	dir, ix, _ := savedStore(t)
+	dir, ix, s := savedStore(t)
+	s.close()
 	snapshot, err := os.ReadFile(filepath.Join(dir, stateFile))
 	if err != nil {
 		t.Fatal(err)
@@ -263,4 +271,29 @@ func metricValue(c prometheus.Metric) float64 {
 		return m.Counter.GetValue()
 	}
 	return m.Gauge.GetValue()
+}
+
+// Two processes given one --state-dir would overwrite each other's
+// snapshots: the second store is refused with an error naming the holder,
+// and once the first closes, the directory can be opened again.
+func TestStateStoreLocksItsDirectory(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("no flock")
+	}
+	dir, _, s := savedStore(t)
+	_, err := newStateStore(dir, time.Minute, 2*time.Hour, stateIndex(t), zerolog.Nop(), nil)
+	if err == nil || !strings.Contains(err.Error(), "in use by another kvmesh process") ||
+		!strings.Contains(err.Error(), fmt.Sprintf("pid %d", os.Getpid())) {
+		t.Fatalf("a second store on a locked directory: %v", err)
+	}
+	// The refused store did not disturb the holder's snapshot or lock.
+	if err := s.save(); err != nil {
+		t.Fatal(err)
+	}
+	s.close()
+	s2, err := newStateStore(dir, time.Minute, 2*time.Hour, stateIndex(t), zerolog.Nop(), nil)
+	if err != nil {
+		t.Fatalf("after the holder closed: %v", err)
+	}
+	s2.close()
 }
