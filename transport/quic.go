@@ -450,7 +450,12 @@ func (q *QUIC) Close() error {
 	q.aborted = true
 	var conns []*quic.Conn
 	for _, p := range q.peers {
-		if p.dialled() && p.conn != nil {
+		// p.conn is written under mu (dialAndWatch) before ready is
+		// closed: a dial that completed just before aborted was set has
+		// its conn here though ready may not be closed yet, and it is
+		// closed with the others (the peer learns at once, not at its
+		// idle timeout).
+		if p.conn != nil {
 			conns = append(conns, p.conn)
 		}
 	}
