@@ -84,6 +84,12 @@ type consumer struct {
 	// already replayed): a connection that took none did not work
 	// (Manager.dialLoop backs off).
 	live uint64
+	// down: the connection dropped and the stream is kept for a resume
+	// (resume.go); nothing is renewed meanwhile. lastHash is the hash of
+	// the payload of message hashSeq, the last applied in order.
+	down     bool
+	lastHash uint64
+	hashSeq  int64
 }
 
 // counters are a consumer's message-level counts (the Mapper counts blocks).
@@ -91,6 +97,7 @@ type counters struct {
 	applied, duplicate, malformed, badFrames uint64
 	replayed, replayOK, replayFailed         uint64
 	renewed                                  uint64
+	resumed                                  uint64 // streams that went on after a reconnect (resume.go)
 	reannounced                              uint64 // claims announced again after someone else's invalidation
 	invalidations                            map[string]uint64
 	lastSeq                                  int64
@@ -157,6 +164,8 @@ func (c *consumer) handle(ctx context.Context, frames [][]byte) {
 	if !c.applyLocked(frames[2]) {
 		c.log.Info().Int64("seq", seq).Msg("kvevents: malformed payload; invalidating the backend")
 		c.invalidateLocked(reasonMalformed)
+	} else {
+		c.notePayloadLocked(seq, frames[2])
 	}
 	c.seq.Applied(seq) // the stream goes on from the next message
 	c.c.lastSeq = seq
@@ -180,6 +189,9 @@ func (c *consumer) resync(ctx context.Context) {
 	if ctx.Err() != nil {
 		return // handed over already: the consumer may serve the next stream
 	}
+	if c.down && c.resumeLocked(ctx) {
+		return
+	}
 	c.stopLocked()
 	if c.replay == nil {
 		return
@@ -200,6 +212,7 @@ func (c *consumer) resync(ctx context.Context) {
 			return false // as a hole: the live stream's next message is a gap that replay cannot repair
 		}
 		c.seq.Replayed(seq)
+		c.notePayloadLocked(seq, payload)
 		c.c.lastSeq = seq
 		next = seq + 1
 		return true
@@ -234,14 +247,14 @@ func (c *consumer) lost(ctx context.Context) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if ctx.Err() == nil {
-		c.stopLocked()
+		c.suspendLocked() // kept for a resume when it can be (resume.go)
 	}
 }
 
 func (c *consumer) stopLocked() {
 	c.mp.Forget()
 	c.seq.Reset()
-	c.resynced = false
+	c.resynced, c.down = false, false
 }
 
 // startLocked begins a stream whose earlier messages are unknown: the
@@ -277,6 +290,7 @@ func (c *consumer) replayLocked(ctx context.Context, from, upTo int64) bool {
 			return false // malformed: its events are unknown, as a hole's
 		}
 		c.seq.Replayed(seq)
+		c.notePayloadLocked(seq, payload)
 		next++
 		return true
 	})
@@ -415,12 +429,13 @@ func (c *consumer) learnLocked(keys []tree.Key) {
 //     back on this node).
 //
 // A connect-mode stream renews only while its connection is up: losing it
-// forgets the map (lost), and so does resync.
+// suspends the stream (blind: nothing renewed until it resumes) or forgets
+// the map (lost, resume.go), and a resync that does not resume forgets it.
 func (c *consumer) renew() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.currentLocked() {
-		return
+	if c.down || !c.currentLocked() {
+		return // blind while the connection is down (resume.go)
 	}
 	now := c.now()
 	if c.listen && now.UnixMilli()-c.heard > c.cfg.LeaseTTL.Milliseconds() {

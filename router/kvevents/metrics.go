@@ -27,6 +27,9 @@ var (
 	descReplays = prometheus.NewDesc("kvmesh_kvevents_replays_total",
 		"Replay requests to the engine's ROUTER socket, by result: ok, incomplete (a resync's replay cut short by a handover counts as neither).",
 		[]string{"backend", "result"}, nil)
+	descResumes = prometheus.NewDesc("kvmesh_kvevents_resumes_total",
+		"Streams that went on after their connection dropped, claims kept: the engine replayed the last message applied, unchanged (connect mode with a replay socket).",
+		[]string{"backend"}, nil)
 	descMapped = prometheus.NewDesc("kvmesh_kvevents_mapped_blocks",
 		"Engine blocks this node maps to claims (the engine's GPU prefix cache as this node knows it).",
 		[]string{"backend"}, nil)
@@ -44,7 +47,7 @@ var (
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descMessages, descBlocks, descClaims, descDropped, descInvalidations, descReplays, descMapped, descOwned, descStreamOwned, descLastSeq, descListenErrors} {
+	for _, d := range []*prometheus.Desc{descMessages, descBlocks, descClaims, descDropped, descInvalidations, descReplays, descResumes, descMapped, descOwned, descStreamOwned, descLastSeq, descListenErrors} {
 		ch <- d
 	}
 }
@@ -95,6 +98,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		counter(descReplays, cc.replayOK, b, "ok")
 		counter(descReplays, cc.replayFailed, b, "incomplete")
+		counter(descResumes, cc.resumed, b)
 		ch <- prometheus.MustNewConstMetric(descMapped, prometheus.GaugeValue, float64(mapped), b)
 		ch <- prometheus.MustNewConstMetric(descLastSeq, prometheus.GaugeValue, float64(cc.lastSeq), b)
 		if c.m.streams[b].Endpoint != "" {
