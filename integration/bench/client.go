@@ -250,14 +250,28 @@ func skipSpace(b []byte, i int) int {
 	return i
 }
 
+// maxStreamLine bounds one line of an answer stream. An SSE event of a
+// chat answer carries a few tokens (vLLM's are well under 1 KiB; the
+// harness's own longest, a usage event, a few hundred bytes), so 4 MiB is
+// far above anything real while a stream that never sends a newline
+// cannot grow the load generator's memory without bound.
+const maxStreamLine = 4 << 20
+
+// maxJSONAnswer bounds a non-streaming answer: the workloads' longest
+// output is a few thousand tokens, a few tens of KB.
+const maxJSONAnswer = 64 << 20
+
 // readStream reads an SSE stream: TTFT at the first data event whose delta
 // carries non-empty content (or text), usage from the event that has it,
-// success at data: [DONE].
+// success at data: [DONE]. A line longer than maxStreamLine is an error.
 func readStream(br *bufio.Reader, t0 time.Time, s *Sample) error {
 	var long []byte // a line longer than the reader's buffer
 	for {
 		line, err := br.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
+			if len(long)+len(line) > maxStreamLine {
+				return &streamError{msg: fmt.Sprintf("a line longer than %d bytes", maxStreamLine)}
+			}
 			long = append(long, line...)
 			continue
 		}
@@ -293,9 +307,13 @@ func readStream(br *bufio.Reader, t0 time.Time, s *Sample) error {
 
 // readJSON reads a non-streaming answer: the first token is the whole answer.
 func readJSON(br *bufio.Reader, t0 time.Time, s *Sample) error {
-	body, err := io.ReadAll(io.LimitReader(br, 64<<20))
+	body, err := io.ReadAll(io.LimitReader(br, maxJSONAnswer+1))
 	if err != nil {
 		return err
+	}
+	if len(body) > maxJSONAnswer {
+		// Cut, its usage may be missing or wrong: not an answer to count.
+		return &streamError{msg: fmt.Sprintf("an answer longer than %d bytes", maxJSONAnswer)}
 	}
 	usage := objectAt(body, usageName)
 	if usage < 0 && objectAt(body, errorName) >= 0 {

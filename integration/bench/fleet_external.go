@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -59,6 +60,15 @@ func (f *externalFleet) Counters(ctx context.Context) ([]BackendCounters, error)
 	for i := range now {
 		b := &f.base[i]
 		c := &now[i]
+		// A counter below its value after the restart means the backend
+		// started over (a crash, a restart by someone else): the run's
+		// counts are lost, and the differences would wrap around.
+		if c.PrefixCacheQueries < b.PrefixCacheQueries || c.PrefixCacheHits < b.PrefixCacheHits ||
+			c.GenerationTokens < b.GenerationTokens || c.Requests < b.Requests || c.Preemptions < b.Preemptions ||
+			c.EvictedBlocks < b.EvictedBlocks || c.BusySeconds < b.BusySeconds {
+			return nil, fmt.Errorf("bench: %s: counters went backwards during the run (prefix-cache queries %d -> %d, hits %d -> %d): the backend restarted and the run's counts are lost",
+				f.urls[i], b.PrefixCacheQueries, c.PrefixCacheQueries, b.PrefixCacheHits, c.PrefixCacheHits)
+		}
 		c.PrefixCacheQueries -= b.PrefixCacheQueries
 		c.PrefixCacheHits -= b.PrefixCacheHits
 		c.GenerationTokens -= b.GenerationTokens
@@ -112,9 +122,12 @@ func (f *externalFleet) read(ctx context.Context) ([]BackendCounters, error) {
 }
 
 // parseCounters reads the counters of a kvmesh-sim (vLLM-named) metrics
-// page, summing samples of the same name over their labels.
+// page, summing samples of the same name over their labels. A page
+// without the prefix-cache counters (not a vLLM, or one whose metrics do
+// not include them) is an error: the hit rate would read as 0.
 func parseCounters(r io.Reader) (BackendCounters, error) {
 	var c BackendCounters
+	var queries, hits bool
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -122,20 +135,21 @@ func parseCounters(r io.Reader) (BackendCounters, error) {
 		if line == "" || line[0] == '#' {
 			continue
 		}
-		end := strings.IndexAny(line, "{ ")
-		sp := strings.LastIndexByte(line, ' ')
-		if end <= 0 || sp <= 0 {
+		name, value, ok := sampleValue(line)
+		if !ok {
 			continue
 		}
-		v, err := strconv.ParseFloat(line[sp+1:], 64)
+		v, err := strconv.ParseFloat(value, 64)
 		if err != nil || !(v >= 0) || math.IsInf(v, 0) {
 			continue
 		}
-		switch line[:end] {
+		switch name {
 		case "vllm:prefix_cache_queries_total":
 			c.PrefixCacheQueries += uint64(v)
+			queries = true
 		case "vllm:prefix_cache_hits_total":
 			c.PrefixCacheHits += uint64(v)
+			hits = true
 		case "vllm:generation_tokens_total":
 			c.GenerationTokens += uint64(v)
 		case "vllm:request_success_total":
@@ -148,5 +162,44 @@ func parseCounters(r io.Reader) (BackendCounters, error) {
 			c.BusySeconds += v
 		}
 	}
-	return c, sc.Err()
+	if err := sc.Err(); err != nil {
+		return c, err
+	}
+	if !queries || !hits {
+		return c, errors.New("no vllm:prefix_cache_queries_total and vllm:prefix_cache_hits_total on the page (is it a vLLM or a kvmesh-sim?)")
+	}
+	return c, nil
+}
+
+// sampleValue splits a sample line of the Prometheus text format into its
+// metric name and value: `name{labels} value [timestamp]`, where label
+// values may hold spaces and braces. ok is false for a malformed line.
+func sampleValue(line string) (name, value string, ok bool) {
+	end := strings.IndexAny(line, "{ ")
+	if end <= 0 {
+		return "", "", false
+	}
+	name, rest := line[:end], line[end:]
+	if rest[0] == '{' {
+		close, quoted := -1, false
+		for i := 1; i < len(rest) && close < 0; i++ {
+			switch c := rest[i]; {
+			case quoted && c == '\\':
+				i++ // an escaped byte inside a label value
+			case c == '"':
+				quoted = !quoted
+			case !quoted && c == '}':
+				close = i
+			}
+		}
+		if close < 0 {
+			return "", "", false
+		}
+		rest = rest[close+1:]
+	}
+	fields := strings.Fields(rest)
+	if len(fields) == 0 || len(fields) > 2 {
+		return "", "", false
+	}
+	return name, fields[0], true
 }

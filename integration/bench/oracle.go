@@ -75,6 +75,11 @@ type oracleBackend struct {
 // oracleReq is one request between Handler and Choose.
 type oracleReq struct {
 	body []byte
+	// path is the engines' endpoint for body (sim.ChatPath or
+	// sim.CompletionPath; set by register): a completions prompt read as
+	// a chat body would match nothing anywhere. "" for an endpoint the
+	// engines do not generate on: no backend holds any of it.
+	path string
 	// Guarded by Oracle.mu: where its prefill is booked, and how much.
 	at      *oracleBackend
 	charged int64
@@ -123,8 +128,8 @@ func (o *Oracle) Choose(req *router.Request, cands []router.Candidate, scores []
 	best, prompt := -1, 0
 	var bestUncached, bestQueued int64
 	var m promptMatch
-	if r != nil {
-		m = newPromptMatch(r.body, sim.ChatPath)
+	if r != nil && r.path != "" {
+		m = newPromptMatch(r.body, r.path)
 		defer m.release()
 	}
 	for i := range cands {
@@ -135,7 +140,7 @@ func (o *Oracle) Choose(req *router.Request, cands []router.Candidate, scores []
 			continue
 		}
 		cached := 0
-		if r != nil {
+		if r != nil && r.path != "" {
 			if ct, pt, err := m.at(b.b); err == nil {
 				cached, prompt = ct, pt
 			}
@@ -234,6 +239,12 @@ func (o *Oracle) settle(r *oracleReq) {
 
 // register makes r findable by its body's rendering until unregister.
 func (o *Oracle) register(ep router.Endpoint, r *oracleReq) (unregister func()) {
+	switch ep {
+	case router.EndpointChat:
+		r.path = sim.ChatPath
+	case router.EndpointCompletions:
+		r.path = sim.CompletionPath
+	}
 	p := promptPool.Get().(*router.Prompt)
 	defer promptPool.Put(p)
 	p.Reset()

@@ -65,12 +65,14 @@ func PairedAgainst(r *Report) []Paired {
 			d := km.HitRate - run.HitRate
 			hit = append(hit, d)
 			tally(d > 0, d < 0, &p.HitAhead, &p.HitBehind)
-			if run.TTFT.P50 > 0 {
+			// A percentile of 0 is a run that answered nothing (an empty
+			// summary): no ratio, on either side.
+			if run.TTFT.P50 > 0 && km.TTFT.P50 > 0 {
 				x := km.TTFT.P50 / run.TTFT.P50
 				p50 = append(p50, x)
 				tally(x < 1, x > 1, &p.P50Faster, &p.P50Slower)
 			}
-			if run.TTFT.P99 > 0 {
+			if run.TTFT.P99 > 0 && km.TTFT.P99 > 0 {
 				x := km.TTFT.P99 / run.TTFT.P99
 				p99 = append(p99, x)
 				tally(x < 1, x > 1, &p.P99Faster, &p.P99Slower)

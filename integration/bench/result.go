@@ -235,15 +235,21 @@ func Summarize(arms []Arm, runs []RunResult) []ArmSummary {
 				continue
 			}
 			hit = append(hit, r.HitRate)
-			t50 = append(t50, r.TTFT.P50)
-			t90 = append(t90, r.TTFT.P90)
-			t99 = append(t99, r.TTFT.P99)
+			// A run in which no request was answered has no latency: its
+			// empty summary (all 0) would read as the fastest run of all.
+			if r.TTFT.N > 0 {
+				t50 = append(t50, r.TTFT.P50)
+				t90 = append(t90, r.TTFT.P90)
+				t99 = append(t99, r.TTFT.P99)
+			}
 			if r.EngineTTFT.N > 0 {
 				g50 = append(g50, r.EngineTTFT.P50)
 				g99 = append(g99, r.EngineTTFT.P99)
 			}
-			e50 = append(e50, r.E2E.P50)
-			e99 = append(e99, r.E2E.P99)
+			if r.E2E.N > 0 {
+				e50 = append(e50, r.E2E.P50)
+				e99 = append(e99, r.E2E.P99)
+			}
 			rps = append(rps, r.RequestsPerSec)
 			tps = append(tps, r.OutputTokensPerSec)
 			wcv = append(wcv, r.WorkCV)
