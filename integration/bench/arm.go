@@ -152,15 +152,32 @@ func DefaultArms() []Arm {
 	return arms
 }
 
-// rotation returns the arms in the order repeat r runs them: the list
-// rotated left by r, so every arm runs first, last and in between across
-// repeats and no arm always follows the same one's leftovers (page cache,
-// GC, CPU frequency).
+// rotation returns the arms in the order repeat r runs them: the rows of a
+// Williams design (a Latin square balanced for carry-over). Over n repeats
+// of n arms each arm runs once in every position, and each arm follows
+// every other exactly once (an even n; an odd n needs 2n repeats, the
+// second n rows reversed), so no arm always runs after the same one's
+// leftovers (page cache, GC, CPU frequency). A plain rotation had arm i
+// follow arm i-1 in every repeat it did not open. For 2 and 3 arms the
+// first n rows are the plain rotation.
 func rotation(arms []Arm, r int) []Arm {
 	n := len(arms)
 	out := make([]Arm, n)
-	for i := range arms {
-		out[i] = arms[(i+r)%n]
+	shift, reversed := r%n, n%2 == 1 && (r/n)%2 == 1
+	for i := range n {
+		// The first row is 0, 1, n-1, 2, n-2, ...; row k adds k.
+		j := 0
+		switch {
+		case i%2 == 1:
+			j = (i + 1) / 2
+		case i > 0:
+			j = n - i/2
+		}
+		pos := i
+		if reversed {
+			pos = n - 1 - i
+		}
+		out[pos] = arms[(j+shift)%n]
 	}
 	return out
 }

@@ -47,10 +47,56 @@ func TestRotation(t *testing.T) {
 		return strings.Join(s, ",")
 	}
 	for r, want := range []string{
-		"round_robin,least_loaded,kvmesh", "least_loaded,kvmesh,round_robin", "kvmesh,round_robin,least_loaded", "round_robin,least_loaded,kvmesh",
+		"round_robin,least_loaded,kvmesh", "least_loaded,kvmesh,round_robin", "kvmesh,round_robin,least_loaded",
+		"kvmesh,least_loaded,round_robin", // an odd count's second n rows are reversed
 	} {
 		if got := name(rotation(arms, r)); got != want {
 			t.Errorf("rotation %d = %s, want %s", r, got, want)
+		}
+	}
+}
+
+// Over a full design (n repeats, 2n for an odd n) every arm runs in every
+// position equally often and follows every other arm equally often.
+func TestRotationIsBalanced(t *testing.T) {
+	for n := 2; n <= 7; n++ {
+		arms := make([]Arm, n)
+		for i := range arms {
+			arms[i] = Arm{Name: string(rune('a' + i))}
+		}
+		reps := n
+		if n%2 == 1 {
+			reps = 2 * n
+		}
+		pos := map[[2]string]int{}
+		follows := map[[2]string]int{}
+		for r := range reps {
+			order := rotation(arms, r)
+			seen := map[string]bool{}
+			for i, a := range order {
+				seen[a.Name] = true
+				pos[[2]string{a.Name, string(rune('0' + i))}]++
+				if i > 0 {
+					follows[[2]string{order[i-1].Name, a.Name}]++
+				}
+			}
+			if len(seen) != n {
+				t.Fatalf("n=%d repeat %d: %v is not a permutation", n, r, order)
+			}
+		}
+		wantPos, wantFollow := reps/n, reps/n
+		if len(pos) != n*n || len(follows) != n*(n-1) {
+			t.Fatalf("n=%d: %d (arm, position) pairs and %d (before, after) pairs, want %d and %d", n, len(pos), len(follows), n*n, n*(n-1))
+		}
+		for k, v := range pos {
+			if v != wantPos {
+				t.Errorf("n=%d: arm %s ran at position %s %d times, want %d", n, k[0], k[1], v, wantPos)
+			}
+		}
+		for k, v := range follows {
+			if v != wantFollow {
+				t.Errorf("n=%d: %s ran right after %s %d times, want %d", n, k[1], k[0], v, wantFollow)
+			}
 		}
 	}
 }

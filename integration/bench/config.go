@@ -71,8 +71,9 @@ type Config struct {
 	// on the first one's claims. Default none.
 	Fronts []string
 
-	// Arms are measured in this order in the first repeat, rotated by one
-	// in each following repeat. Default DefaultArms().
+	// Arms are measured in this order in the first repeat, and in the
+	// rows of a Williams design after it (rotation: each arm in every
+	// position and after every other equally often). Default DefaultArms().
 	Arms []Arm
 	// Repeats is how often every arm runs. Default 3: the least that gives
 	// a median and a spread.

@@ -13,7 +13,7 @@
 //     several router nodes behind a random spread (with or without shared
 //     state);
 //   - the experiment loop (run.go): a fresh fleet and fresh router state per
-//     arm and repeat, arm order rotated between repeats;
+//     arm and repeat, arm order balanced over repeats (a Williams design);
 //   - the engines' own time to first token beside the client's, and the time
 //     outside the engines between them (engine_ttft.go);
 //   - the figures (stats.go, result.go) and their writers: Markdown, JSON and

@@ -96,7 +96,7 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	} else {
 		p("the fleet can hold the whole working set).\n\n")
 	}
-	p("Setup: %d backends x %d KV blocks of %d tokens, time scale %g, %s loop (concurrency %d), %d repeats, arm order rotated per repeat",
+	p("Setup: %d backends x %d KV blocks of %d tokens, time scale %g, %s loop (concurrency %d), %d repeats, arm order per repeat from a Williams design (over a full cycle each arm runs in every position and after every other arm equally often)",
 		st.Backends, st.CacheBlocks, st.BlockTokens, st.TimeScale, st.Mode, st.Concurrency, st.Repeats)
 	if st.ScaleRouterTimes {
 		p(", router time settings divided by the time scale")

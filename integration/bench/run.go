@@ -13,7 +13,7 @@ import (
 // Run measures every arm of cfg on w, cfg.Repeats times. Each run starts a
 // fresh fleet (refusing one whose counters are not zero) and fresh router
 // state (which is why external Fronts allow one repeat only); repeat r runs
-// the arms rotated by r. The report's Workload and
+// the arms in row r of a balanced design (rotation). The report's Workload and
 // Setup are left for the caller, who knows the fleet's shape.
 func Run(ctx context.Context, cfg Config, w *workload.Workload) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
