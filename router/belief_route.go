@@ -241,7 +241,7 @@ func (rt *Router) unitsPerToken() float64 { return math.Float64frombits(rt.upt.L
 // match that was gone says the cache keeps less; a doubted (or ignored)
 // deeper claim that was still there says it keeps more.
 func (rt *Router) learnFromAnswer(b *backend, st *reqState, d Decision, prompt, cached int64) {
-	rt.observeReuse(prompt, cached)
+	rt.observeReuse(plausibleUsage(prompt, cached, st.chain.Units, rt.unitsPerToken()))
 	fb := st.fb
 	// An answer reporting more cached tokens than its prompt had (or no
 	// prompt) is not a usage report the router can reason with: it

@@ -188,10 +188,17 @@ type fleetLoad struct {
 }
 
 // observe folds the sample x taken at now into the mean and returns it.
-// A sample at or before the last one's time leaves the mean as it is.
+// A sample at or before the last one's time leaves the mean as it is, and
+// so does one that is not a finite number (a load per unit of weight that
+// overflowed, at a backend of a tiny weight): a mean of +Inf would turn
+// NaN at the next sample, and NaN would gate the blocking term off for
+// good (a huge finite one for hours: the mean decays by e per window).
 func (f *fleetLoad) observe(now int64, x float64, window time.Duration) float64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return f.mean
+	}
 	switch {
 	case !f.seen:
 		f.mean, f.at, f.seen = x, now, true

@@ -52,7 +52,10 @@ type Request struct {
 	Explain bool
 	Now     time.Time
 
-	scratch []float64 // policies of this package may use it; len >= len(cands)
+	// scratch is space policies of this package may use, cap >= 2*len(cands)
+	// when the router sets it; a policy allocates its own when it is
+	// shorter (a Request built outside this package has none).
+	scratch []float64
 }
 
 // Units is the prompt's length in units (bytes in byte mode), 0 without a prompt.
@@ -144,6 +147,9 @@ func (c *Candidate) TrustedUnits(ch *tree.Chain) float64 {
 // a claim past the edge of the backend's cache covers, each at the worth
 // of its claim (the near claim's at NearTrust, the rest at DoubtTrust).
 func (c *Candidate) DoubtedWorth(ch *tree.Chain) float64 {
+	if ch == nil {
+		return 0
+	}
 	matched := c.MatchedUnits(ch)
 	worth := 0.0
 	near := matched

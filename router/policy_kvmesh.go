@@ -105,7 +105,11 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 	if !req.Explain && req.Attempt == 0 && total > 0 {
 		p.avgPrompt.Store(math.Float64bits(avg + (total-avg)*promptWeight(req.MeshShare)))
 	}
-	loads := req.scratch[:n]
+	scratch := req.scratch
+	if cap(scratch) < 2*n { // a caller outside this package cannot set it
+		scratch = make([]float64, 2*n)
+	}
+	loads := scratch[:n]
 	minLoad := math.Inf(1)
 	for i := range cands {
 		loads[i] = cfg.load(&cands[i], avg)
@@ -206,8 +210,8 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 	default:
 		d.Reason = ReasonCost
 	}
-	if cands[best].Matched == 0 || n == 1 {
-		return d
+	if cands[best].Matched == 0 || n == 1 || req.Chain == nil || int(cands[best].Matched) > len(req.Chain.Keys) {
+		return d // (no key to count a hot prefix by: a caller's match beyond its chain)
 	}
 
 	// Load override: the chosen holder is far busier than the typical
@@ -229,7 +233,7 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 	if alt := cfg.waitGuard(req, cands, loads, best, total, avg); alt >= 0 {
 		return Decision{Index: alt, Reason: ReasonLoadOverride, Learn: true, LearnAbove: cands[best].Matched}
 	}
-	limit := cfg.LoadOverrideFactor * max(median(append(req.scratch[n:n], loads...)), cfg.LoadOverrideFloor*avg)
+	limit := cfg.LoadOverrideFactor * max(median(append(scratch[n:n], loads...)), cfg.LoadOverrideFloor*avg)
 	if loads[best] <= limit {
 		return d
 	}

@@ -143,6 +143,29 @@ func (rt *Router) observeReuse(prompt, cached int64) {
 	rt.reuse.add(prompt, c, w)
 }
 
+// plausibleUsage bounds the weight of an answer's usage (prompt and cached
+// tokens) in the reuse average by the size of its prompt: at most
+// unitsPerTokenBand times the tokens units (the prompt's length) make at
+// the router's units-per-token estimate upt, the cached count scaled
+// down with it (its share kept). The average is weighted by tokens, and
+// the count is the backend's word: one answer of a buggy or hostile
+// backend claiming prompt_tokens 2^52 for a prompt of a few KB would
+// otherwise outweigh the last ~128 answers by ten orders of magnitude and
+// hold the fleet's reuse at 0 (or 1, all cached) for thousands of answers,
+// switching the spread term and the reuse gates with it. Unchanged
+// without a prompt to compare with (units 0).
+func plausibleUsage(prompt, cached int64, units int, upt float64) (int64, int64) {
+	if units <= 0 || !(upt > 0) || math.IsInf(upt, 0) || prompt <= 0 {
+		return prompt, cached
+	}
+	limit := math.Ceil(float64(units) * unitsPerTokenBand / upt)
+	if float64(prompt) <= limit {
+		return prompt, cached
+	}
+	share := float64(min(max(cached, 0), prompt)) / float64(prompt)
+	return int64(limit), int64(share * limit)
+}
+
 // reuseShare is Request.Reuse: the reuse average with the peers' latest
 // answers folded in (one lock on the request path).
 func (rt *Router) reuseShare() float64 {
