@@ -265,25 +265,58 @@ func TestSpanCurveIdleGate(t *testing.T) {
 	idle := []Candidate{{Load: LoadView{PendingPrefill: 100}}, {Load: LoadView{Waiting: 1, OwnAtSignal: 1}}}
 	on := 0
 	for range 64 {
-		if g.rt.spansNow(idle) {
+		if g.rt.spansNow(idle, true) {
 			on++
 		}
 	}
-	if !g.rt.spansNow(idle) || on == 0 {
+	if !g.rt.spansNow(idle, true) || on == 0 {
 		t.Fatal("after 64 decisions with an idle candidate the span curve is not used")
 	}
-	for i := 0; g.rt.spansNow(busy); i++ {
+	for i := 0; g.rt.spansNow(busy, true); i++ {
 		if i == 200 {
 			t.Fatal("200 decisions with every candidate queued: the span curve is still used")
 		}
 	}
-	for i := 0; !g.rt.spansNow(idle); i++ {
+	for i := 0; !g.rt.spansNow(idle, true); i++ {
 		if i == 200 {
 			t.Fatal("200 decisions with an idle candidate again: the span curve is not used")
 		}
 	}
 	g.rt.cfg.Belief.DoubtSpanMinIdle = 0
-	if !g.rt.spansNow(busy) {
+	if !g.rt.spansNow(busy, true) {
 		t.Fatal("doubt_span_min_idle 0: the span curve is not always used")
+	}
+}
+
+// /debug/route explanations and a request's retries move none of the
+// router's decision averages: the share of decisions with an idle
+// candidate, which gates the span curve, counts each routed request once.
+func TestExplanationsDoNotMoveTheIdleShare(t *testing.T) {
+	g := newRig(t, func(c *Config, d *Deps) {
+		c.Belief.DoubtSpanCurve, c.Belief.DoubtSpanMinIdle = true, 0.5
+	}, newFakeBackend(t, "a"), newFakeBackend(t, "b"))
+	st := g.rt.getState()
+	defer g.rt.putState(st)
+	st.routed, st.filtered = true, true
+	idle := func() float64 { return math.Float64frombits(g.rt.idle.Load()) }
+	before := idle()
+	st.observed = true // as explain sets it
+	for range 50 {
+		if !g.rt.gather(st, "", time.Now()) {
+			t.Fatal("no backend")
+		}
+	}
+	if idle() != before {
+		t.Fatalf("explanations moved the idle share from %v to %v", before, idle())
+	}
+	st.observed = false // a request's first decision
+	g.rt.gather(st, "", time.Now())
+	first := idle()
+	if first == before {
+		t.Fatal("a request's first decision did not count")
+	}
+	g.rt.gather(st, "", time.Now()) // its retry
+	if idle() != first {
+		t.Fatalf("a retry counted again: %v then %v", first, idle())
 	}
 }

@@ -414,12 +414,17 @@ func (rt *Router) spanWorths(ch *tree.Chain, c *Candidate) {
 // idle candidate (BeliefConfig.DoubtSpanMinIdle): the last ~64.
 const idleEWMA = 1.0 / 64
 
-// spansNow takes in whether one of cands has nothing queued (no prefill
+// spansNow takes in (with observe: a request's first decision, not an
+// explanation's) whether one of cands has nothing queued (no prefill
 // booked by the mesh, no request of others waiting) and reports whether
 // the span curve prices doubted claims now: always, or while the share of
 // recent decisions with such a candidate is at least
 // BeliefConfig.DoubtSpanMinIdle.
-func (rt *Router) spansNow(cands []Candidate) bool {
+func (rt *Router) spansNow(cands []Candidate, observe bool) bool {
+	cur := math.Float64frombits(rt.idle.Load())
+	if !observe {
+		return cur >= rt.cfg.Belief.DoubtSpanMinIdle
+	}
 	idle := 0.0
 	for i := range cands {
 		l := &cands[i].Load
@@ -428,7 +433,6 @@ func (rt *Router) spansNow(cands []Candidate) bool {
 			break
 		}
 	}
-	cur := math.Float64frombits(rt.idle.Load())
 	share := cur + idleEWMA*(idle-cur)
 	rt.idle.Store(math.Float64bits(share)) // a lost update is one decision fewer in the average
 	return share >= rt.cfg.Belief.DoubtSpanMinIdle

@@ -3,7 +3,6 @@ package router
 import (
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -30,6 +29,8 @@ type BackendConfig struct {
 	// Weight is the backend's relative capacity (default 1): a backend of
 	// weight 2 is considered half as loaded as one of weight 1 with the same
 	// counts, and gets twice the share of new prefixes.
+	// Between minBackendWeight and maxBackendWeight: a weight of 1e-300
+	// made the backend's load per unit of weight overflow to +Inf.
 	Weight float64 `yaml:"weight"`
 	// KVCapacityTokens is the backend's KV cache size in tokens, for the
 	// claim belief (see BeliefConfig). 0: read it from the backend's
@@ -374,8 +375,8 @@ func (c *Config) Validate() error {
 		if b.KVCapacityTokens < 0 || b.KVCapacityTokens > MaxKVCapacityTokens {
 			bad("backends[%d]: kv_capacity_tokens must be in [0, %d] (0: from the backend's metrics), got %d", i, int64(MaxKVCapacityTokens), b.KVCapacityTokens)
 		}
-		if b.Weight < 0 || math.IsNaN(b.Weight) || math.IsInf(b.Weight, 0) {
-			bad("backends[%d]: weight must be a positive number (0 means 1), got %v", i, b.Weight)
+		if b.Weight != 0 && !(b.Weight >= minBackendWeight && b.Weight <= maxBackendWeight) {
+			bad("backends[%d]: weight must be between %g and %g (0 means 1), got %v", i, minBackendWeight, maxBackendWeight, b.Weight)
 		}
 		for j, m := range b.Models {
 			if m == "" {
@@ -585,6 +586,13 @@ func (b BackendConfig) effectiveName() string {
 	}
 	return b.URL
 }
+
+// The range of a backend's weight: a million to one is far past any real
+// mix of GPUs, and keeps every load per unit of weight finite.
+const (
+	minBackendWeight = 0.001
+	maxBackendWeight = 1000.0
+)
 
 func (b BackendConfig) effectiveWeight() float64 {
 	if b.Weight > 0 {

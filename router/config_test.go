@@ -1,6 +1,7 @@
 package router
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -46,7 +47,7 @@ func TestValidateReportsEachProblem(t *testing.T) {
 	for _, want := range []string{
 		`backends[0]: url "ftp://h": scheme must be http or https`,
 		`backends[1]: name "x" is already used by backends[0]`,
-		`backends[1]: weight must be a positive number`,
+		`backends[1]: weight must be between 0.001 and 1000`,
 		`backends[2].models[0]: empty model name`,
 		`backends[2]: kv_capacity_tokens must be in [0, 1099511627776]`,
 		`policy "fastest" is unknown; choose one of consistent_hash, kvmesh, least_loaded, random, round_robin, sglang_cache_aware`,
@@ -108,5 +109,25 @@ consistent_hash:
 	}
 	if cfg.Backends[1].effectiveName() != "http://10.0.0.2:8000" {
 		t.Error("a backend without a name is named by its URL")
+	}
+}
+
+// A weight of 1e-300 made a backend's load per unit of weight +Inf (and the
+// fleet's mean load NaN); weights outside [0.001, 1000] are refused, 0
+// still means 1.
+func TestBackendWeightRange(t *testing.T) {
+	for _, w := range []float64{1e-300, 0.0009, 1001, math.Inf(1), math.NaN(), -1} {
+		cfg := DefaultConfig()
+		cfg.Backends = []BackendConfig{{Name: "x", URL: "http://h:1", Weight: w}}
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "backends[0]: weight") {
+			t.Errorf("weight %v: %v", w, err)
+		}
+	}
+	for _, w := range []float64{0, 0.001, 1, 1000} {
+		cfg := DefaultConfig()
+		cfg.Backends = []BackendConfig{{Name: "x", URL: "http://h:1", Weight: w}}
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("weight %v refused: %v", w, err)
+		}
 	}
 }

@@ -198,6 +198,7 @@ func (rt *Router) explain(st *reqState, ep Endpoint, path string, body []byte, t
 	}
 	now := rt.now()
 	rt.lookup(st, now)
+	st.observed = true // an explanation moves none of the router's averages
 	if !rt.gather(st, st.model, now) {
 		return nil, ErrModelNotFound(st.model)
 	}

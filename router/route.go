@@ -34,6 +34,10 @@ type reqState struct {
 	pinnedEdge bool
 	// filtered: res ignored claims past some backend's cache edge.
 	filtered bool
+	// observed: this request has been counted in the router's decision
+	// averages (spansNow) already, or must not be (an explanation, the
+	// shadow): a retry or a re-decision after a wait does not count again.
+	observed bool
 	// precise: keyed by the engine's tokens; precise backends' claims are
 	// then exact (their events end what they evict) and not doubted.
 	precise bool
@@ -119,7 +123,7 @@ func (rt *Router) putState(st *reqState) {
 		st.key = nil // a long tenant header's key is not pinned by the pool
 	}
 	st.body, st.tried = st.body[:0], st.tried[:0]
-	st.routed, st.model, st.precise = false, "", false
+	st.routed, st.model, st.precise, st.observed = false, "", false, false
 	st.req = Request{}
 	clear(st.outHeader) // do not pin the last client's header values
 	if st.xff != nil {
@@ -338,13 +342,14 @@ func (rt *Router) gather(st *reqState, model string, now time.Time) bool {
 		st.cands = append(st.cands, c)
 		st.backs = append(st.backs, b)
 	}
-	if st.routed && st.filtered && rt.cfg.Belief.DoubtSpanCurve && rt.spansNow(st.cands) {
+	if st.routed && st.filtered && rt.cfg.Belief.DoubtSpanCurve && rt.spansNow(st.cands, !st.observed) {
 		for i := range st.cands {
 			if c := &st.cands[i]; c.Doubted > c.Matched {
 				rt.spanWorths(&st.chain, c)
 			}
 		}
 	}
+	st.observed = true // a retry or a re-decision after a wait is not counted again
 	return true
 }
 
