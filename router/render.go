@@ -171,13 +171,72 @@ func (r *renderer) dupKey(o *fastjson.Object) string {
 }
 
 // refuseDup answers a rendered object that repeats a key (dupKey).
-func (r *renderer) refuseDup(o *fastjson.Object, at loc) error {
+func (r *renderer) refuseDup(o *fastjson.Object, at loc) error { return r.refuseDupIn(o, at, "") }
+
+// refuseDupIn is refuseDup for an object nested in at's element under the
+// member field ("function" of a tool call, "image_url" of a part).
+func (r *renderer) refuseDupIn(o *fastjson.Object, at loc, field string) error {
 	if k := r.dupKey(o); k != "" {
-		e := badRequest(at.param(k), "duplicate key %q in %s: it is ambiguous which copy counts", k, at.param(""))
+		where := at.param(field)
+		if field != "" {
+			k = field + "." + k
+		}
+		e := badRequest(at.param(k), "duplicate key %q in %s: it is ambiguous which copy counts", k, where)
 		e.Code = "duplicate_member"
 		return e
 	}
 	return nil
+}
+
+// topKeys are the top-level members whose value decides the rendering or
+// the keys' seed; topKeysOf says which of them an endpoint reads (bit i:
+// topKeys[i]).
+var topKeys = [...]string{"model", "cache_salt", "messages", "prompt", "input", "instructions",
+	"chat_template", "chat_template_kwargs", "documents", "functions", "tools", "previous_response_id", "conversation"}
+
+func topKeysOf(ep Endpoint) uint16 {
+	const common, preamble = 1<<0 | 1<<1, 1<<6 | 1<<7 | 1<<8 | 1<<9 | 1<<10
+	switch ep {
+	case EndpointChat:
+		return common | 1<<2 | preamble
+	case EndpointCompletions:
+		return common | 1<<3
+	case EndpointResponses:
+		return common | 1<<4 | 1<<5 | preamble | 1<<11 | 1<<12
+	}
+	return common | 1<<2 | 1<<4 | preamble // embeddings: input, or chat-style messages
+}
+
+// refuseTopDup refuses a body that repeats a top-level member the endpoint
+// renders: fastjson reads the first copy, the backend's parser the last,
+// so the claims learned would name a prompt the engine never saw. The
+// handler's skim refuses model, cache_salt and the list keys before
+// parsing; this covers the rest (tools, instructions, chat_template...)
+// and Render's direct callers. One pass over the members.
+func refuseTopDup(o *fastjson.Object, ep Endpoint) error {
+	want := topKeysOf(ep)
+	var seen uint16
+	dup := ""
+	o.Visit(func(k []byte, _ *fastjson.Value) {
+		if dup != "" || len(k) > len("previous_response_id") { // the longest of topKeys
+			return
+		}
+		for i, name := range topKeys {
+			if want&(1<<i) != 0 && string(k) == name {
+				if seen&(1<<i) != 0 {
+					dup = name
+				}
+				seen |= 1 << i
+				return
+			}
+		}
+	})
+	if dup == "" {
+		return nil
+	}
+	e := badRequest(dup, "duplicate key %q in the request body: it is ambiguous which copy counts", dup)
+	e.Code = "duplicate_member"
+	return e
 }
 
 var rendererPool = sync.Pool{New: func() any { return new(renderer) }}
@@ -222,6 +281,9 @@ func (r *renderer) render(ep Endpoint, body []byte) error {
 	obj, err := root.Object()
 	if err != nil {
 		return badRequest("", "request body must be a JSON object, not %s", root.Type())
+	}
+	if err := refuseTopDup(obj, ep); err != nil {
+		return err
 	}
 	if err := r.common(obj, ep); err != nil {
 		return err

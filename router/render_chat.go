@@ -66,15 +66,23 @@ func (r *renderer) chat(obj *fastjson.Object) error {
 // preambleKeys are the request fields other than the messages that change
 // what a chat template renders (vLLM passes them all to the template), in
 // canonical (sorted) order, with the JSON type each must have.
+//
+// For /v1/responses, also the stored state a request continues
+// (previous_response_id, conversation): the engine prefills that state's
+// whole conversation before the input, which the body does not carry, so
+// the rendering must not equal a fresh request's with the same input.
 var preambleKeys = [...]struct {
-	key  string
-	want fastjson.Type
+	key       string
+	want      fastjson.Type
+	responses bool // only read for EndpointResponses
 }{
-	{"chat_template", fastjson.TypeString},
-	{"chat_template_kwargs", fastjson.TypeObject},
-	{"documents", fastjson.TypeArray},
-	{"functions", fastjson.TypeArray}, // deprecated form of tools
-	{"tools", fastjson.TypeArray},
+	{"chat_template", fastjson.TypeString, false},
+	{"chat_template_kwargs", fastjson.TypeObject, false},
+	{"conversation", fastjson.TypeString, true}, // or {"id": "..."}, rendered as the id
+	{"documents", fastjson.TypeArray, false},
+	{"functions", fastjson.TypeArray, false}, // deprecated form of tools
+	{"previous_response_id", fastjson.TypeString, true},
+	{"tools", fastjson.TypeArray, false},
 }
 
 // preamble renders the preamble segment, FS followed by the canonical JSON
@@ -85,9 +93,17 @@ func (r *renderer) preamble(obj *fastjson.Object) error {
 	p := r.p
 	n := 0
 	for _, pk := range preambleKeys {
+		if pk.responses && p.Endpoint != EndpointResponses {
+			continue
+		}
 		v := obj.Get(pk.key)
 		if isAbsent(v) {
 			continue
+		}
+		if pk.key == "conversation" && v.Type() == fastjson.TypeObject {
+			if v = v.Get("id"); v == nil || v.Type() != fastjson.TypeString {
+				return badRequest("conversation.id", "conversation must be a string or an object with a string id")
+			}
 		}
 		if v.Type() != pk.want {
 			return badRequest(pk.key, "%s must be %s", pk.key, typeName(pk.want))
@@ -178,12 +194,18 @@ func (r *renderer) chatMessage(m *fastjson.Value, at loc) error {
 				return cat.typeErr("", "an object")
 			}
 			co, _ := c.Object()
+			if err := r.refuseDup(co, cat); err != nil {
+				return err
+			}
 			var name, args *fastjson.Value
 			if fn := co.Get("function"); !isAbsent(fn) {
 				if fn.Type() != fastjson.TypeObject {
 					return cat.typeErr("function", "an object")
 				}
 				fo, _ := fn.Object()
+				if err := r.refuseDupIn(fo, cat, "function"); err != nil {
+					return err
+				}
 				name, args = fo.Get("name"), fo.Get("arguments")
 			}
 			if err := r.call(co.Get("id"), name, args, cat); err != nil {
@@ -196,6 +218,9 @@ func (r *renderer) chatMessage(m *fastjson.Value, at loc) error {
 			return at.typeErr("function_call", "an object")
 		}
 		fo, _ := v.Object()
+		if err := r.refuseDup(fo, at.in("function_call", -1)); err != nil {
+			return err
+		}
 		return r.call(nil, fo.Get("name"), fo.Get("arguments"), at.in("function_call", -1))
 	}
 	return nil
@@ -357,6 +382,9 @@ func (r *renderer) urlPart(o *fastjson.Object, key string, tag byte, at loc) err
 	v := o.Get(key)
 	if !isAbsent(v) && v.Type() == fastjson.TypeObject {
 		vo, _ := v.Object()
+		if err := r.refuseDupIn(vo, at, key); err != nil {
+			return err
+		}
 		v = vo.Get("url")
 		key += ".url"
 	}

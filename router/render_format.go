@@ -18,7 +18,10 @@ package router
 //
 //	preamble  = FS canonical-JSON({"tools": [...], ...}) tool definitions and chat-template
 //	                                                     options (chat_template, chat_template_kwargs,
-//	                                                     documents, functions); only when any is set
+//	                                                     documents, functions; for responses also
+//	                                                     previous_response_id and conversation's
+//	                                                     id, the stored state it continues);
+//	                                                     only when any is set
 //	message   = RS role [US 'n' name] [US 'i' tool_call_id] part* call*
 //	part      = GS 't' text                              text, input_text, output_text
 //	          | GS 'r' text                              refusal

@@ -14,6 +14,10 @@ import (
 // call, a function_call_output item like a tool message. Items of other
 // types (reasoning, item_reference, ...) render as RS US 'y' type GS 'x'
 // hash-of-canonical-item.
+//
+// A request continuing stored state (previous_response_id, conversation)
+// has them in its preamble: the engine prefills that state before the
+// input, so it must not render like a fresh request with the same input.
 func (r *renderer) responses(obj *fastjson.Object) error {
 	p := r.p
 	input := obj.Get("input")

@@ -60,6 +60,9 @@ func (c *tokenCache) put(k uint64, toks []uint32) {
 	if old := c.m[k]; old != nil {
 		c.tokens += len(cp) - len(old.toks)
 		old.toks, old.ref = cp, true
+		for c.tokens > c.max && c.head < len(c.ring) { // longer than before: the bound still holds
+			c.evictOne()
+		}
 		return
 	}
 	for c.tokens+len(cp) > c.max && c.head < len(c.ring) {

@@ -42,7 +42,7 @@ func appendTokenizeBody(dst []byte, ep Endpoint, body []byte) (_ []byte, opts ui
 	switch ep {
 	case EndpointChat:
 		var seen [len(chatTokenizeKeys)]bool
-		var haveMessages bool
+		var haveMessages, dup bool
 		dst = append(dst, '{')
 		ok := eachTopLevel(body, func(name, value []byte) {
 			if string(name) == "model" {
@@ -52,6 +52,10 @@ func appendTokenizeBody(dst []byte, ep Endpoint, body []byte) (_ []byte, opts ui
 				return
 			}
 			for i, k := range chatTokenizeKeys {
+				// A repeated option the rendering does not hold (Render
+				// refuses the others repeated): the engine keeps its last
+				// copy, and tokens keyed by the first would be wrong.
+				dup = dup || string(name) == k && seen[i] && !chatKeyRendered[i]
 				if string(name) == k && !seen[i] {
 					seen[i] = true
 					haveMessages = haveMessages || i == 0
@@ -66,11 +70,12 @@ func appendTokenizeBody(dst []byte, ep Endpoint, body []byte) (_ []byte, opts ui
 				}
 			}
 		})
-		if !ok || !haveMessages || len(model) == 0 || model[0] != '"' {
+		if !ok || dup || !haveMessages || len(model) == 0 || model[0] != '"' {
 			return dst[:start], 0, errTokenizeUnsupported
 		}
 	case EndpointCompletions:
 		var prompt, special []byte
+		dup := false
 		ok := eachTopLevel(body, func(name, value []byte) {
 			switch string(name) {
 			case "model":
@@ -82,6 +87,7 @@ func appendTokenizeBody(dst []byte, ep Endpoint, body []byte) (_ []byte, opts ui
 					prompt = value
 				}
 			case "add_special_tokens":
+				dup = dup || special != nil // the engine keeps the last copy
 				if special == nil {
 					special = value
 				}
@@ -90,7 +96,7 @@ func appendTokenizeBody(dst []byte, ep Endpoint, body []byte) (_ []byte, opts ui
 		if ok && len(prompt) > 0 && prompt[0] == '[' {
 			prompt = singleString(prompt)
 		}
-		if !ok || len(prompt) == 0 || prompt[0] != '"' || len(model) == 0 || model[0] != '"' {
+		if !ok || dup || len(prompt) == 0 || prompt[0] != '"' || len(model) == 0 || model[0] != '"' {
 			return dst[:start], 0, errTokenizeUnsupported
 		}
 		dst = append(dst, `{"prompt":`...)

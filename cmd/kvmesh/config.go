@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvmesh/kvmesh/mesh"
 	"github.com/kvmesh/kvmesh/router"
+	"github.com/kvmesh/kvmesh/transport"
 	"github.com/kvmesh/kvmesh/tree"
 )
 
@@ -212,7 +213,21 @@ func loadConfigFile(path string, cfg *ServeConfig) error {
 	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("config %s: %w", path, humanizeYAMLError(err, data))
 	}
-	return nil
+	// The decoder reads one document: keys after a "---" separator (two
+	// files concatenated) would be ignored without a word.
+	for {
+		var doc yaml.Node
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("config %s: %w", path, err)
+		}
+		if len(doc.Content) > 0 && !(doc.Content[0].Kind == yaml.ScalarNode && doc.Content[0].Tag == "!!null") {
+			return fmt.Errorf("config %s: line %d: a second YAML document (after ---): kvmesh reads one; put every key in it", path, doc.Content[0].Line)
+		}
+	}
 }
 
 // treeConfig is the index configuration as package tree wants it.
@@ -235,6 +250,10 @@ func (c *ServeConfig) Validate() error {
 		add("node.name: must be set (or the hostname must be readable)")
 	} else if strings.ContainsAny(c.Node.Name, " \t\n/") {
 		add("node.name %q: must not contain spaces or slashes", c.Node.Name)
+	} else if err := transport.ValidNodeName(c.Node.Name); err != nil && c.Mesh.Enabled {
+		// A mesh node's name is its certificate's CommonName: the
+		// transport would refuse it only once the listeners are open.
+		add("node.name: %s", strings.TrimPrefix(err.Error(), "transport: "))
 	}
 	for name, addr := range map[string]string{"listen.api": c.Listen.API, "listen.admin": c.Listen.Admin} {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
