@@ -200,7 +200,7 @@ func (rt *Router) explain(st *reqState, ep Endpoint, path string, body []byte, t
 	rt.lookup(st, now)
 	st.observed = true // an explanation moves none of the router's averages
 	if !rt.gather(st, st.model, now) {
-		return nil, ErrModelNotFound(st.model)
+		return nil, rt.modelMissing(st.model)
 	}
 	x := &RouteExplanation{
 		Policy: rt.policy.Name(), Endpoint: path, Model: st.model, Tenant: tenant, CacheSalt: st.prompt.CacheSalt,

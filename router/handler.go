@@ -174,7 +174,8 @@ func (rt *Router) serveRouted(w http.ResponseWriter, r *http.Request, ep Endpoin
 	now := rt.now()
 	rt.lookup(st, now)
 	if !rt.gather(st, st.model, now) {
-		return rt.fail(w, errModelNotFound, ErrModelNotFound(st.model))
+		aerr := rt.modelMissing(st.model)
+		return rt.fail(w, kindOf(aerr), aerr)
 	}
 	if len(st.cands) == 0 {
 		return rt.fail(w, errNoBackend, NewAPIError(http.StatusServiceUnavailable, "",
@@ -211,7 +212,8 @@ func (rt *Router) serveForward(w http.ResponseWriter, r *http.Request, start tim
 	*model = rt.modelMetricsFor(st.model)
 	now := rt.now()
 	if !rt.gather(st, st.model, now) {
-		return rt.fail(w, errModelNotFound, ErrModelNotFound(st.model))
+		aerr := rt.modelMissing(st.model)
+		return rt.fail(w, kindOf(aerr), aerr)
 	}
 	if len(st.cands) == 0 {
 		return rt.fail(w, errNoBackend, NewAPIError(http.StatusServiceUnavailable, "", "no healthy backend is available"))
@@ -235,6 +237,8 @@ func kindOf(e *APIError) errKind {
 	switch {
 	case e.Code == "model_not_found":
 		return errModelNotFound
+	case e.Code == "models_unknown":
+		return errNoBackend
 	case e.Code == "string_above_max_length" || e.Code == "array_above_max_length" || e.Code == "too_many_json_values":
 		return errLimit
 	case e.Status == http.StatusRequestTimeout:

@@ -19,6 +19,11 @@ import (
 //     only while fewer than MaxEjectedShare of the listed backends are
 //     ejected, for any reason (at least one, when none is); one ended by a refused
 //     connection or a failed probe ejects it past that cap.
+//   - A backend that has never answered (just listed, or at start) is
+//     ejected by its first failed probe: it starts in rotation on trust,
+//     and one failed probe ends the trust (a dead backend
+//     listed at start otherwise took requests, and kept /readyz ready, for
+//     EjectAfter probes). Its first successful probe admits it at once.
 //   - An ejected backend is re-admitted by the first successful probe at
 //     least EjectionTime after its ejection (or, with probes disabled, once
 //     EjectionTime has passed).
@@ -35,6 +40,7 @@ type healthState struct {
 	lastErrorAt time.Time
 	lastProbeAt time.Time
 	lastProbeOK bool
+	everOK      bool // answered once (a request or a probe)
 	ejections   int
 	coldReturns int // times the backend came back cold (claims invalidated)
 	// Last scraped prefix-cache counters (tokens): the backend's own hit
@@ -52,6 +58,8 @@ func (rt *Router) markSuccess(b *backend, probe bool) {
 	if probe {
 		h.lastProbeAt, h.lastProbeOK = now, true
 	}
+	first := !h.everOK
+	h.everOK = true
 	if h.fails == 0 && h.ejectedAt.IsZero() {
 		b.mu.Unlock()
 		return
@@ -75,7 +83,7 @@ func (rt *Router) markSuccess(b *backend, probe bool) {
 			h.coldReturns++
 		}
 	}
-	readmit := probe && now.Sub(h.ejectedAt) >= rt.cfg.EjectionTime
+	readmit := probe && (first || now.Sub(h.ejectedAt) >= rt.cfg.EjectionTime)
 	if readmit {
 		h.ejectedAt, h.fails, h.downSince, h.answered = time.Time{}, 0, time.Time{}, false
 		if !cold {
@@ -117,7 +125,9 @@ func (rt *Router) markFailure(b *backend, kind errKind, probe bool, err string) 
 		h.downSince, h.answered = now, false
 	}
 	h.lastError, h.lastErrorAt = errKindNames[kind]+": "+err, now
-	eject, capped := h.ejectedAt.IsZero() && h.fails >= rt.cfg.EjectAfter, false
+	// Never answered: a failed probe ends the trust it started with.
+	untried := !h.everOK && kind == errProbe
+	eject, capped := h.ejectedAt.IsZero() && (h.fails >= rt.cfg.EjectAfter || untried), false
 	if eject {
 		rt.ejectMu.Lock()
 		if eject = kind == errProbe || kind == errBackendConnect || rt.mayEject(); eject {

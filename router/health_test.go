@@ -221,3 +221,40 @@ func TestLocalLearnerTimestampsNeverGoBack(t *testing.T) {
 		t.Fatal("claims match after Invalidate")
 	}
 }
+
+// A backend down when the router starts is out of rotation once Start
+// returns (its first probe failed: it is not trusted for EjectAfter
+// probes), so the node is not ready; a request for a model only it could
+// serve gets a 503 saying its models are not known yet, not a 404. Once it
+// answers, its first successful probe admits it at once (not after
+// EjectionTime) and its models are asked at the probe's pace.
+func TestBackendDownAtStart(t *testing.T) {
+	a := newFakeBackend(t, "a")
+	a.down.Store(true)
+	g := newRig(t, func(c *Config, d *Deps) {
+		c.Backends[0].Models = nil // discovered
+		c.EjectAfter = 3
+		c.EjectionTime = time.Hour
+		c.ProbeInterval = 10 * time.Millisecond
+		c.DiscoveryInterval = time.Hour
+	}, a)
+	if err := g.rt.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if g.rt.Ready() {
+		t.Fatal("ready with its only backend down")
+	}
+	const chat = `{"model":"m1","messages":[{"role":"user","content":"hello"}]}`
+	code, _, body := g.call("POST", "/v1/chat/completions", chat)
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "models_unknown") {
+		t.Fatalf("a request while the only backend is down: %d %s", code, body)
+	}
+	a.down.Store(false)
+	waitFor(t, "the backend admitted and its models known", func() bool {
+		code, _, _ := g.call("POST", "/v1/chat/completions", chat)
+		return g.rt.Ready() && code == http.StatusOK
+	})
+	if code, _, body := g.call("POST", "/v1/chat/completions", `{"model":"nope","messages":[{"role":"user","content":"x"}]}`); code != http.StatusNotFound {
+		t.Fatalf("a model no backend serves once every backend's models are known: %d %s", code, body)
+	}
+}

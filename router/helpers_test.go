@@ -39,6 +39,7 @@ type fakeBackend struct {
 	hook func(w http.ResponseWriter, r *http.Request, body []byte)
 
 	health  atomic.Int32 // status of GET /health (0 = 200)
+	down    atomic.Bool  // every path answers 503 (a backend still starting)
 	orca    atomic.Pointer[string]
 	metrics atomic.Pointer[string]
 	gens    atomic.Int64 // generation requests served
@@ -73,6 +74,10 @@ func (f *fakeBackend) generations() int { return int(f.gens.Load()) }
 
 func (f *fakeBackend) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
+	if f.down.Load() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
 	switch r.URL.Path {
 	case "/health":
 		if s := f.health.Load(); s != 0 {

@@ -35,7 +35,7 @@ func (rt *Router) admit(ep Endpoint, body []byte) *APIError {
 		switch {
 		case !s.modelEsc:
 			if len(s.model) > 0 && len(rt.models.lookupBytes(s.model)) == 0 {
-				return ErrModelNotFound(string(s.model))
+				return rt.modelMissing(string(s.model))
 			}
 		default:
 			if model, ok := unescape(s.model, true); ok {
@@ -43,7 +43,7 @@ func (rt *Router) admit(ep Endpoint, body []byte) *APIError {
 					return errStringTooLong("model", len(model), c.MaxModelBytes)
 				}
 				if len(model) > 0 && len(rt.models.lookup(model)) == 0 {
-					return ErrModelNotFound(model)
+					return rt.modelMissing(model)
 				}
 			}
 		}

@@ -24,6 +24,10 @@ type modelSet struct {
 type modelTable struct {
 	byModel map[string][]*backend // every backend serving the model, healthy or not, in slot order
 	ids     []string              // sorted model ids
+	// unknown counts the backends whose models are not known yet: no
+	// static list, and no GET /v1/models answered (down, or starting). A
+	// model none of the others serves may be theirs (modelMissing).
+	unknown int
 }
 
 // rebuild builds the table from the backends src returns, which it calls
@@ -33,6 +37,9 @@ func (s *modelSet) rebuild(src func() []*backend) {
 	defer s.mu.Unlock()
 	t := &modelTable{byModel: make(map[string][]*backend)}
 	for _, b := range src() {
+		if b.static == nil && b.discovered.Load() == nil {
+			t.unknown++
+		}
 		for _, m := range b.models() {
 			if !slices.Contains(t.byModel[m.ID], b) {
 				t.byModel[m.ID] = append(t.byModel[m.ID], b)
@@ -44,6 +51,19 @@ func (s *modelSet) rebuild(src func() []*backend) {
 	}
 	slices.Sort(t.ids)
 	s.cur.Store(t)
+}
+
+// modelMissing is the answer for a model no backend is known to serve: a
+// 404 when every backend's models are known, else a 503 (the model may be
+// served by a backend that has not answered GET /v1/models yet: down, or
+// still starting), which a client retries rather than takes as final.
+func (rt *Router) modelMissing(model string) *APIError {
+	n := rt.models.cur.Load().unknown
+	if n == 0 {
+		return ErrModelNotFound(model)
+	}
+	return &APIError{Status: http.StatusServiceUnavailable, Type: TypeUnavailable, Param: "model", Code: "models_unknown",
+		Message: fmt.Sprintf("No backend known to serve the model %q: %d backend(s) have not listed their models yet (GET /v1/models unanswered: down or starting); try again shortly.", model, n)}
 }
 
 // lookup returns the backends serving model (nil when none does).
@@ -90,7 +110,8 @@ func (rt *Router) serveModel(w http.ResponseWriter, id string) int {
 	t := rt.models.cur.Load()
 	obj := rt.modelObject(t, id)
 	if obj == nil {
-		return rt.fail(w, errModelNotFound, ErrModelNotFound(id))
+		aerr := rt.modelMissing(id)
+		return rt.fail(w, kindOf(aerr), aerr)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(obj)))

@@ -101,6 +101,12 @@ func (rt *Router) watch(ctx context.Context, b *backend, ready func()) {
 			return
 		case <-probeC:
 			rt.probe(ctx, b)
+			if b.static == nil && b.discovered.Load() == nil {
+				// Models not known yet (down or starting at the first
+				// round): asked at the probe's pace, not DiscoveryInterval's,
+				// while requests for them get 503 models_unknown.
+				rt.discover(ctx, b)
+			}
 		case <-readmitC:
 			rt.readmitDue(b)
 		case <-discoverC:
