@@ -54,6 +54,9 @@ type QUIC struct {
 	inByPeer map[string][]*quic.Conn // accepted connections by peer name, oldest first (see admitConn)
 	sends    sync.WaitGroup          // Sends in progress
 	lastSend atomic.Int64            // UnixNano of the last Send that returned nil
+	// dialWarned: when a failed dial to each address was last logged at
+	// warn level (dialFailLevel); an address is dropped on a good dial.
+	dialWarned map[string]time.Time
 	wg       sync.WaitGroup          // every goroutine started by QUIC
 	done     chan struct{}           // closed when Close has finished
 }
@@ -345,9 +348,17 @@ func (q *QUIC) dialAndWatch(p *peer) {
 		p.err = fmt.Errorf("transport: dial %s: %w", p.addr, err)
 		p.failedAt = time.Now()
 		close(p.ready)
-		q.log.Debug().Str("peer", p.addr).Err(err).Msg("transport: dial failed")
+		if lvl := q.dialFailLevel(p.addr, p.failedAt, err); lvl == zerolog.WarnLevel && isTLSError(err) {
+			q.log.Warn().Str("peer", p.addr).Err(err).
+				Msg("transport: cannot connect to a peer: the TLS handshake failed (is its certificate signed by this node's CA, tls_ca?); nothing is replicated with it until it succeeds")
+		} else {
+			q.log.WithLevel(lvl).Str("peer", p.addr).Err(err).Msg("transport: cannot connect to a peer; retrying")
+		}
 		return
 	}
+	q.mu.Lock()
+	delete(q.dialWarned, p.addr) // the next failure is news again
+	q.mu.Unlock()
 	// Counted before Send is released (close(p.ready)), so a caller whose
 	// message got through also sees the dial and the connection counted.
 	q.m.dials.WithLabelValues("ok").Inc()
@@ -367,6 +378,47 @@ func (q *QUIC) dialAndWatch(p *peer) {
 	}
 	q.mu.Unlock()
 	q.log.Debug().Str("peer", p.addr).Err(context.Cause(conn.Context())).Msg("transport: connection closed")
+}
+
+// dialWarnEvery is how often failed dials to one address are logged at
+// warn level while they go on (debug in between): a peer that cannot be
+// reached (another cluster's CA, a firewall) is one line every few
+// minutes, not one per dial.
+const dialWarnEvery = 5 * time.Minute
+
+// dialFailLevel is the level a failed dial to addr at now is logged at:
+// warn for the first of a run of failures and every dialWarnEvery after,
+// debug otherwise; a dial cancelled by Close is debug.
+func (q *QUIC) dialFailLevel(addr string, now time.Time, err error) zerolog.Level {
+	if q.ctx.Err() != nil || errors.Is(err, ErrClosed) {
+		return zerolog.DebugLevel
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if last, ok := q.dialWarned[addr]; ok && now.Sub(last) < dialWarnEvery {
+		return zerolog.DebugLevel
+	}
+	if q.dialWarned == nil || len(q.dialWarned) >= maxDialWarned {
+		q.dialWarned = make(map[string]time.Time) // bounded: addresses come and go with members
+	}
+	q.dialWarned[addr] = now
+	return zerolog.WarnLevel
+}
+
+// maxDialWarned bounds dialWarned (one entry per unreachable address).
+const maxDialWarned = 1024
+
+// isTLSError reports whether a dial failed in the TLS handshake (an
+// unknown authority, a bad certificate), as opposed to the network.
+func isTLSError(err error) bool {
+	var ca x509.UnknownAuthorityError
+	var inv x509.CertificateInvalidError
+	var host x509.HostnameError
+	if errors.As(err, &ca) || errors.As(err, &inv) || errors.As(err, &host) {
+		return true
+	}
+	var te *quic.TransportError
+	return errors.As(err, &te) && te.ErrorCode.IsCryptoError()
 }
 
 func (q *QUIC) dial(addr string) (*quic.Conn, error) {
