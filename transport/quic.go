@@ -57,8 +57,8 @@ type QUIC struct {
 	// dialWarned: when a failed dial to each address was last logged at
 	// warn level (dialFailLevel); an address is dropped on a good dial.
 	dialWarned map[string]time.Time
-	wg       sync.WaitGroup          // every goroutine started by QUIC
-	done     chan struct{}           // closed when Close has finished
+	wg         sync.WaitGroup // every goroutine started by QUIC
+	done       chan struct{}  // closed when Close has finished
 }
 
 // peer is one outbound connection, or the dial that will produce it.
