@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/valyala/fastjson"
@@ -239,6 +240,25 @@ func refuseTopDup(o *fastjson.Object, ep Endpoint) error {
 	return e
 }
 
+// jsonErrorText is a parse error as a client should read it: the
+// parser's message nests one "cannot parse ..." prefix per level it was
+// in (300 of them for a body nested too deep: a 14 KB message), so those
+// prefixes are dropped (the innermost reason and the offending text stay)
+// and the rest is cut at maxJSONErrorText.
+func jsonErrorText(err error) string {
+	s := err.Error()
+	for _, p := range []string{"cannot parse array value: ", "cannot parse object value: ", "cannot parse array: ", "cannot parse object: "} {
+		s = strings.ReplaceAll(s, p, "") // the levels it was in: only the innermost reason says what is wrong
+	}
+	if len(s) > maxJSONErrorText {
+		s = s[:maxJSONErrorText] + "..."
+	}
+	return s
+}
+
+// maxJSONErrorText bounds the parser's part of a 400 message.
+const maxJSONErrorText = 300
+
 var rendererPool = sync.Pool{New: func() any { return new(renderer) }}
 
 // Render parses an OpenAI request body of the given endpoint kind and fills p, reusing p's buffers.
@@ -276,7 +296,7 @@ func (r *renderer) render(ep Endpoint, body []byte) error {
 	}
 	root, err := r.parser.ParseBytes(body)
 	if err != nil {
-		return badRequest("", "request body is not valid JSON: %v", err)
+		return badRequest("", "request body is not valid JSON: %s", jsonErrorText(err))
 	}
 	obj, err := root.Object()
 	if err != nil {
