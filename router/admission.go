@@ -290,7 +290,7 @@ func (rt *Router) decideAdmitted(w http.ResponseWriter, r *http.Request, st *req
 					a.leaveBackend(held)
 				}
 				return Decision{}, rt.fail(w, errNoBackend, NewAPIError(http.StatusServiceUnavailable, "",
-					"no healthy backend serves model %q; try again shortly", st.model))
+					"no backend in rotation serves model %q (each is ejected, drained or being removed); try again shortly", st.model))
 			}
 			continue
 		}

@@ -221,7 +221,7 @@ func (rt *Router) explain(st *reqState, ep Endpoint, path string, body []byte, t
 		}
 	}
 	if len(st.cands) == 0 {
-		return x, NewAPIError(http.StatusServiceUnavailable, "", "no healthy backend serves model %q", st.model)
+		return x, NewAPIError(http.StatusServiceUnavailable, "", "no backend in rotation serves model %q (each is ejected, drained or being removed)", st.model)
 	}
 	d := rt.decide(st, ep, now, 0, true)
 	x.Deepest = int(st.req.Deepest)

@@ -179,7 +179,7 @@ func (rt *Router) serveRouted(w http.ResponseWriter, r *http.Request, ep Endpoin
 	}
 	if len(st.cands) == 0 {
 		return rt.fail(w, errNoBackend, NewAPIError(http.StatusServiceUnavailable, "",
-			"no healthy backend serves model %q; try again shortly", st.model))
+			"no backend in rotation serves model %q (each is ejected, drained or being removed); try again shortly", st.model))
 	}
 	d, status := rt.decideAdmitted(w, r, st, ep, now, 0)
 	if status != 0 {

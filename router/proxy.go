@@ -131,7 +131,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, st *reqState, 
 		rt.log.Warn().Err(last.err).Str("model", st.model).Msg("no backend could serve the request")
 	}
 	if last.err == nil {
-		e = NewAPIError(http.StatusServiceUnavailable, "", "no healthy backend serves model %q", st.model)
+		e = NewAPIError(http.StatusServiceUnavailable, "", "no backend in rotation serves model %q (each is ejected, drained or being removed)", st.model)
 	}
 	e.WriteTo(w)
 	return e.Status

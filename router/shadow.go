@@ -25,7 +25,7 @@ func (rt *Router) Shadow(path string, body []byte, tenant string) (backend strin
 		return "", 0, ErrModelNotFound(st.model)
 	}
 	if len(st.cands) == 0 {
-		return "", 0, NewAPIError(http.StatusServiceUnavailable, "", "no healthy backend serves model %q", st.model)
+		return "", 0, NewAPIError(http.StatusServiceUnavailable, "", "no backend in rotation serves model %q (each is ejected, drained or being removed)", st.model)
 	}
 	d := rt.decide(st, ep, now, 0, false)
 	return st.cands[d.Index].Name, d.Reason, nil

@@ -204,8 +204,10 @@ func serveSignals(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, rea
 	admin.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	routerAdmin := rt.AdminHandler()
 	admin.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if draining.Load() {
-			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+		if draining.Load() { // JSON, as the router's own answers are
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`{"status":"shutting down"}` + "\n"))
 			return
 		}
 		routerAdmin.ServeHTTP(w, r)
