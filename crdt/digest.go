@@ -118,6 +118,9 @@ func (r *Replica) onDigest(p *peer, m *Message, now int64) {
 			differ = append(differ, 0) // repairs carry the whole registry
 		}
 	}
+	// The request goes first: should the peer's send queue overflow with
+	// the repairs, it is the other half of the exchange that is kept.
+	p.control = append(p.control, &Message{Type: MsgRepairRequest, Now: m.Now, Buckets: differ})
 	if len(differ) == 0 {
 		p.converged, p.lastMatch = true, now
 	} else {
@@ -125,5 +128,4 @@ func (r *Replica) onDigest(p *peer, m *Message, now int64) {
 		r.stats.DigestMismatches++
 		r.queueRepair(p, differ, now)
 	}
-	p.control = append(p.control, &Message{Type: MsgRepairRequest, Now: m.Now, Buckets: differ})
 }

@@ -158,9 +158,17 @@ func bucketBits(n int) uint {
 // registry (so removals and restarts travel even without claims) and the
 // floor.
 func (r *Replica) bucketBatch(from, to int, now int64) Batch {
+	batch := r.registryBatch()
+	r.appendBuckets(&batch, from, to, now)
+	return batch
+}
+
+// registryBatch is a batch with the whole registry and the floor, to which
+// appendBuckets adds claims.
+func (r *Replica) registryBatch() Batch {
 	batch := Batch{Floor: r.ix.Floor()}
-	// Snapshot the registry first: the walk below holds the index's lock, so
-	// backendIndex must not need to refresh it.
+	// Snapshot the registry first: the walk of appendBuckets holds the
+	// index's lock, so backendIndex must not need to refresh it.
 	r.reg = r.ix.Backends(r.reg[:0])
 	r.resetBackendIndex()
 	for id := range r.reg {
@@ -168,13 +176,18 @@ func (r *Replica) bucketBatch(from, to int, now int64) Batch {
 			r.backendIndex(&batch, tree.BackendID(id))
 		}
 	}
+	return batch
+}
+
+// appendBuckets appends every live claim of the buckets [from, to) to a
+// batch made by registryBatch (no other batch built in between).
+func (r *Replica) appendBuckets(batch *Batch, from, to int, now int64) {
 	lo, _ := r.bucketRange(from)
 	_, hi := r.bucketRange(to - 1)
 	r.ix.RangeKeys(lo, hi, now, func(c *tree.Claim) bool {
-		batch.Claims = append(batch.Claims, r.wireClaim(&batch, c))
+		batch.Claims = append(batch.Claims, r.wireClaim(batch, c))
 		return true
 	})
-	return batch
 }
 
 func (r *Replica) wireClaim(batch *Batch, c *tree.Claim) WireClaim {
@@ -264,22 +277,45 @@ func (r *Replica) buildDelta(p *peer, now int64) (*Message, uint64) {
 // queueRepair queues the claims of the given buckets for p, in messages of
 // at most MaxBatchClaims claims, each with the whole registry. A bucket named
 // twice is sent once, so a request can never make the node queue more than
-// its whole state.
+// its whole state. Buckets share messages: the message count follows the
+// claims, not the buckets, so a request for every bucket (a digest of
+// another size, or a peer that missed a lot) of a small state is a message
+// or two, not one per bucket (4,096 with the mesh's defaults, more than a
+// peer's send queue holds: its tail, the same buckets every time, was
+// dropped).
 func (r *Replica) queueRepair(p *peer, buckets []uint32, now int64) {
-	seen := make([]bool, r.cfg.DigestBuckets)
+	n := r.cfg.DigestBuckets
+	seen := make([]bool, n)
+	some := false
 	for _, b := range buckets {
-		if int(b) >= r.cfg.DigestBuckets || seen[b] {
+		if int(b) >= n || seen[b] {
 			continue
 		}
 		seen[b] = true
-		batch := r.bucketBatch(int(b), int(b)+1, now)
+		some = true
 		r.stats.BucketsRepaired++
-		for len(batch.Claims) > r.cfg.MaxBatchClaims {
-			part := batch
-			part.Claims = batch.Claims[:r.cfg.MaxBatchClaims]
-			p.control = append(p.control, &Message{Type: MsgRepair, Batch: part})
-			batch.Claims = batch.Claims[r.cfg.MaxBatchClaims:]
-		}
-		p.control = append(p.control, &Message{Type: MsgRepair, Batch: batch})
 	}
+	if !some {
+		return
+	}
+	batch := r.registryBatch()
+	for b := 0; b < n; {
+		if !seen[b] {
+			b++
+			continue
+		}
+		e := b + 1
+		for e < n && seen[e] {
+			e++
+		}
+		r.appendBuckets(&batch, b, e, now) // a run of buckets is one key range
+		b = e
+	}
+	for len(batch.Claims) > r.cfg.MaxBatchClaims {
+		part := batch
+		part.Claims = batch.Claims[:r.cfg.MaxBatchClaims]
+		p.control = append(p.control, &Message{Type: MsgRepair, Batch: part})
+		batch.Claims = batch.Claims[r.cfg.MaxBatchClaims:]
+	}
+	p.control = append(p.control, &Message{Type: MsgRepair, Batch: batch})
 }

@@ -7,6 +7,10 @@ type peer struct {
 	name string
 	id   tree.NodeID
 	inc  uint64 // the peer's incarnation, 0 until heard from
+	// Its previous incarnations, most recent ones (a ring): a message of
+	// one that arrives late is not taken for yet another restart.
+	retired     [4]uint64
+	nextRetired int
 
 	// Sending our changes to the peer.
 	acked    uint64     // the peer holds all our changes up to here
@@ -112,6 +116,22 @@ func (p *peer) resetSend() {
 	p.inflight = p.inflight[:0]
 	p.full = nil
 	p.backSince = 0
+}
+
+// retire records that the peer's incarnation inc has ended.
+func (p *peer) retire(inc uint64) {
+	p.retired[p.nextRetired] = inc
+	p.nextRetired = (p.nextRetired + 1) % len(p.retired)
+}
+
+// isRetired reports whether inc is one of the peer's previous incarnations.
+func (p *peer) isRetired(inc uint64) bool {
+	for _, r := range p.retired {
+		if r != 0 && r == inc {
+			return true
+		}
+	}
+	return false
 }
 
 // repairQueued reports whether repair messages for the peer still wait to

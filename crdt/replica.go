@@ -64,6 +64,7 @@ type Stats struct {
 	RepairsIgnored    uint64 `json:"repairs_ignored"`    // repair requests ignored while repairs for that peer were queued
 	UnknownSender     uint64 `json:"unknown_sender"`     // messages from nodes that are not peers
 	Restarts          uint64 `json:"restarts"`           // peers seen with a new incarnation
+	StaleIncarnation  uint64 `json:"stale_incarnation"`  // late messages of a peer's previous life: claims joined, protocol fields ignored
 	AckResets         uint64 `json:"ack_resets"`         // peers whose acks went back (they forgot us): full transfers restarted
 	StaleChunks       uint64 `json:"stale_chunks"`       // full-transfer chunks of an older transfer than the one running, ignored
 	DigestsIgnored    uint64 `json:"digests_ignored"`    // digests not compared while repairs for that peer were queued
@@ -222,6 +223,10 @@ func (r *Replica) Peers() []PeerStatus {
 // flow alongside it.
 func (r *Replica) startFull(p *peer) {
 	p.resetSend()
+	// The peer lacks our state (it is new, restarted or forgot us, or fell
+	// behind the buffer): whatever a digest found before no longer holds,
+	// and no digest is exchanged with it until the transfer ends.
+	p.converged = false
 	base := r.log.last()
 	p.acked, p.sent = base, base
 	if r.ix.Len() == 0 && len(r.ix.Backends(r.reg[:0])) == 0 {
@@ -272,13 +277,41 @@ func (r *Replica) Receive(m *Message, now int64) error {
 		}
 		return nil
 	}
+	if m.Incarnation == 0 {
+		// No life of a node is numbered 0 (New refuses it), and 0 stands
+		// for "not heard from yet": taken as a restart, it would retire
+		// the peer's real incarnation.
+		return fmt.Errorf("crdt: message from %q without an incarnation", m.From)
+	}
 	p.lastHeard = now
 	if m.Incarnation != p.inc {
+		if p.isRetired(m.Incarnation) {
+			// A late message of the peer's previous life (the transport
+			// does not order messages): its claims are claims, but its
+			// sequence numbers, acks and transfers belong to a life that
+			// has ended. Taken for a restart, it would reset what the new
+			// life sent, start another full transfer and make our acks
+			// name the old life, and the next message of the new life
+			// would do it all again.
+			r.stats.StaleIncarnation++
+			switch m.Type {
+			case MsgDelta, MsgFull, MsgRepair:
+				return r.applyBatch(&m.Batch, p, now)
+			}
+			return nil
+		}
 		if p.inc != 0 {
 			// The peer restarted: it lost our changes and numbers its own
 			// from 1 again.
 			r.stats.Restarts++
+			p.retire(p.inc)
 			p.resetReceive()
+			// Replies queued for the old life are not for the new one: a
+			// full-transfer ack would go out stamped with the new life's
+			// incarnation and acknowledge a chunk of its transfer (lives
+			// number transfers alike). The new life gets the full state.
+			clear(p.control)
+			p.control = p.control[:0]
 			r.startFull(p)
 		}
 		p.inc = m.Incarnation
@@ -306,7 +339,10 @@ func (r *Replica) Receive(m *Message, now int64) error {
 		}
 		r.onFullChunk(p, m)
 	case MsgFullAck:
-		if f := p.full; f != nil && f.epoch == m.Epoch && int(m.Chunks) == len(f.acked) && !f.acked[m.Chunk] {
+		// Only an ack addressed to this life counts: one a peer sent to our
+		// previous life (or a topology change's previous Replica) names a
+		// transfer numbered like ours.
+		if f := p.full; f != nil && m.AckFor == r.inc && f.epoch == m.Epoch && int(m.Chunks) == len(f.acked) && !f.acked[m.Chunk] {
 			f.acked[m.Chunk] = true
 			f.left--
 			if f.left == 0 {

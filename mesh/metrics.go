@@ -23,6 +23,7 @@ type metrics struct {
 	joins               *prometheus.CounterVec // by result
 	learnsQueued        prometheus.Counter
 	digestsSkipped      prometheus.Counter
+	exchangesThrottled  *prometheus.CounterVec // by message type
 	loadDrops           *prometheus.CounterVec // by reason
 	lostMarks           *prometheus.CounterVec // by direction
 
@@ -64,6 +65,10 @@ func newMetrics(n *Node, reg prometheus.Registerer) (*metrics, error) {
 		digestsSkipped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvmesh_mesh_anti_entropy_skipped_total",
 			Help: "Anti-entropy ticks without a digest exchange: no peer had acknowledged all our changes."}),
+		exchangesThrottled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvmesh_mesh_anti_entropy_throttled_total",
+			Help: "Digests and repair requests ignored because the peer sent the previous one less than half an anti-entropy interval before (each may cost a walk of the index and a whole-state answer), by type."},
+			[]string{"type"}),
 		loadDrops: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvmesh_mesh_load_dropped_messages_total",
 			Help: "Load-channel messages dropped: queue_full or send_error (outgoing), decode_error, stale (older than one applied) or unsynced (before the sender's first snapshot) (incoming)."},
@@ -87,6 +92,9 @@ func newMetrics(n *Node, reg prometheus.Registerer) (*metrics, error) {
 	for _, r := range []string{"queue_full", "send_error"} {
 		m.sendDrops.WithLabelValues(r)
 	}
+	for _, t := range []crdt.MsgType{crdt.MsgDigest, crdt.MsgRepairRequest} {
+		m.exchangesThrottled.WithLabelValues(t.String())
+	}
 	for _, r := range []string{"not_member", "name_mismatch"} {
 		m.unknownSenders.WithLabelValues(r)
 	}
@@ -95,7 +103,7 @@ func newMetrics(n *Node, reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		m.msgsSent, m.bytesSent, m.msgsRecv, m.bytesRecv, m.sendDrops, m.decodeErrors, m.unknownSenders,
-		m.receiveErrors, m.applyLag, m.topologyChanges, m.joins, m.learnsQueued, m.digestsSkipped, m.loadDrops, m.lostMarks,
+		m.receiveErrors, m.applyLag, m.topologyChanges, m.joins, m.learnsQueued, m.digestsSkipped, m.exchangesThrottled, m.loadDrops, m.lostMarks,
 		&meshCollector{n: n}, NewIndexCollector(n.ix),
 	} {
 		if err := reg.Register(c); err != nil {
@@ -176,6 +184,7 @@ var replicaCounters = []struct {
 	{prometheus.NewDesc("kvmesh_mesh_digest_repairs_total", "Digest buckets sent to peers as repairs.", nil, nil), func(s *crdt.Stats) uint64 { return s.BucketsRepaired }},
 	{prometheus.NewDesc("kvmesh_mesh_clock_clamps_total", "Peer timestamps clamped for being too far in the future.", nil, nil), func(s *crdt.Stats) uint64 { return s.ClockClamps }},
 	{prometheus.NewDesc("kvmesh_mesh_peer_restarts_total", "Peers seen with a new incarnation (restarted or changed topology).", nil, nil), func(s *crdt.Stats) uint64 { return s.Restarts }},
+	{prometheus.NewDesc("kvmesh_mesh_stale_incarnation_messages_total", "Late messages of a peer's previous incarnation (it restarted since): claims joined, acks and sequence numbers ignored.", nil, nil), func(s *crdt.Stats) uint64 { return s.StaleIncarnation }},
 	{prometheus.NewDesc("kvmesh_mesh_ack_resets_total", "Peers whose acknowledgements went back without a restart (they forgot this node's changes): full transfers restarted.", nil, nil), func(s *crdt.Stats) uint64 { return s.AckResets }},
 	{prometheus.NewDesc("kvmesh_mesh_stale_chunks_total", "Full-transfer chunks of a transfer the peer had already replaced, ignored.", nil, nil), func(s *crdt.Stats) uint64 { return s.StaleChunks }},
 	{prometheus.NewDesc("kvmesh_mesh_digests_ignored_total", "Anti-entropy digests not compared because repairs for that peer were still queued.", nil, nil), func(s *crdt.Stats) uint64 { return s.DigestsIgnored }},

@@ -120,6 +120,9 @@ type Node struct {
 	applyQ chan transport.Message
 	// Owned by the apply loop.
 	lags []float64
+	// When each peer's last digest and last non-empty repair request were
+	// answered (ms; exchangeDueLocked). Guarded by mu.
+	lastDigest, lastRepairRequest map[string]int64
 	// Owned by the receive loop.
 	loadIn loadMsg
 
@@ -177,6 +180,9 @@ func New(cfg Config, deps Deps) (*Node, error) {
 		applyQ:     make(chan transport.Message, 256),
 		serfEvents: make(chan serf.Event, 1024),
 		senders:    make(map[string]*sender),
+
+		lastDigest:        make(map[string]int64),
+		lastRepairRequest: make(map[string]int64),
 	}
 	if n.resolver == nil {
 		n.resolver = net.DefaultResolver

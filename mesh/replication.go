@@ -227,6 +227,12 @@ func (n *Node) handle(m transport.Message) {
 	}
 	now := n.nowMs()
 	n.mu.Lock()
+	if !n.exchangeDueLocked(msg, now) {
+		n.mu.Unlock()
+		n.m.exchangesThrottled.WithLabelValues(msg.Type.String()).Inc()
+		n.log.Debug().Str("from", m.From).Stringer("type", msg.Type).Msg("mesh: ignored an anti-entropy message sooner than the peer may send one")
+		return
+	}
 	err = n.rep.Receive(msg, now)
 	n.dirty.Store(true) // acks, replies or relayed claims may be due
 	n.lags = n.lags[:0]
@@ -253,4 +259,42 @@ func (n *Node) handle(m transport.Message) {
 		// rather than at the next tick.
 		n.signal()
 	}
+}
+
+// exchangeDueLocked reports whether msg, a digest or a repair request,
+// may be answered now. Each makes the Replica walk its whole index and may
+// queue a repair of every bucket (a digest of another size differs
+// everywhere): a small message, a whole-state answer. A peer sends a
+// digest to this node at most once per anti-entropy tick (one peer per
+// tick, round-robin), and a repair request only in answer to our digest,
+// which leaves at most once per tick; so one of each per peer per half an
+// AntiEntropyInterval (room for delivery jitter) is answered, and a peer
+// that sends them faster (a bug, a hostile member) gets nothing more: each
+// answer would otherwise go out at the next flush and free the next one.
+// An empty repair request (nothing differed) costs nothing and is not
+// limited. Caller holds mu.
+func (n *Node) exchangeDueLocked(msg *crdt.Message, now int64) bool {
+	var last map[string]int64
+	switch {
+	case msg.Type == crdt.MsgDigest:
+		last = n.lastDigest
+	case msg.Type == crdt.MsgRepairRequest && len(msg.Buckets) > 0:
+		last = n.lastRepairRequest
+	default:
+		return true
+	}
+	if t, ok := last[msg.From]; ok && now-t < n.cfg.AntiEntropyInterval.Milliseconds()/2 && now >= t {
+		return false
+	}
+	if len(last) >= 2*len(*n.known.Load())+16 {
+		// Forget members that left, so names that come and go do not pile up.
+		known := *n.known.Load()
+		for name := range last {
+			if _, ok := known[name]; !ok {
+				delete(last, name)
+			}
+		}
+	}
+	last[msg.From] = now
+	return true
 }
