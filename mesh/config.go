@@ -110,11 +110,12 @@ type Config struct {
 	// SendQueueDepth is how many messages may wait for one peer. A slow or
 	// dead peer fills its own queue and further messages to it are dropped
 	// (the protocol retransmits, or falls back to a full transfer), so it
-	// never holds up the others. A digest exchange queues one repair per
-	// differing bucket at once (a hundred or more under load) on top of
-	// deltas and full-state chunks: 1,024 absorbs that burst while QUIC
-	// opens streams (a 256-deep queue dropped thousands of messages in the
-	// first minute of the soak test).
+	// never holds up the others. A digest exchange queues repairs for the
+	// differing buckets at once (packed by claims, MaxBatchClaims a
+	// message; until stop 50 one message per bucket) on top of deltas and
+	// full-state chunks: 1,024 absorbs that burst while QUIC opens streams
+	// (a 256-deep queue dropped thousands of messages in the first minute
+	// of the soak test, when repairs went one per bucket).
 	SendQueueDepth int
 
 	// SendTimeout bounds one Send to a peer. Deltas older than this are
