@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"sort"
@@ -37,6 +38,8 @@ type testCluster struct {
 	newTransport func(name string) (Transport, error)
 	// now, if set, is every node's clock (Deps.Now).
 	now func() time.Time
+	// logs, if set, takes every node's log lines (debug and up).
+	logs io.Writer
 
 	mu    sync.Mutex
 	nodes map[string]*testNode
@@ -86,6 +89,13 @@ func testLogger() zerolog.Logger {
 		return zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).Level(zerolog.DebugLevel).With().Timestamp().Logger()
 	}
 	return zerolog.Nop()
+}
+
+func (c *testCluster) logger() zerolog.Logger {
+	if c.logs != nil {
+		return zerolog.New(c.logs).Level(zerolog.DebugLevel)
+	}
+	return testLogger()
 }
 
 // newTestCluster makes an empty cluster; every node it starts joins through
@@ -147,7 +157,7 @@ func (c *testCluster) start(name string) *testNode {
 		c.mod(&cfg)
 	}
 	reg := prometheus.NewRegistry()
-	n, err := New(cfg, Deps{Index: ix, Transport: tr, MemberTransport: mt, Registerer: reg, Logger: testLogger(), Resolver: c.res, Now: c.now})
+	n, err := New(cfg, Deps{Index: ix, Transport: tr, MemberTransport: mt, Registerer: reg, Logger: c.logger(), Resolver: c.res, Now: c.now})
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/serf/serf"
+	"github.com/rs/zerolog"
 )
 
 // Joining (--join): the seed list is resolved afresh before every attempt
@@ -140,9 +141,19 @@ func joinPort(dst []string, ips []string, port int) []string {
 func (n *Node) joinLoop(ctx context.Context) {
 	defer n.wg.Done()
 	backoff := n.cfg.JoinBackoffMin
+	failures := 0
+	var warned time.Time
 	for {
-		if n.hasPeers() || n.tryJoin(ctx) {
+		// The first failures are the common case of nodes started
+		// together; from the third on, a node that cannot join says so at
+		// warn level (then every joinWarnEvery), since it routes alone.
+		warn := failures+1 >= joinWarnAfter && time.Since(warned) >= joinWarnEvery
+		if n.hasPeers() || n.tryJoin(ctx, warn) {
 			return
+		}
+		failures++
+		if warn {
+			warned = time.Now()
 		}
 		// Full jitter over [backoff/2, backoff): nodes started together do
 		// not retry in lockstep.
@@ -172,8 +183,20 @@ func (n *Node) hasPeers() bool {
 	return false
 }
 
-// tryJoin makes one join attempt and reports whether it reached anyone.
-func (n *Node) tryJoin(ctx context.Context) bool {
+// joinWarnAfter and joinWarnEvery: failed join attempts are logged at warn
+// level from the third in a row, then every five minutes (debug between).
+const (
+	joinWarnAfter = 3
+	joinWarnEvery = 5 * time.Minute
+)
+
+// tryJoin makes one join attempt and reports whether it reached anyone; a
+// failure is logged at warn level with warn, else at debug.
+func (n *Node) tryJoin(ctx context.Context, warn bool) bool {
+	lvl := zerolog.DebugLevel
+	if warn {
+		lvl = zerolog.WarnLevel
+	}
 	s := n.serf.Load()
 	rctx, cancel := context.WithTimeout(ctx, n.cfg.ResolveTimeout)
 	addrs, rerr := resolveSeeds(rctx, n.resolver, n.cfg.Seeds, n.seedPort())
@@ -186,11 +209,11 @@ func (n *Node) tryJoin(ctx context.Context) bool {
 	addrs = slices.DeleteFunc(addrs, func(a string) bool { return a == selfAddr })
 	if len(addrs) == 0 {
 		n.m.joins.WithLabelValues("no_address").Inc()
-		ev := n.log.Debug().Strs("seeds", n.cfg.Seeds)
+		ev := n.log.WithLevel(lvl).Strs("seeds", n.cfg.Seeds)
 		if rerr != nil {
 			ev = ev.AnErr("resolve", rerr)
 		}
-		ev.Msg("mesh: no seed address to join yet")
+		ev.Msg("mesh: no seed address to join yet; routing alone meanwhile")
 		return false
 	}
 	k, err := s.Join(addrs, true)
@@ -200,7 +223,8 @@ func (n *Node) tryJoin(ctx context.Context) bool {
 		return true
 	}
 	n.m.joins.WithLabelValues("failed").Inc()
-	n.log.Debug().Err(err).AnErr("resolve", rerr).Strs("addrs", addrs).Msg("mesh: join failed; will retry")
+	n.log.WithLevel(lvl).Err(err).AnErr("resolve", rerr).Strs("addrs", addrs).
+		Msg("mesh: cannot join the mesh through its seeds; routing alone meanwhile (check the seeds' gossip port, and that every node has the same gossip key)")
 	return false
 }
 

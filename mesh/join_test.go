@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -190,12 +191,24 @@ func TestJoinBeforeSeedsExist(t *testing.T) {
 // TestJoinSkipsSelf: a node whose seeds resolve only to itself (the first
 // pod behind a headless Service) does not count joining itself as joining
 // the mesh: it keeps waiting, and is joined by the next node.
+//
+// A node that cannot join routes alone: from its third failed attempt it
+// says so once at warn level (a node given another gossip key logged
+// nothing above debug), then only at debug for the next five minutes.
 func TestJoinSkipsSelf(t *testing.T) {
 	c := newTestCluster(t, nil) // every node's seed is n00's own address
+	logs := &lockedBuffer{}
+	c.logs = logs
 	n0 := c.start("n00")
 	waitFor(t, 20*time.Second, "a few join attempts", func() bool {
-		return counterValue(n0.n.m.joins.WithLabelValues("no_address")) >= 2
+		return counterValue(n0.n.m.joins.WithLabelValues("no_address")) >= 4
 	})
+	if warns := logs.count(`"level":"warn"`, "no seed address"); warns != 1 {
+		t.Fatalf("%d warn lines after 4 failed joins, want 1:\n%s", warns, logs.String())
+	}
+	if debugs := logs.count(`"level":"debug"`, "no seed address"); debugs < 3 {
+		t.Fatalf("%d debug lines after 4 failed joins, want the other 3:\n%s", debugs, logs.String())
+	}
 	if ok := counterValue(n0.n.m.joins.WithLabelValues("ok")); ok != 0 {
 		t.Fatalf("n00 joined %v times with only itself to join", ok)
 	}
@@ -245,4 +258,37 @@ func TestMockNetworkTransport(t *testing.T) {
 	waitFor(t, 20*time.Second, "the claim to reach m1 over MockNetwork gossip", func() bool {
 		return other.depth(p, backends[0]) == fullDepth(p)
 	})
+}
+
+// lockedBuffer is a goroutine-safe log sink.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// count is how many lines hold every one of subs.
+func (l *lockedBuffer) count(subs ...string) int {
+	n := 0
+	for _, line := range strings.Split(l.String(), "\n") {
+		ok := line != ""
+		for _, s := range subs {
+			ok = ok && strings.Contains(line, s)
+		}
+		if ok {
+			n++
+		}
+	}
+	return n
 }
