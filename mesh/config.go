@@ -51,6 +51,16 @@ type Config struct {
 	AdvertiseAddr string
 	AdvertisePort int
 
+	// PreciseStreams is a digest of the engine KV-event streams this node
+	// is configured to consume (precise mode; "" without), announced in
+	// its serf tags (TagPrecise). AliveMembers lists only the members
+	// announcing the same digest, so each stream's owner is chosen among
+	// the nodes that can consume it: a node configured otherwise (a config
+	// rollout half done, a node started without precise mode) never owns a
+	// stream nobody else then reads. At most 64 bytes (serf's tags are
+	// small).
+	PreciseStreams string
+
 	// QUICAdvertiseAddr is the replication address published in this node's
 	// serf tags. Empty: the transport's Addr(). Set it when the QUIC
 	// transport listens on a wildcard address.
@@ -117,6 +127,17 @@ type Config struct {
 	// (a 256-deep queue dropped thousands of messages in the first minute
 	// of the soak test, when repairs went one per bucket).
 	SendQueueDepth int
+	// SendQueueClaims bounds the claims in the messages waiting for one
+	// peer (the queue holds them decoded, ~40 bytes a claim). A peer whose
+	// sends block (QUIC flow control, up to SendTimeout each) has its queue
+	// refilled every retransmit interval with copies that newer ones
+	// replace: 1,024 messages of MaxBatchClaims (4,096) would hold about
+	// 160 MiB for that one peer. 262,144 claims (~10 MiB) is 64 full
+	// messages, more than the window and a repair burst need; past it,
+	// messages are dropped like a full queue's (counted as queue_full) and
+	// the protocol repairs them. A message is always queued into an empty
+	// queue, whatever its size.
+	SendQueueClaims int
 
 	// SendTimeout bounds one Send to a peer. Deltas older than this are
 	// retransmitted anyway (crdt's RetransmitAfter is 250 ms), so 2 s only
@@ -334,6 +355,7 @@ func DefaultConfig() Config {
 		JoinBackoffMax:      30 * time.Second,
 		ResolveTimeout:      5 * time.Second,
 		SendQueueDepth:      1024,
+		SendQueueClaims:     1 << 18,
 		SendTimeout:         2 * time.Second,
 		RelayThreshold:      32,
 		RingNeighbours:      1,
@@ -404,6 +426,9 @@ func (c Config) Validate() error {
 	if err := transport.ValidNodeName(c.Name); err != nil {
 		add("Name: %v", err)
 	}
+	if len(c.PreciseStreams) > 64 {
+		add("PreciseStreams: at most 64 bytes, got %d", len(c.PreciseStreams))
+	}
 	if c.GossipKey == "" && !c.DevMode {
 		add("GossipKey is required: gossip would be unencrypted and open to anyone who reaches the port; " +
 			"set a 32-byte base64 key (mesh.GenerateGossipKey, `openssl rand -base64 32`) on every node, or DevMode for a local test")
@@ -473,6 +498,9 @@ func (c Config) Validate() error {
 	}
 	if c.FlushClaims < 1 {
 		add("FlushClaims must be at least 1, got %d", c.FlushClaims)
+	}
+	if c.SendQueueClaims < 1 {
+		add("SendQueueClaims must be at least 1, got %d", c.SendQueueClaims)
 	}
 	if c.SendQueueDepth < 1 {
 		add("SendQueueDepth must be at least 1, got %d", c.SendQueueDepth)

@@ -24,7 +24,15 @@ type sender struct {
 	stop chan struct{}
 
 	loadMsgs, loadBytes atomic.Uint64 // load messages sent to this peer
+
+	// queued is the claims (plus one per message) in q; maxQueued bounds
+	// it (Config.SendQueueClaims).
+	queued    atomic.Int64
+	maxQueued int64
 }
+
+// weight is what m counts against sender.maxQueued.
+func weight(m *crdt.Message) int64 { return int64(len(m.Batch.Claims)) + 1 }
 
 // enqueueLoad queues an encoded load message without blocking; false when
 // the queue is full.
@@ -37,12 +45,19 @@ func (s *sender) enqueueLoad(data []byte) bool {
 	}
 }
 
-// enqueue queues m without blocking; false when the queue is full.
+// enqueue queues m without blocking; false when the queue is full, in
+// messages or in claims (an empty queue takes any one message).
 func (s *sender) enqueue(m *crdt.Message) bool {
+	w := weight(m)
+	if q := s.queued.Add(w); q > s.maxQueued && q != w {
+		s.queued.Add(-w)
+		return false
+	}
 	select {
 	case s.q <- m:
 		return true
 	default:
+		s.queued.Add(-w)
 		return false
 	}
 }
@@ -72,6 +87,7 @@ func (n *Node) runSender(ctx context.Context, s *sender) {
 			s.loadMsgs.Add(1)
 			s.loadBytes.Add(uint64(len(data)))
 		case m := <-s.q:
+			s.queued.Add(-weight(m))
 			data, err := crdt.Encode(buf[:0], m)
 			if err != nil {
 				n.m.sendDrops.WithLabelValues("encode_error").Inc()
@@ -118,7 +134,7 @@ func (n *Node) updateSenders(peers []string, addrs map[string]string) {
 			close(s.stop)
 		}
 		s = &sender{peer: p, addr: addrs[p], q: make(chan *crdt.Message, n.cfg.SendQueueDepth),
-			lq: make(chan []byte, n.cfg.LoadQueueDepth), stop: make(chan struct{})}
+			lq: make(chan []byte, n.cfg.LoadQueueDepth), stop: make(chan struct{}), maxQueued: int64(n.cfg.SendQueueClaims)}
 		joined = true
 		n.senders[p] = s
 		n.wg.Add(1)
