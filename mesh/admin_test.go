@@ -89,10 +89,11 @@ func TestFormatMembers(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := "" +
-		"NAME          ADDRESS        QUIC           STATUS  PROTOCOL  TAGS\n" +
+		"  NAME        ADDRESS        QUIC           STATUS  PROTOCOL  TAGS\n" +
 		"* router-a    10.0.0.1:7946  10.0.0.1:7947  alive   1         -\n" +
 		"+ router-b    10.0.0.2:7946  10.0.0.2:7947  alive   1         az=1,zone=b\n" +
-		"  router-old  10.0.0.9:7946  -              failed  0         -\n"
+		"  router-old  10.0.0.9:7946  -              failed  0         -\n" +
+		MembersLegend + "\n"
 	if buf.String() != want {
 		t.Fatalf("got:\n%s\nwant:\n%s", buf.String(), want)
 	}

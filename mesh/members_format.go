@@ -11,10 +11,11 @@ import (
 // FormatMembers prints members as a table in the manner of `serf members`:
 // name, gossip address, replication address, status, protocol and the
 // other tags. The node the list came from is marked with '*', members it
-// replicates with with '+'.
+// replicates with with '+' (the legend under the table says so); the
+// header lines up with the names, past the mark column.
 func FormatMembers(w io.Writer, members []Member) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tADDRESS\tQUIC\tSTATUS\tPROTOCOL\tTAGS")
+	fmt.Fprintln(tw, "  NAME\tADDRESS\tQUIC\tSTATUS\tPROTOCOL\tTAGS")
 	for _, m := range members {
 		mark := " "
 		switch {
@@ -25,8 +26,15 @@ func FormatMembers(w io.Writer, members []Member) error {
 		}
 		fmt.Fprintf(tw, "%s %s\t%s\t%s\t%s\t%d\t%s\n", mark, m.Name, m.Addr, orDash(m.QUICAddr), m.Status, m.Protocol, otherTags(m.Tags))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(w, MembersLegend)
+	return err
 }
+
+// MembersLegend is the line under FormatMembers' table.
+const MembersLegend = "(* this node, + a member it replicates claims with)"
 
 func orDash(s string) string {
 	if s == "" {

@@ -123,6 +123,9 @@ func (n *Node) createSerf() (*serf.Serf, error) {
 	sc := serf.DefaultConfig()
 	sc.NodeName = n.cfg.Name
 	sc.Tags = map[string]string{TagQUIC: n.quicAddr(), TagProtocol: strconv.Itoa(ProtocolVersion)}
+	if n.cfg.PreciseStreams != "" {
+		sc.Tags[TagPrecise] = n.cfg.PreciseStreams
+	}
 	sc.EventCh = n.serfEvents
 	sc.LogOutput, sc.Logger = nil, logger
 	sc.MemberlistConfig = ml

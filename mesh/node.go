@@ -68,6 +68,9 @@ const ProtocolVersion = crdt.WireVersion
 const (
 	TagQUIC     = "quic"  // the member's replication (QUIC) address
 	TagProtocol = "proto" // the member's ProtocolVersion
+	// TagPrecise is a digest of the engine streams the member consumes in
+	// precise mode (Config.PreciseStreams); absent without precise mode.
+	TagPrecise = "kvp"
 )
 
 // Node is one kvmesh router node's side of the mesh: serf membership, the

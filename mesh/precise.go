@@ -20,13 +20,16 @@ func (n *Node) End(keys []tree.Key, backend tree.BackendID) {
 	n.noteChanges(d)
 }
 
-// AliveMembers returns the names of the members that are alive and speak
-// this node's replication protocol (this node included), sorted: the set
-// over which each engine's KV-event stream gets one owner.
+// AliveMembers returns the names of the members that are alive, speak
+// this node's replication protocol and consume the same engine streams
+// (the same TagPrecise as Config.PreciseStreams), this node included,
+// sorted: the set over which each engine's KV-event stream gets one owner.
+// Members configured otherwise pick owners among themselves: a stream may
+// then be read twice during a rollout, never by nobody.
 func (n *Node) AliveMembers() []string {
 	var out []string
 	for _, m := range n.Members() {
-		if m.Status == "alive" && (m.Self || m.Protocol == ProtocolVersion) {
+		if m.Status == "alive" && (m.Self || m.Protocol == ProtocolVersion && m.Tags[TagPrecise] == n.cfg.PreciseStreams) {
 			out = append(out, m.Name)
 		}
 	}

@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -58,4 +59,33 @@ func TestEndAndInvalidateReachEveryNode(t *testing.T) {
 	everywhere("the clear (p)", p, 0)
 	everywhere("the clear (q)", q, 0)
 	c.waitConverged(time.Minute)
+}
+
+// Each engine stream's owner is chosen among the members that consume the
+// same streams (the same PreciseStreams digest, announced in their tags):
+// a member configured otherwise (a rollout half done, a node without
+// precise mode) is not offered streams it would never read, and picks
+// owners among its own kind.
+func TestAliveMembersConsumeTheSameStreams(t *testing.T) {
+	c := newTestCluster(t, func(cfg *Config) {
+		switch cfg.Name {
+		case nodeName(0), nodeName(1):
+			cfg.PreciseStreams = "0123456789abcdef"
+		case nodeName(2):
+			cfg.PreciseStreams = "fedcba9876543210"
+		}
+	})
+	c.startN(4) // the fourth runs without precise mode
+	c.waitMesh(time.Minute)
+	want := map[string][]string{
+		nodeName(0): {nodeName(0), nodeName(1)},
+		nodeName(1): {nodeName(0), nodeName(1)},
+		nodeName(2): {nodeName(2)},
+		nodeName(3): {nodeName(3)},
+	}
+	for name, w := range want {
+		if got := c.node(name).n.AliveMembers(); !slices.Equal(got, w) {
+			t.Errorf("%s: AliveMembers %v, want %v", name, got, w)
+		}
+	}
 }

@@ -24,8 +24,8 @@ func certsCommand(args []string, stdout, stderr io.Writer) int {
 	validFor := flags.Duration("valid-for", 365*24*time.Hour, "certificate lifetime")
 	caName := flags.String("ca-name", "kvmesh dev CA", "the CA's common name (only used when a new CA is created)")
 	flags.Usage = func() {
-		fmt.Fprintln(flags.Output(), "Usage: kvmesh certs --nodes a,b,c [--dir certs]\n\nCreates a CA in --dir (or reuses the one there) and issues a certificate per node.\nFor dev and test clusters: production clusters should use their own PKI.")
-		flags.PrintDefaults()
+		fmt.Fprint(flags.Output(), "Usage: kvmesh certs --nodes a,b,c [--dir certs]\n\nCreates a CA in --dir (or reuses the one there) and issues a certificate per node.\nFor dev and test clusters: production clusters should use their own PKI.\n\n")
+		printFlags(flags.Output(), flags)
 	}
 	if code, ok := parseFlags(flags, args, stdout, stderr); !ok {
 		return code
@@ -41,7 +41,9 @@ func certsCommand(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	if err := os.MkdirAll(*dir, 0o755); err != nil {
+	// The directory holds the CA's key: its owner's only, as the transport
+	// makes its key directories (an existing one keeps its mode).
+	if err := os.MkdirAll(*dir, 0o700); err != nil {
 		fmt.Fprintf(stderr, "kvmesh certs: %v\n", err)
 		return 1
 	}

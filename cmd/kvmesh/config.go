@@ -175,6 +175,17 @@ func (m *MeshConfig) applyTimes(mc *mesh.Config) {
 	mc.LoadLazyDelay = m.LoadLazyDelay
 }
 
+// The bounds of the shutdown's times: past them the value is a typo (a unit
+// for another: 5h for 5s) that leaves a stopping node stuck for days. A
+// drain delay covers a few load balancer health checks, seconds to a
+// minute; an hour is far past any. A shutdown timeout waits for the longest
+// streamed completion, minutes; a day is far past any, and past every
+// orchestrator's grace period.
+const (
+	maxDrainDelay      = time.Hour
+	maxShutdownTimeout = 24 * time.Hour
+)
+
 // DefaultServeConfig is the configuration before the file, the environment
 // and the flags are applied.
 func DefaultServeConfig() ServeConfig {
@@ -287,9 +298,13 @@ func (c *ServeConfig) Validate() error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		add("shutdown_timeout must be positive")
+	} else if c.ShutdownTimeout > maxShutdownTimeout {
+		add("shutdown_timeout must be at most %v, got %v", maxShutdownTimeout, c.ShutdownTimeout)
 	}
 	if c.DrainDelay < 0 {
 		add("drain_delay must not be negative")
+	} else if c.DrainDelay > maxDrainDelay {
+		add("drain_delay must be at most %v, got %v", maxDrainDelay, c.DrainDelay)
 	}
 	if c.StateDir != "" && c.StateInterval <= 0 {
 		add("state_interval must be positive")

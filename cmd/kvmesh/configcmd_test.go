@@ -13,7 +13,8 @@ import (
 
 // kvmesh config prints the configuration serve would run with, every key,
 // as a file serve loads back to the same configuration; the gossip key is
-// not printed; problems serve would refuse are reported with status 1.
+// not printed; problems serve would refuse are reported with status 2, as
+// serve reports them.
 func TestConfigCommand(t *testing.T) {
 	args := []string{"--backends", "a=http://127.0.0.1:1", "--policy", "random", "--max-messages", "77"}
 	var out, errOut bytes.Buffer
@@ -47,13 +48,14 @@ func TestConfigCommand(t *testing.T) {
 
 	const key = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
 	out.Reset()
-	// (Without TLS files the mesh is refused, status 1: printed all the same.)
-	run(append([]string{"config", "--mesh", "--gossip-key", key}, args...), &out, io.Discard)
+	if rc := run(append([]string{"config", "--mesh", "--gossip-key", key, "--tls-ca", "ca", "--tls-cert", "c", "--tls-key", "k"}, args...), &out, io.Discard); rc != 0 {
+		t.Fatalf("mesh: rc %d", rc)
+	}
 	if strings.Contains(out.String(), key) || !strings.Contains(out.String(), `gossip_key: "" # `+redactedKey) {
 		t.Errorf("the gossip key printed (%v), or not marked as set:\n%s", strings.Contains(out.String(), key), out.String())
 	}
 	errOut.Reset()
-	if rc := run([]string{"config"}, io.Discard, &errOut); rc != 1 || !strings.Contains(errOut.String(), "at least one backend") {
+	if rc := run([]string{"config"}, io.Discard, &errOut); rc != 2 || !strings.Contains(errOut.String(), "at least one backend") {
 		t.Errorf("no backends: rc %d, %s", rc, errOut.String())
 	}
 	if rc := run([]string{"config", "--nope"}, io.Discard, io.Discard); rc != 2 {

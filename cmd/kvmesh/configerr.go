@@ -20,10 +20,23 @@ var (
 	yamlBadValue     = regexp.MustCompile("^line (\\d+): cannot unmarshal !!(\\w+) `(.*)` into (.+)$")
 )
 
+// yamlValueErrors are the keys of a config file that did not decode (type
+// errors, unknown keys): the decoder read the rest of the file, so it can
+// be validated too, leaving out what names keys (the YAML keys of the
+// values that did not decode).
+type yamlValueErrors struct {
+	err  error
+	keys []string
+}
+
+func (e *yamlValueErrors) Error() string { return e.err.Error() }
+func (e *yamlValueErrors) Unwrap() error { return e.err }
+
 // humanizeYAMLError rewrites the decoder's type errors (one per bad key,
 // all reported) in terms of the file: "line 7: router.polcy: unknown key
 // (did you mean policy?)", "line 3: shutdown_timeout: 60 has no unit; write
-// 60s". Other errors (syntax) are returned as they are.
+// 60s", as a *yamlValueErrors. Other errors (syntax) are returned as they
+// are.
 func humanizeYAMLError(err error, data []byte) error {
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
@@ -31,6 +44,7 @@ func humanizeYAMLError(err error, data []byte) error {
 	}
 	lines := strings.Split(string(data), "\n")
 	var errs []error
+	var keys []string
 	for _, e := range te.Errors {
 		if m := yamlUnknownField.FindStringSubmatch(e); m != nil {
 			n, _ := strconv.Atoi(m[1])
@@ -52,11 +66,12 @@ func humanizeYAMLError(err error, data []byte) error {
 				key = "value"
 			}
 			errs = append(errs, fmt.Errorf("line %d: %s: %s", n, key, badValue(m[2], m[3], m[4])))
+			keys = append(keys, key)
 			continue
 		}
 		errs = append(errs, errors.New(e))
 	}
-	return errors.Join(errs...)
+	return &yamlValueErrors{err: errors.Join(errs...), keys: keys}
 }
 
 // badValue says what is wrong with a value the decoder could not store,

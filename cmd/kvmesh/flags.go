@@ -240,47 +240,47 @@ var errHelp = fmt.Errorf("%w", flag.ErrHelp)
 // loadServeConfig builds the configuration from defaults, the config file
 // (--config or KVMESH_CONFIG), the environment and the flags, and validates
 // it. Every problem is reported at once, each naming the flag, variable or
-// key it comes from. -h prints the flags with their defaults to out and
-// returns an error wrapping flag.ErrHelp.
+// key it comes from: the command line's, values that do not parse (the
+// setting then keeps its earlier value, and is left out of the validation)
+// and the validation's. -h prints the flags with their defaults to out
+// and returns an error wrapping flag.ErrHelp.
 func loadServeConfig(args []string, getenv func(string) string, out io.Writer) (*ServeConfig, error) {
-	cfg, from, err := buildServeConfig(args, getenv, out)
-	if err != nil {
-		return nil, err
-	}
-	if err := cfg.Validate(); err != nil {
-		return nil, annotate(err, from)
-	}
-	cfg.reload = func() (*ServeConfig, error) { return loadServeConfig(args, getenv, io.Discard) }
-	return cfg, nil
+	return loadConfigWith(args, getenv, out, serveUsage)
 }
 
-// buildServeConfig is loadServeConfig without the validation: the
-// configuration and, per flag name, where its value came from.
-func buildServeConfig(args []string, getenv func(string) string, out io.Writer) (*ServeConfig, map[string]string, error) {
+// loadConfigWith is loadServeConfig with the help of the command that
+// reads serve's flags (serve's, config's).
+func loadConfigWith(args []string, getenv func(string) string, out io.Writer, usage func(io.Writer)) (*ServeConfig, error) {
 	fs := flag.NewFlagSet("kvmesh serve", flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // errors are returned, the help printed by serveUsage
+	fs.SetOutput(io.Discard) // errors are returned, the help printed by usage
 	configPath := fs.String("config", getenv("KVMESH_CONFIG"), "YAML configuration file")
 	values := make(map[string]*flagValue, len(serveSettings))
 	for _, s := range serveSettings {
 		values[s.name] = &flagValue{isBool: s.isBool}
 		fs.Var(values[s.name], s.name, s.usage)
 	}
-	help, argErrs := checkArgs(fs, args)
+	help, kept, errs := checkArgs(fs, args)
 	if help {
-		serveUsage(out)
-		return nil, nil, errHelp
+		usage(out)
+		return nil, errHelp
 	}
-	if len(argErrs) > 0 {
-		return nil, nil, errors.Join(argErrs...)
-	}
-	if err := fs.Parse(args); err != nil { // checkArgs has seen to it that it parses
-		return nil, nil, err
+	if err := fs.Parse(kept); err != nil { // checkArgs kept only what parses
+		return nil, errors.Join(append(errs, err)...)
 	}
 	cfg := DefaultServeConfig()
-	var errs []error
+	unparsed := map[string]bool{} // YAML keys whose value did not parse
+	validate := true
 	if *configPath != "" {
 		if err := loadConfigFile(*configPath, &cfg); err != nil {
 			errs = append(errs, err)
+			var ve *yamlValueErrors
+			if errors.As(err, &ve) { // the rest of the file was read
+				for _, k := range ve.keys {
+					unparsed[k] = true
+				}
+			} else { // unread or unreadable: validating the defaults says nothing
+				validate = false
+			}
 		}
 	}
 	set := map[string]bool{}
@@ -296,20 +296,77 @@ func buildServeConfig(args []string, getenv func(string) string, out io.Writer) 
 		from[s.name] = src
 		if err := s.apply(&cfg, v); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", src, err))
+			unparsed[s.key] = true
+		}
+	}
+	cfg.Mesh.devDefaults(from["bind"] != "", from["quic-listen"] != "")
+	cfg.Router.Backends = effectiveBackends(cfg.Router.Backends)
+	if validate {
+		if err := cfg.Validate(); err != nil {
+			if err := annotate(withoutKeys(err, unparsed), from); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	if len(errs) > 0 {
-		return nil, nil, errors.Join(errs...)
+		return nil, errors.Join(errs...)
 	}
-	cfg.Mesh.devDefaults(from["bind"] != "", from["quic-listen"] != "")
-	return &cfg, from, nil
+	cfg.reload = func() (*ServeConfig, error) { return loadServeConfig(args, getenv, io.Discard) }
+	return &cfg, nil
+}
+
+// effectiveBackends spells out the defaults of a static backend list, so
+// that kvmesh config prints what serve runs with: a backend without a name
+// is named by its URL, one without a weight weighs 1 (router.BackendConfig).
+func effectiveBackends(bs []router.BackendConfig) []router.BackendConfig {
+	if len(bs) == 0 {
+		return bs
+	}
+	out := make([]router.BackendConfig, len(bs))
+	for i, b := range bs {
+		if b.Name == "" {
+			b.Name = b.URL
+		}
+		if b.Weight == 0 {
+			b.Weight = 1
+		}
+		out[i] = b
+	}
+	return out
+}
+
+// withoutKeys drops the lines of a validation error that name a key whose
+// value did not parse: the value checked is not the one given, which is
+// reported already.
+func withoutKeys(err error, keys map[string]bool) error {
+	if len(keys) == 0 {
+		return err
+	}
+	var kept []string
+	for _, line := range strings.Split(err.Error(), "\n") {
+		named := false
+		for k := range keys {
+			if namesKey(line, k) {
+				named = true
+				break
+			}
+		}
+		if !named {
+			kept = append(kept, line)
+		}
+	}
+	if len(kept) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(kept, "\n"))
 }
 
 // checkArgs finds every problem with the command line before it is parsed
 // (the flag package stops at the first): unknown flags (with the nearest
 // known one), flags missing their value, stray arguments. help is true
-// when -h or --help is among them.
-func checkArgs(fs *flag.FlagSet, args []string) (help bool, errs []error) {
+// when -h or --help is among them. kept is the command line without what
+// is wrong with it, so that the rest is read and checked all the same.
+func checkArgs(fs *flag.FlagSet, args []string) (help bool, kept []string, errs []error) {
 	var names []string
 	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
 	for i := 0; i < len(args); i++ {
@@ -326,7 +383,7 @@ func checkArgs(fs *flag.FlagSet, args []string) (help bool, errs []error) {
 		}
 		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
 		if name == "h" || name == "help" {
-			return true, nil
+			return true, nil, nil
 		}
 		f := fs.Lookup(name)
 		if f == nil {
@@ -340,29 +397,36 @@ func checkArgs(fs *flag.FlagSet, args []string) (help bool, errs []error) {
 			}
 			continue
 		}
-		if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && bf.IsBoolFlag() {
+		if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); (ok && bf.IsBoolFlag()) || hasValue {
+			kept = append(kept, a)
 			continue
 		}
-		if !hasValue {
-			if i+1 >= len(args) {
-				errs = append(errs, fmt.Errorf("--%s needs a value", name))
-			}
-			i++
+		if i+1 >= len(args) {
+			errs = append(errs, fmt.Errorf("--%s needs a value", name))
+			continue
 		}
+		kept = append(kept, a, args[i+1])
+		i++
 	}
-	return false, errs
+	return false, kept, errs
 }
 
 // serveUsage prints the flags of serve with their defaults, environment
 // variables and config file keys.
 func serveUsage(w io.Writer) {
-	def := DefaultServeConfig()
 	fmt.Fprint(w, `Usage: kvmesh serve [flags]
 
 Runs a router node. Flags override environment variables (KVMESH_<FLAG>),
 which override the YAML config file, which overrides the defaults.
 
-  --config FILE
+`)
+	serveFlagsUsage(w)
+}
+
+// serveFlagsUsage lists serve's flags (which kvmesh config takes too).
+func serveFlagsUsage(w io.Writer) {
+	def := DefaultServeConfig()
+	fmt.Fprint(w, `  --config FILE
         YAML configuration file (env KVMESH_CONFIG); deploy/config/kvmesh.example.yaml has the main keys, kvmesh config prints every key
 `)
 	for _, s := range serveSettings {
@@ -382,6 +446,9 @@ which override the YAML config file, which overrides the defaults.
 // settings it names: where the value came from when a flag or variable set
 // it, which flags can set it otherwise.
 func annotate(err error, from map[string]string) error {
+	if err == nil {
+		return nil
+	}
 	lines := strings.Split(err.Error(), "\n")
 	for i, line := range lines {
 		var srcs, flags []string
@@ -410,13 +477,19 @@ func annotate(err error, from map[string]string) error {
 func settingsNamedIn(msg string) []setting {
 	var out []setting
 	for _, s := range serveSettings {
-		leaf := s.key[strings.LastIndexByte(s.key, '.')+1:]
-		if containsWord(msg, s.key) || containsWord(msg, strings.ReplaceAll(s.key, ".", ": ")) ||
-			(strings.Contains(leaf, "_") && containsWord(msg, leaf)) {
+		if namesKey(msg, s.key) {
 			out = append(out, s)
 		}
 	}
 	return out
+}
+
+// namesKey reports whether a message names the YAML key, as
+// settingsNamedIn reads it.
+func namesKey(msg, key string) bool {
+	leaf := key[strings.LastIndexByte(key, '.')+1:]
+	return containsWord(msg, key) || containsWord(msg, strings.ReplaceAll(key, ".", ": ")) ||
+		(strings.Contains(leaf, "_") && containsWord(msg, leaf))
 }
 
 // containsWord reports whether w occurs in s not as part of a longer

@@ -42,10 +42,38 @@ func parseFlags(flags *flag.FlagSet, args []string, stdout, stderr io.Writer) (c
 		flags.SetOutput(stdout)
 		flags.Usage()
 		return 0, false
+	case err != nil && !hasFlags(flags):
+		got := args[0]
+		if flags.NArg() > 0 {
+			got = flags.Arg(0)
+		}
+		fmt.Fprintf(stderr, "%s: takes no arguments (got %q)\n", flags.Name(), got)
+		return 2, false
 	case err != nil:
 		fmt.Fprintf(stderr, "%s: %v\nRun '%s -h' for the flags.\n", flags.Name(), err, flags.Name())
 		return 2, false
 	}
 	flags.SetOutput(stderr)
 	return 0, true
+}
+
+func hasFlags(flags *flag.FlagSet) bool {
+	n := 0
+	flags.VisitAll(func(*flag.Flag) { n++ })
+	return n > 0
+}
+
+// printFlags lists a subcommand's flags as serve's help does: --name, its
+// usage, its default.
+func printFlags(w io.Writer, flags *flag.FlagSet) {
+	flags.VisitAll(func(f *flag.Flag) {
+		arg := " VALUE"
+		if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && bf.IsBoolFlag() {
+			arg = ""
+		}
+		fmt.Fprintf(w, "  --%s%s\n        %s\n", f.Name, arg, f.Usage)
+		if f.DefValue != "" && !(arg == "" && f.DefValue == "false") {
+			fmt.Fprintf(w, "        default %s\n", f.DefValue)
+		}
+	})
 }

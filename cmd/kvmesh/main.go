@@ -11,6 +11,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -43,8 +44,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "gossip-key":
 		return gossipKeyCommand(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
-		fmt.Fprintln(stdout, "kvmesh", version)
-		return 0
+		return versionCommand(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		usage(stdout)
 		return 0
@@ -52,6 +52,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "kvmesh: unknown command %q\n\n", args[0])
 	usage(stderr)
 	return 2
+}
+
+// versionCommand prints the version; it takes no flags or arguments.
+func versionCommand(args []string, stdout, stderr io.Writer) int {
+	flags := flag.NewFlagSet("kvmesh version", flag.ContinueOnError)
+	flags.Usage = func() { fmt.Fprintln(flags.Output(), "Usage: kvmesh version\n\nPrints the version of kvmesh.") }
+	if code, ok := parseFlags(flags, args, stdout, stderr); !ok {
+		return code
+	}
+	fmt.Fprintln(stdout, "kvmesh", version)
+	return 0
 }
 
 func usage(w io.Writer) {

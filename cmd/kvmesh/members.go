@@ -22,8 +22,8 @@ func membersCommand(args []string, stdout, stderr io.Writer) int {
 	timeout := flags.Duration("timeout", 5*time.Second, "request timeout")
 	forceLeave := flags.String("force-leave", "", "remove the failed member NAME from the mesh at once (instead of a day later), then print the members")
 	flags.Usage = func() {
-		fmt.Fprintln(flags.Output(), "Usage: kvmesh members [--admin URL] [--json] [--force-leave NAME]\n\nPrints a running node's view of the mesh, like `serf members`.\nWith --force-leave, first removes a failed member (one that crashed and will not\ncome back under its name) from every node's member list.")
-		flags.PrintDefaults()
+		fmt.Fprint(flags.Output(), "Usage: kvmesh members [--admin URL] [--json] [--force-leave NAME]\n\nPrints a running node's view of the mesh, like `serf members`.\nWith --force-leave, first removes a failed member (one that crashed and will not\ncome back under its name) from every node's member list.\n\n")
+		printFlags(flags.Output(), flags)
 	}
 	if code, ok := parseFlags(flags, args, stdout, stderr); !ok {
 		return code

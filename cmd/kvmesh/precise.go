@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -136,6 +139,29 @@ func (p *PreciseConfig) streams(backends []router.BackendConfig) ([]kvevents.Str
 		out[i] = s
 	}
 	return out, errors.Join(errs...)
+}
+
+// digest names the streams this node consumes, for the mesh's TagPrecise
+// (mesh.Config.PreciseStreams): a hash of each stream's backend, endpoints,
+// topic and model, in the backends' order, 16 hex digits; "" without
+// precise mode. Nodes announcing the same digest choose each stream's
+// owner among themselves.
+func (p *PreciseConfig) digest(backends []router.BackendConfig) string {
+	if !p.enabled() {
+		return ""
+	}
+	streams, _ := p.streams(backends) // validated already
+	lines := make([]string, len(streams))
+	for i, s := range streams {
+		lines[i] = strings.Join([]string{s.Backend, s.Endpoint, s.ReplayEndpoint, s.Topic, s.Model}, "\x00")
+	}
+	slices.Sort(lines)
+	h := sha256.New() // not the listen address: it may differ node by node
+	for _, l := range lines {
+		h.Write([]byte{'\n'})
+		h.Write([]byte(l))
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
 }
 
 // validate checks precise mode against the rest of the configuration.

@@ -134,3 +134,24 @@ func TestPreciseFlags(t *testing.T) {
 		}
 	}
 }
+
+// The digest the mesh announces (TagPrecise) names the streams a node
+// consumes: the same whatever their order, different when one differs,
+// empty without precise mode.
+func TestPreciseDigest(t *testing.T) {
+	a := kvevents.StreamConfig{Backend: "a", Endpoint: "tcp://10.0.0.1:5557", Topic: "kv", Model: "m"}
+	b := kvevents.StreamConfig{Backend: "b", Endpoint: "tcp://10.0.0.2:5557", Topic: "kv", Model: "m"}
+	p1 := PreciseConfig{Streams: []kvevents.StreamConfig{a, b}}
+	p2 := PreciseConfig{Streams: []kvevents.StreamConfig{b, a}}
+	if d1, d2 := p1.digest(nil), p2.digest(nil); d1 == "" || d1 != d2 || len(d1) != 16 {
+		t.Fatalf("the same streams in another order: %q and %q", d1, d2)
+	}
+	b.Endpoint = "tcp://10.0.0.3:5557"
+	p3 := PreciseConfig{Streams: []kvevents.StreamConfig{a, b}}
+	if p3.digest(nil) == p1.digest(nil) {
+		t.Fatal("a stream at another endpoint has the same digest")
+	}
+	if d := (&PreciseConfig{}).digest(nil); d != "" {
+		t.Fatalf("no precise mode: digest %q", d)
+	}
+}
