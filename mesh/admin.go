@@ -68,6 +68,20 @@ func (n *Node) adminView() AdminView {
 	if overlay {
 		v.Topology = "overlay"
 	}
+	heard := make(map[string]int64, len(peers))
+	for _, p := range peers {
+		heard[p.Name] = p.LastHeard
+	}
+	now := n.nowMs()
+	for i := range v.Members {
+		if m := &v.Members[i]; m.Peer {
+			ago := int64(-1)
+			if at := heard[m.Name]; at > 0 {
+				ago = max(now-at, 0)
+			}
+			m.HeardAgoMs = &ago
+		}
+	}
 	for _, p := range peers {
 		v.Peers = append(v.Peers, PeerView{Name: p.Name, Backlog: p.Backlog, InFullSync: p.InFullSync,
 			Converged: p.Converged, LastMatch: msTime(p.LastMatch), LastHeard: msTime(p.LastHeard)})

@@ -66,6 +66,16 @@ func TestAdminHandler(t *testing.T) {
 		t.Fatalf("POST: %d, Allow %q", rec.Code, rec.Header().Get("Allow"))
 	}
 
+	// Each peer's member entry says when it was last heard from
+	// (replication works in this cluster: recently); others say nothing.
+	for _, m := range v.Members {
+		switch {
+		case m.Peer && (m.HeardAgoMs == nil || *m.HeardAgoMs < 0):
+			t.Errorf("peer %s: heard_ago_ms %v, want a recent age", m.Name, m.HeardAgoMs)
+		case !m.Peer && m.HeardAgoMs != nil:
+			t.Errorf("member %s (not a peer) has heard_ago_ms %d", m.Name, *m.HeardAgoMs)
+		}
+	}
 	// The CLI path: decode the view and print its members.
 	var buf bytes.Buffer
 	if err := FormatMembers(&buf, v.Members); err != nil {
@@ -81,7 +91,8 @@ func TestFormatMembers(t *testing.T) {
 		{Name: "router-a", Addr: "10.0.0.1:7946", QUICAddr: "10.0.0.1:7947", Status: "alive", Protocol: 1, Self: true,
 			Tags: map[string]string{TagQUIC: "10.0.0.1:7947", TagProtocol: "1"}},
 		{Name: "router-b", Addr: "10.0.0.2:7946", QUICAddr: "10.0.0.2:7947", Status: "alive", Protocol: 1, Peer: true,
-			Tags: map[string]string{TagQUIC: "10.0.0.2:7947", TagProtocol: "1", "zone": "b", "az": "1"}},
+			Tags: map[string]string{TagQUIC: "10.0.0.2:7947", TagProtocol: "1", "zone": "b", "az": "1"}, HeardAgoMs: ptr(int64(1250))},
+		{Name: "router-c", Addr: "10.0.0.3:7946", QUICAddr: "10.0.0.3:7947", Status: "alive", Protocol: 1, Peer: true, HeardAgoMs: ptr(int64(-1))},
 		{Name: "router-old", Addr: "10.0.0.9:7946", Status: "failed", Tags: map[string]string{}},
 	}
 	var buf bytes.Buffer
@@ -89,13 +100,17 @@ func TestFormatMembers(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := "" +
-		"  NAME        ADDRESS        QUIC           STATUS  PROTOCOL  TAGS\n" +
-		"* router-a    10.0.0.1:7946  10.0.0.1:7947  alive   1         -\n" +
-		"+ router-b    10.0.0.2:7946  10.0.0.2:7947  alive   1         az=1,zone=b\n" +
-		"  router-old  10.0.0.9:7946  -              failed  0         -\n" +
+		"  NAME        ADDRESS        QUIC           STATUS  HEARD     PROTOCOL  TAGS\n" +
+		"* router-a    10.0.0.1:7946  10.0.0.1:7947  alive   -         1         -\n" +
+		"+ router-b    10.0.0.2:7946  10.0.0.2:7947  alive   1.2s ago  1         az=1,zone=b\n" +
+		"+ router-c    10.0.0.3:7946  10.0.0.3:7947  alive   never     1         -\n" +
+		"  router-old  10.0.0.9:7946  -              failed  -         0         -\n" +
 		MembersLegend + "\n"
 	if buf.String() != want {
 		t.Fatalf("got:\n%s\nwant:\n%s", buf.String(), want)
+	}
+	if lines := strings.Split(buf.String(), "\n"); strings.Index(lines[0], "NAME") != strings.Index(lines[1], "router-a") {
+		t.Fatalf("header not aligned with the names:\n%s", buf.String())
 	}
 }
 
@@ -199,3 +214,5 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -80,9 +80,9 @@ func ExampleFormatMembers() {
 	}
 	_ = mesh.FormatMembers(os.Stdout, members)
 	// Output:
-	//   NAME      ADDRESS        QUIC           STATUS  PROTOCOL  TAGS
-	// * router-a  10.0.0.1:7946  10.0.0.1:7947  alive   1         -
-	// + router-b  10.0.0.2:7946  10.0.0.2:7947  alive   1         -
-	//   router-c  10.0.0.3:7946  10.0.0.3:7947  failed  1         -
-	// (* this node, + a member it replicates claims with)
+	//   NAME      ADDRESS        QUIC           STATUS  HEARD  PROTOCOL  TAGS
+	// * router-a  10.0.0.1:7946  10.0.0.1:7947  alive   -      1         -
+	// + router-b  10.0.0.2:7946  10.0.0.2:7947  alive   -      1         -
+	//   router-c  10.0.0.3:7946  10.0.0.3:7947  failed  -      1         -
+	// (* this node, + a member it replicates claims with; HEARD: its last replication message)
 }

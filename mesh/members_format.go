@@ -9,13 +9,15 @@ import (
 )
 
 // FormatMembers prints members as a table in the manner of `serf members`:
-// name, gossip address, replication address, status, protocol and the
-// other tags. The node the list came from is marked with '*', members it
-// replicates with with '+' (the legend under the table says so); the
-// header lines up with the names, past the mark column.
+// name, gossip address, replication address, status, when a peer's last
+// replication message arrived (HEARD: "never" for a link that does not
+// work), protocol and the other tags. The node the list came from is
+// marked with '*', members it replicates with with '+' (the legend under
+// the table says so); the header lines up with the names, past the mark
+// column.
 func FormatMembers(w io.Writer, members []Member) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  NAME\tADDRESS\tQUIC\tSTATUS\tPROTOCOL\tTAGS")
+	fmt.Fprintln(tw, "  NAME\tADDRESS\tQUIC\tSTATUS\tHEARD\tPROTOCOL\tTAGS")
 	for _, m := range members {
 		mark := " "
 		switch {
@@ -24,7 +26,7 @@ func FormatMembers(w io.Writer, members []Member) error {
 		case m.Peer:
 			mark = "+"
 		}
-		fmt.Fprintf(tw, "%s %s\t%s\t%s\t%s\t%d\t%s\n", mark, m.Name, m.Addr, orDash(m.QUICAddr), m.Status, m.Protocol, otherTags(m.Tags))
+		fmt.Fprintf(tw, "%s %s\t%s\t%s\t%s\t%s\t%d\t%s\n", mark, m.Name, m.Addr, orDash(m.QUICAddr), m.Status, heardAgo(m.HeardAgoMs), m.Protocol, otherTags(m.Tags))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -34,7 +36,18 @@ func FormatMembers(w io.Writer, members []Member) error {
 }
 
 // MembersLegend is the line under FormatMembers' table.
-const MembersLegend = "(* this node, + a member it replicates claims with)"
+const MembersLegend = "(* this node, + a member it replicates claims with; HEARD: its last replication message)"
+
+// heardAgo renders Member.HeardAgoMs.
+func heardAgo(ms *int64) string {
+	switch {
+	case ms == nil:
+		return "-"
+	case *ms < 0:
+		return "never"
+	}
+	return fmt.Sprintf("%.1fs ago", float64(*ms)/1000)
+}
 
 func orDash(s string) string {
 	if s == "" {

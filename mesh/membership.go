@@ -32,6 +32,12 @@ type Member struct {
 	// Self marks this node; Peer marks a member this node replicates with.
 	Self bool `json:"self,omitempty"`
 	Peer bool `json:"peer,omitempty"`
+	// HeardAgoMs is, for a peer in an admin view, how long before the view
+	// its last replication message arrived (ms, on this node's clock); -1
+	// when none has: a link that does not work (a certificate of another
+	// CA, a firewall on the QUIC port) while serf's gossip does. Absent
+	// for other members and outside admin views.
+	HeardAgoMs *int64 `json:"heard_ago_ms,omitempty"`
 }
 
 // Members returns every member serf knows (this node included), sorted by

@@ -165,31 +165,65 @@ func (n *Node) antiEntropy() {
 //
 // Load-channel messages are small and urgent: they are applied here, at
 // once. Claim-protocol messages go on to the apply loop (applyLoop), so a
-// burst of deltas to join never holds back a peer's fresh bookings.
+// burst of deltas to join never holds back a peer's fresh bookings. When
+// the apply loop is behind (applyQ full: a full transfer being joined),
+// up to maxPendingApply claim messages wait here while load messages go
+// on being applied; only past that does the loop wait (and the transport,
+// and the peers, with it).
 func (n *Node) receive(ctx context.Context) {
 	defer n.wg.Done()
 	defer close(n.applyQ)
 	in := n.tr.Inbound()
+	var pending []transport.Message // claim messages the apply loop has no room for yet, oldest first
 	for {
+		var out chan<- transport.Message
+		var next transport.Message
+		if len(pending) > 0 {
+			out, next = n.applyQ, pending[0]
+		}
+		src := in
+		if len(pending) >= maxPendingApply {
+			src = nil
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case m, ok := <-in:
+		case out <- next:
+			pending[0] = transport.Message{} // do not keep its bytes alive
+			pending = pending[1:]
+			if len(pending) == 0 {
+				pending = nil // the backing array's front is spent
+			}
+		case m, ok := <-src:
 			if !ok {
+				for _, m := range pending { // what arrived before the end is applied
+					select {
+					case n.applyQ <- m:
+					case <-ctx.Done():
+						return
+					}
+				}
 				return
 			}
 			if isLoadMessage(m.Data) {
 				n.handle(m)
 				continue
 			}
-			select {
-			case n.applyQ <- m:
-			case <-ctx.Done():
-				return
+			if len(pending) == 0 {
+				select {
+				case n.applyQ <- m: // the common case: room at once
+					continue
+				default:
+				}
 			}
+			pending = append(pending, m)
 		}
 	}
 }
+
+// maxPendingApply bounds the claim messages the receive loop holds while
+// the apply loop is behind (a quarter of applyQ's depth).
+const maxPendingApply = 64
 
 // applyLoop handles the claim-protocol messages the receive loop passes
 // on, in order.
