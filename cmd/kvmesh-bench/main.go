@@ -28,6 +28,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/kvmesh/kvmesh/integration/bench"
 )
 
 func main() {
@@ -127,19 +129,8 @@ func newLogger(level string, w io.Writer) (zerolog.Logger, error) {
 	if err != nil || lvl == zerolog.NoLevel {
 		return zerolog.Nop(), fmt.Errorf("bad -log-level %q (want debug, info, warn, error or disabled)", level)
 	}
-	cw := zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly, NoColor: !isTerminal(w)}
+	cw := zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly, NoColor: !bench.IsTerminal(w)} // colour codes only on a terminal
 	return zerolog.New(cw).Level(lvl).With().Timestamp().Logger(), nil
-}
-
-// isTerminal reports whether w is a terminal (a character device), the
-// only place colour codes belong.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 // commandLine renders the command as typed, for the results' README.

@@ -40,11 +40,12 @@ type Progress struct {
 
 // NewProgress writes to w; it draws in place when w is a terminal.
 func NewProgress(w io.Writer) *Progress {
-	return &Progress{w: w, tty: isTerminal(w), now: time.Now, Every: 250 * time.Millisecond, PlainEvery: 30 * time.Second}
+	return &Progress{w: w, tty: IsTerminal(w), now: time.Now, Every: 250 * time.Millisecond, PlainEvery: 30 * time.Second}
 }
 
-// isTerminal reports whether w is a character device (a TTY).
-func isTerminal(w io.Writer) bool {
+// IsTerminal reports whether w is a character device (a TTY): where
+// progress is drawn in place and logs are coloured.
+func IsTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	if !ok {
 		return false
