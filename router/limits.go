@@ -144,3 +144,15 @@ func thinLearn(ch *tree.Chain, max int) {
 	}
 	ch.Learn = ch.Learn[:max]
 }
+
+// learnUpTo drops the learn positions deeper than depth blocks.
+func learnUpTo(ch *tree.Chain, depth int32) {
+	n := 0
+	for _, d := range ch.Learn {
+		if d <= depth {
+			ch.Learn[n] = d
+			n++
+		}
+	}
+	ch.Learn = ch.Learn[:n]
+}

@@ -199,14 +199,28 @@ func (rt *Router) prepare(st *reqState, ep Endpoint, body []byte, tenant string)
 	p := &st.prompt
 	st.model = p.Model
 	st.routed = true
+	first := -1 // a batch's first prompt ends here, in the chain's units
 	if st.precise = rt.precise != nil && rt.preciseKeys(st, ep, body, tenant); st.precise {
 		// keyed by the engine's own tokens (precise.go)
 	} else if rt.tokenizer != nil && rt.tokenize(st) {
 		st.seed = rt.seedFor(st, p.Model, tenant, p.CacheSalt, p.Format, true)
 		rt.ix.Keyer().Tokens(&st.chain, st.seed, st.tokens, st.tokEnds)
+		if len(st.tokEnds) > 0 {
+			first = st.tokEnds[0]
+		}
 	} else {
 		st.seed = rt.seedFor(st, p.Model, tenant, p.CacheSalt, p.Format, false)
 		rt.ix.Keyer().Bytes(&st.chain, st.seed, p.Units, p.Ends)
+		if len(p.Ends) > 0 {
+			first = p.Ends[0]
+		}
+	}
+	if (ep == EndpointCompletions || ep == EndpointEmbeddings) && len(p.Ends) > 1 && first >= 0 {
+		// A batch: several prompts (a completions prompt or an embeddings
+		// input given as a list), each computed on its own. The chain runs
+		// across them, but no engine holds the first prompt followed by
+		// the next: claims are learned for the first prompt only.
+		learnUpTo(&st.chain, int32(first/max(st.chain.UnitsPerBlock, 1)))
 	}
 	thinLearn(&st.chain, rt.cfg.MaxLearnPositions)
 	return nil

@@ -218,3 +218,23 @@ func TestComparisonPoliciesEndToEnd(t *testing.T) {
 		})
 	}
 }
+
+// A completions prompt given as a list is several prompts, each computed
+// on its own: the claims learned are the first prompt's, never the first
+// followed by the next (no engine holds that).
+func TestBatchPromptLearnsItsFirstPromptOnly(t *testing.T) {
+	g := newRig(t, nil, newFakeBackend(t, "a"))
+	a, b := longText("first prompt", 300), longText("second prompt", 300)
+	batch := fmt.Sprintf(`{"model":"m1","prompt":[%q,%q]}`, a, b)
+	if code, _, body := g.call("POST", "/v1/completions", batch); code != 200 {
+		t.Fatalf("%d %s", code, body)
+	}
+	one := chainFor(t, g, EndpointCompletions, fmt.Sprintf(`{"model":"m1","prompt":%q}`, a), "")
+	joined := chainFor(t, g, EndpointCompletions, fmt.Sprintf(`{"model":"m1","prompt":%q}`, a+b), "")
+	waitFor(t, "the batch's claims", func() bool {
+		return g.holders(EndpointCompletions, fmt.Sprintf(`{"model":"m1","prompt":%q}`, a), "")["a"] == one.Blocks()
+	})
+	if got := g.holders(EndpointCompletions, fmt.Sprintf(`{"model":"m1","prompt":%q}`, a+b), ""); got["a"] > one.Blocks() {
+		t.Fatalf("claims of the first prompt followed by the second: depth %d of %d (the first alone is %d)", got["a"], joined.Blocks(), one.Blocks())
+	}
+}
