@@ -77,7 +77,7 @@ func RouterConfig(cfg *Config, policy string, urls []string) router.Config {
 	for i, u := range urls {
 		rc.Backends[i] = router.BackendConfig{Name: BackendName(i), URL: u, Models: cfg.Models}
 	}
-	if cfg.ScaleRouterTimes && cfg.TimeScale != 1 {
+	if cfg.ScaleRouterTimes && cfg.TimeScale > 1 { // as TreeConfig, the mesh's and precise mode's times
 		scaleRouterTimes(&rc, cfg.TimeScale)
 	}
 	return rc
