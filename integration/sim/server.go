@@ -84,6 +84,7 @@ func New(cfg Config) (*Instance, error) {
 
 	in.mux.HandleFunc(ChatPath, func(w http.ResponseWriter, r *http.Request) { in.serveGenerate(w, r, chatEndpoint) })
 	in.mux.HandleFunc(CompletionPath, func(w http.ResponseWriter, r *http.Request) { in.serveGenerate(w, r, completionEndpoint) })
+	in.mux.HandleFunc("POST /v1/embeddings", in.handleEmbeddings)
 	in.mux.HandleFunc("GET /v1/models", in.handleModels)
 	in.mux.HandleFunc("GET /health", in.handleHealth)
 	in.mux.HandleFunc("GET /metrics", in.handleMetrics)
