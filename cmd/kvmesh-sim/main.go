@@ -129,13 +129,15 @@ func run(args []string, stderr io.Writer) error {
 // bound address once the listener is up.
 func serve(ctx context.Context, cfg sim.Config, opt options, ready chan<- string) error {
 	log := cfg.Logger
-	in, err := sim.New(cfg)
+	// The port first: a taken one fails before the instance logs that it
+	// started.
+	ln, err := net.Listen("tcp", opt.listen)
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", opt.listen)
+	in, err := sim.New(cfg)
 	if err != nil {
-		in.Close()
+		ln.Close()
 		return err
 	}
 	srv := &http.Server{Handler: in, ReadHeaderTimeout: 10 * time.Second}
