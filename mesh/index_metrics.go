@@ -50,11 +50,7 @@ func (c *indexCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descIndexCapacity, prometheus.GaugeValue, float64(s.Capacity))
 	ch <- prometheus.MustNewConstMetric(descIndexBackends, prometheus.GaugeValue, float64(s.Backends))
 	ch <- prometheus.MustNewConstMetric(descIndexForgotten, prometheus.GaugeValue, float64(s.Forgotten))
-	floor := float64(s.Floor) / 1000
-	if s.Floor < 0 {
-		floor = 0 // no eviction yet
-	}
-	ch <- prometheus.MustNewConstMetric(descIndexFloor, prometheus.GaugeValue, floor)
+	ch <- prometheus.MustNewConstMetric(descIndexFloor, prometheus.GaugeValue, float64(s.Floor)/1000) // 0: no eviction yet
 	for _, ic := range indexCounters {
 		ch <- prometheus.MustNewConstMetric(ic.desc, prometheus.CounterValue, float64(ic.get(&s)))
 	}

@@ -21,7 +21,7 @@ type Stats struct {
 	Swept       uint64 `json:"swept"`        // dead claims reclaimed
 	Evicted     uint64 `json:"evicted"`      // claims reclaimed because the floor rose on a full index
 	FloorRaises uint64 `json:"floor_raises"` // times the eviction floor rose
-	Floor       int64  `json:"floor"`        // the eviction floor (expiry milliseconds)
+	Floor       int64  `json:"floor"`        // the eviction floor (expiry milliseconds); 0 before the first eviction
 }
 
 // Stats returns a snapshot of the counters.
@@ -34,6 +34,6 @@ func (ix *Index) Stats() Stats {
 		Inserted: ix.stats.inserted.Load(), Replaced: ix.stats.replaced.Load(),
 		Coalesced: ix.stats.coalesced.Load(), Rejected: ix.stats.rejected.Load(),
 		Swept: ix.stats.swept.Load(), Evicted: ix.stats.evicted.Load(),
-		FloorRaises: ix.stats.floorRaises.Load(), Floor: ix.floor.Load(),
+		FloorRaises: ix.stats.floorRaises.Load(), Floor: max(ix.floor.Load(), 0), // not the internal "none yet" sentinel
 	}
 }
