@@ -255,3 +255,82 @@ func TestFullAckOfAPreviousLife(t *testing.T) {
 		})
 	}
 }
+
+// A late message of a life never seen here (b restarted twice, and a heard
+// its third life before anything of the second) is an earlier life's: its
+// claims are joined, and b's current life is not retired for it. Lives
+// were told apart by the retired list only, so the second life was taken
+// for a restart, the live third one retired, and every message of it
+// ignored as stale from then on: a's transfer to b never finished.
+func TestLateMessageOfAnUnseenLife(t *testing.T) {
+	s := newSimNet(t, 12, nil)
+	a := s.add("a")
+	b := s.add("b")
+	for i := range 10 {
+		s.learn("a", prompt(i, i, 8, 0), "http://x", 60_000)
+	}
+	s.settle(100)
+
+	b = restartInPlace(s, "b") // its second life: a never hears it live
+	s.learn("b", prompt(201, 201, 8, 0), "http://y", 60_000)
+	var late []*Message
+	for _, e := range b.r.Outgoing(s.now, nil) {
+		if e.To == "a" {
+			data, err := Encode(nil, e.Msg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := Decode(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			late = append(late, m)
+		}
+	}
+	if len(late) == 0 {
+		t.Fatal("b's second life sent a nothing to hold back")
+	}
+	b = restartInPlace(s, "b") // its third
+	s.learn("b", prompt(202, 202, 8, 0), "http://y", 60_000)
+	for range 3 {
+		s.round()
+	}
+	before := a.r.Stats()
+	for _, m := range late {
+		if err := a.r.Receive(m, s.now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.settle(300)
+	after := a.r.Stats()
+	if after.Restarts != before.Restarts || after.FullSyncsStarted != before.FullSyncsStarted {
+		t.Fatalf("the unseen life's late message: restarts %d -> %d, full transfers %d -> %d (want no change)",
+			before.Restarts, after.Restarts, before.FullSyncsStarted, after.FullSyncsStarted)
+	}
+	for _, p := range a.r.Peers() {
+		if p.Name == "b" && (p.InFullSync || p.Backlog != 0) {
+			t.Fatalf("a's view of b stuck: %+v", p)
+		}
+	}
+	if s.depth("a", prompt(201, 201, 8, 0), "http://y") == 0 {
+		t.Fatal("a lacks the claim of b's second life")
+	}
+	if s.depth("b", prompt(1, 1, 8, 0), "http://x") == 0 {
+		t.Fatal("b's third life did not get a's claims")
+	}
+}
+
+// Ordered incarnations grow with the start time and past the last one used.
+func TestOrderedIncarnation(t *testing.T) {
+	a := OrderedIncarnation(1_800_000_000_000, 0xffff, 0)
+	b := OrderedIncarnation(1_800_000_000_001, 0, 0)
+	if !(b > a) || !ordered(a) || !ordered(b) {
+		t.Fatalf("%x then %x", a, b)
+	}
+	if c := OrderedIncarnation(1_700_000_000_000, 5, b); c <= b { // a clock stepped back
+		t.Fatalf("%x not above the last used %x", c, b)
+	}
+	if ordered(1 << 60) {
+		t.Fatal("a random incarnation of an earlier release taken for ordered")
+	}
+}

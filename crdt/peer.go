@@ -11,6 +11,8 @@ type peer struct {
 	// one that arrives late is not taken for yet another restart.
 	retired     [4]uint64
 	nextRetired int
+	// heardLife is when a message of the current life last arrived (ms).
+	heardLife int64
 
 	// Sending our changes to the peer.
 	acked    uint64     // the peer holds all our changes up to here

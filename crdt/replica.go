@@ -284,38 +284,18 @@ func (r *Replica) Receive(m *Message, now int64) error {
 		return fmt.Errorf("crdt: message from %q without an incarnation", m.From)
 	}
 	p.lastHeard = now
-	if m.Incarnation != p.inc {
-		if p.isRetired(m.Incarnation) {
-			// A late message of the peer's previous life (the transport
-			// does not order messages): its claims are claims, but its
-			// sequence numbers, acks and transfers belong to a life that
-			// has ended. Taken for a restart, it would reset what the new
-			// life sent, start another full transfer and make our acks
-			// name the old life, and the next message of the new life
-			// would do it all again.
-			r.stats.StaleIncarnation++
-			switch m.Type {
-			case MsgDelta, MsgFull, MsgRepair:
-				return r.applyBatch(&m.Batch, p, now)
-			}
-			return nil
+	if r.staleLife(p, m.Incarnation, now) {
+		// A late message of another life of the peer's than the one it
+		// lives now (incarnation.go): its claims are claims, but its
+		// sequence numbers, acks and transfers are not this life's.
+		r.stats.StaleIncarnation++
+		switch m.Type {
+		case MsgDelta, MsgFull, MsgRepair:
+			return r.applyBatch(&m.Batch, p, now)
 		}
-		if p.inc != 0 {
-			// The peer restarted: it lost our changes and numbers its own
-			// from 1 again.
-			r.stats.Restarts++
-			p.retire(p.inc)
-			p.resetReceive()
-			// Replies queued for the old life are not for the new one: a
-			// full-transfer ack would go out stamped with the new life's
-			// incarnation and acknowledge a chunk of its transfer (lives
-			// number transfers alike). The new life gets the full state.
-			clear(p.control)
-			p.control = p.control[:0]
-			r.startFull(p)
-		}
-		p.inc = m.Incarnation
+		return nil
 	}
+	p.heardLife = now
 	if m.AckFor == r.inc {
 		// Nothing beyond our last sequence number can have been received:
 		// a higher ack (a bug or a lie) would move p.sent past the changes

@@ -232,7 +232,7 @@ func (n *Node) refresh() {
 // exchange full state with it once. The claims stay (they live in the
 // Index) and so does the clock.
 func (n *Node) switchTopologyLocked(overlay bool, now int64) {
-	inc, err := newIncarnation()
+	inc, err := n.lifeIncarnation(n.inc)
 	if err == nil {
 		var rep *crdt.Replica
 		if rep, err = crdt.New(n.cfg.replicaConfig(overlay), n.ix, inc); err == nil {

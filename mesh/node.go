@@ -194,7 +194,7 @@ func New(cfg Config, deps Deps) (*Node, error) {
 		n.clock = time.Now
 	}
 	n.lq.max = cfg.LearnQueue
-	inc, err := newIncarnation()
+	inc, err := n.lifeIncarnation(0)
 	if err != nil {
 		return nil, err
 	}
@@ -220,8 +220,20 @@ func New(cfg Config, deps Deps) (*Node, error) {
 	return n, nil
 }
 
-// newIncarnation returns a random non-zero incarnation, so peers notice a
-// restart (or a topology change, which replaces the Replica).
+// lifeIncarnation numbers a new life of the Replica (the node's start, or
+// a topology change, which replaces it) above prev: ordered by start time
+// (crdt.OrderedIncarnation), so peers tell a restart from a late message of
+// an earlier life.
+func (n *Node) lifeIncarnation(prev uint64) (uint64, error) {
+	var b [2]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return 0, fmt.Errorf("mesh: incarnation: %w", err)
+	}
+	return crdt.OrderedIncarnation(n.clock().UnixMilli(), binary.LittleEndian.Uint16(b[:]), prev), nil
+}
+
+// newIncarnation returns a random non-zero incarnation: the load channel's
+// session (a restart in place is told by it).
 func newIncarnation() (uint64, error) {
 	var b [8]byte
 	for {
