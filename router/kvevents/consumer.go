@@ -192,6 +192,13 @@ func (c *consumer) resync(ctx context.Context) {
 	if c.down && c.resumeLocked(ctx) {
 		return
 	}
+	if ctx.Err() != nil {
+		// Handed over (or closing) while the resume's replay waited: the
+		// next owner resyncs; invalidating here, after giving the stream
+		// away, would drop the claims it has just announced.
+		c.stopLocked()
+		return
+	}
 	c.stopLocked()
 	if c.replay == nil {
 		return

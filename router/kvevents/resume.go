@@ -84,6 +84,9 @@ func (c *consumer) resumeLocked(ctx context.Context) bool {
 		next++
 		return true
 	})
+	if ctx.Err() != nil {
+		return false // cut short by a handover: neither ok nor incomplete (resync stops there)
+	}
 	if !matched || !ok {
 		c.c.replayFailed++
 		c.log.Info().Err(err).Int64("last", last).Bool("malformed", !ok).

@@ -1,6 +1,7 @@
 package kvevents
 
 import (
+	"context"
 	"io"
 	"net"
 	"strings"
@@ -159,5 +160,49 @@ func TestReconnectToARestartedEngineResyncs(t *testing.T) {
 	}
 	if cc, _, _ := c.snapshot(); cc.resumed != 0 {
 		t.Fatalf("resumed %d times on a restarted engine", cc.resumed)
+	}
+}
+
+// A stream handed over (or closing) while its resume's replay waits is
+// left to the next owner: no invalidation from the node that gave it away
+// (it would drop the claims the next owner has just announced), and the
+// cut-short replay is neither ok nor incomplete.
+func TestResumeCutShortByAHandover(t *testing.T) {
+	sink := newMemSink(t)
+	toks := tokens(16*4, 31)
+	first := AppendBatch(nil, storedBatch(toks, 0, 2), EncodingArray)
+	entered := make(chan struct{})
+	c, _ := clockedConsumer(t, sink, StreamConfig{Topic: "kv", Model: "m", Endpoint: "tcp://127.0.0.1:1"},
+		scriptedReplayer(func(ctx context.Context, from int64, fn func(int64, []byte) bool) error {
+			if from == 0 {
+				return nil // the stream's first replay: nothing buffered
+			}
+			if from != 5 {
+				t.Errorf("the resume asked for %d, want the last applied, 5", from)
+				return nil
+			}
+			close(entered)
+			<-ctx.Done() // the resume's replay: the engine is slow to answer
+			return ctx.Err()
+		}))
+	live := context.Background()
+	c.handle(live, [][]byte{[]byte("kv"), AppendSeq(nil, 5), first}) // the stream starts at 5 (nothing buffered before)
+	c.lost(live) // the connection dropped: kept for a resume
+	cc, _, _ := c.snapshot()
+	invalidations, failed := cc.invalidations[reasonFirst], cc.replayFailed
+
+	ctx, cancel := context.WithCancel(live)
+	done := make(chan struct{})
+	go func() { c.resync(ctx); close(done) }()
+	<-entered
+	cancel() // handed over while the replay waits
+	<-done
+	cc, _, mapped := c.snapshot()
+	if cc.invalidations[reasonFirst] != invalidations || cc.replayFailed != failed || cc.resumed != 0 {
+		t.Fatalf("after a handover during the resume: invalidations %d (was %d), replays failed %d (was %d), resumed %d",
+			cc.invalidations[reasonFirst], invalidations, cc.replayFailed, failed, cc.resumed)
+	}
+	if mapped != 0 {
+		t.Fatalf("the handed-over stream kept %d blocks mapped", mapped)
 	}
 }
