@@ -187,7 +187,7 @@ func TestResumeCutShortByAHandover(t *testing.T) {
 		}))
 	live := context.Background()
 	c.handle(live, [][]byte{[]byte("kv"), AppendSeq(nil, 5), first}) // the stream starts at 5 (nothing buffered before)
-	c.lost(live) // the connection dropped: kept for a resume
+	c.lost(live)                                                     // the connection dropped: kept for a resume
 	cc, _, _ := c.snapshot()
 	invalidations, failed := cc.invalidations[reasonFirst], cc.replayFailed
 
