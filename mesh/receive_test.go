@@ -59,8 +59,14 @@ func TestLoadMessagesPassAStalledApplyLoop(t *testing.T) {
 	}
 	waitFor(t, 20*time.Second, "the load message applied past the stalled apply loop", func() bool { return received() > before })
 	unlock()
-	// The claim messages held back are handed on once the apply loop moves.
-	waitFor(t, 20*time.Second, "the held claim messages handled", func() bool {
+	// Once the apply loop moves, the messages behind it (applyQ's and the
+	// receive loop's) drain: none is left queued and the node goes on.
+	waitFor(t, 20*time.Second, "the queued claim messages handled", func() bool {
 		return len(b.n.applyQ) == 0
 	})
+	before = received()
+	if err := a.ep.Send(ctx, b.name, appendLoad(nil, &loadMsg{Seq: 1<<40 + 1, Snapshot: true, Incarnation: 7})); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "a load message after the stall", func() bool { return received() > before })
 }

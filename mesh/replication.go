@@ -262,10 +262,12 @@ func (n *Node) handle(m transport.Message) {
 	now := n.nowMs()
 	n.mu.Lock()
 	if !n.exchangeDueLocked(msg, now) {
-		n.mu.Unlock()
+		// Its exchange is not answered, but what it carries for the
+		// protocol is taken: its acknowledgement (a dropped one costs a
+		// retransmit round) and that the peer's life was heard from.
 		n.m.exchangesThrottled.WithLabelValues(msg.Type.String()).Inc()
-		n.log.Debug().Str("from", m.From).Stringer("type", msg.Type).Msg("mesh: ignored an anti-entropy message sooner than the peer may send one")
-		return
+		n.log.Debug().Str("from", m.From).Stringer("type", msg.Type).Msg("mesh: ignored an anti-entropy exchange sooner than the peer may send one")
+		msg.Type, msg.Digest, msg.Buckets = crdt.MsgAck, nil, nil
 	}
 	err = n.rep.Receive(msg, now)
 	n.dirty.Store(true) // acks, replies or relayed claims may be due

@@ -545,8 +545,8 @@ func (bc BackendConfig) check() error {
 		return fmt.Errorf("backend %q: url %q must not have a query or fragment", bc.Name, bc.URL)
 	case bc.KVCapacityTokens < 0:
 		return fmt.Errorf("backend %q: kv_capacity_tokens must not be negative", bc.effectiveName())
-	case bc.Weight < 0 || bc.Weight != bc.Weight || bc.Weight > 1e12:
-		return fmt.Errorf("backend %q: weight must be a positive number", bc.effectiveName())
+	case !weightOK(bc.Weight):
+		return fmt.Errorf("backend %q: weight must be between %g and %g (0 means 1), got %v", bc.effectiveName(), minBackendWeight, maxBackendWeight, bc.Weight)
 	case slices.Contains(bc.Models, ""):
 		return fmt.Errorf("backend %q: empty model name", bc.effectiveName())
 	case len(bc.effectiveName()) > tree.MaxBackendNameBytes:

@@ -375,7 +375,7 @@ func (c *Config) Validate() error {
 		if b.KVCapacityTokens < 0 || b.KVCapacityTokens > MaxKVCapacityTokens {
 			bad("backends[%d]: kv_capacity_tokens must be in [0, %d] (0: from the backend's metrics), got %d", i, int64(MaxKVCapacityTokens), b.KVCapacityTokens)
 		}
-		if b.Weight != 0 && !(b.Weight >= minBackendWeight && b.Weight <= maxBackendWeight) {
+		if !weightOK(b.Weight) {
 			bad("backends[%d]: weight must be between %g and %g (0 means 1), got %v", i, minBackendWeight, maxBackendWeight, b.Weight)
 		}
 		for j, m := range b.Models {
@@ -500,6 +500,13 @@ const (
 	minBackendWeight = 0.001
 	maxBackendWeight = 1000.0
 )
+
+// weightOK reports whether w is a weight a backend may have (0: the
+// default, 1). Validate (the config file) and check (SetBackends:
+// discovery, the API) share it.
+func weightOK(w float64) bool {
+	return w == 0 || w >= minBackendWeight && w <= maxBackendWeight
+}
 
 func (b BackendConfig) effectiveWeight() float64 {
 	if b.Weight > 0 {

@@ -122,12 +122,19 @@ func TestBackendWeightRange(t *testing.T) {
 		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "backends[0]: weight") {
 			t.Errorf("weight %v: %v", w, err)
 		}
+		// SetBackends (discovery, the API) checks the same bound.
+		if err := cfg.Backends[0].check(); err == nil || !strings.Contains(err.Error(), "weight") {
+			t.Errorf("weight %v passed SetBackends' check: %v", w, err)
+		}
 	}
 	for _, w := range []float64{0, 0.001, 1, 1000} {
 		cfg := DefaultConfig()
 		cfg.Backends = []BackendConfig{{Name: "x", URL: "http://h:1", Weight: w}}
 		if err := cfg.Validate(); err != nil {
 			t.Errorf("weight %v refused: %v", w, err)
+		}
+		if err := cfg.Backends[0].check(); err != nil {
+			t.Errorf("weight %v refused by SetBackends' check: %v", w, err)
 		}
 	}
 }

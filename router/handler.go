@@ -216,7 +216,7 @@ func (rt *Router) serveForward(w http.ResponseWriter, r *http.Request, start tim
 		return rt.fail(w, kindOf(aerr), aerr)
 	}
 	if len(st.cands) == 0 {
-		return rt.fail(w, errNoBackend, NewAPIError(http.StatusServiceUnavailable, "", "no healthy backend is available"))
+		return rt.fail(w, errNoBackend, NewAPIError(http.StatusServiceUnavailable, "", "no backend is in rotation (each is ejected, drained or being removed); try again shortly"))
 	}
 	d, status := rt.decideAdmitted(w, r, st, endpointNone, now, 0)
 	if status != 0 {

@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"unicode/utf8"
 	"sync"
 
 	"github.com/valyala/fastjson"
@@ -251,7 +252,11 @@ func jsonErrorText(err error) string {
 		s = strings.ReplaceAll(s, p, "") // the levels it was in: only the innermost reason says what is wrong
 	}
 	if len(s) > maxJSONErrorText {
-		s = s[:maxJSONErrorText] + "..."
+		cut := maxJSONErrorText
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut-- // not inside a character
+		}
+		s = s[:cut] + "..."
 	}
 	return s
 }

@@ -35,8 +35,9 @@ type reqState struct {
 	// filtered: res ignored claims past some backend's cache edge.
 	filtered bool
 	// observed: this request has been counted in the router's decision
-	// averages (spansNow) already, or must not be (an explanation, the
-	// shadow): a retry or a re-decision after a wait does not count again.
+	// averages (spansNow) already, or must not be (an explanation): a retry
+	// or a re-decision after a wait does not count again. (The bench's
+	// shadow router counts its decisions: they are its only ones.)
 	observed bool
 	// precise: keyed by the engine's tokens; precise backends' claims are
 	// then exact (their events end what they evict) and not doubted.

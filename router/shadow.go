@@ -22,7 +22,7 @@ func (rt *Router) Shadow(path string, body []byte, tenant string) (backend strin
 	now := rt.now()
 	rt.lookup(st, now)
 	if !rt.gather(st, st.model, now) {
-		return "", 0, ErrModelNotFound(st.model)
+		return "", 0, rt.modelMissing(st.model)
 	}
 	if len(st.cands) == 0 {
 		return "", 0, NewAPIError(http.StatusServiceUnavailable, "", "no backend in rotation serves model %q (each is ejected, drained or being removed)", st.model)

@@ -94,6 +94,8 @@ func (rt *Router) watch(ctx context.Context, b *backend, ready func()) {
 	}
 	scrapeT := time.NewTicker(rt.cfg.ScrapeInterval)
 	defer scrapeT.Stop()
+	var unknownNext time.Time      // the next probe-paced discovery of unknown models
+	var unknownWait time.Duration // doubles from ProbeInterval up to DiscoveryInterval
 	gate := newScrapeGate(&rt.cfg)
 	for {
 		select {
@@ -101,11 +103,18 @@ func (rt *Router) watch(ctx context.Context, b *backend, ready func()) {
 			return
 		case <-probeC:
 			rt.probe(ctx, b)
-			if b.static == nil && b.discovered.Load() == nil {
+			if b.static == nil && b.discovered.Load() == nil && b.healthy.Load() {
 				// Models not known yet (down or starting at the first
-				// round): asked at the probe's pace, not DiscoveryInterval's,
-				// while requests for them get 503 models_unknown.
-				rt.discover(ctx, b)
+				// round) of a backend that answers its probe now: asked
+				// sooner than DiscoveryInterval while requests for them get
+				// 503 models_unknown, at a pace that backs off from the
+				// probe's to DiscoveryInterval's (a backend that never
+				// serves GET /v1/models is not asked every probe for good).
+				if now := rt.now(); !now.Before(unknownNext) {
+					rt.discover(ctx, b)
+					unknownWait = min(max(2*unknownWait, rt.cfg.ProbeInterval), rt.cfg.DiscoveryInterval)
+					unknownNext = now.Add(unknownWait)
+				}
 			}
 		case <-readmitC:
 			rt.readmitDue(b)

@@ -63,7 +63,11 @@ func humanizeYAMLError(err error, data []byte) error {
 			n, _ := strconv.Atoi(m[1])
 			key := strings.Join(yamlPathAt(lines, n), ".")
 			if key == "" {
-				key = "value"
+				// Unresolved: named generically, and no validation line is
+				// left out for it (a key "value" would drop every line
+				// with the word in it).
+				errs = append(errs, fmt.Errorf("line %d: value: %s", n, badValue(m[2], m[3], m[4])))
+				continue
 			}
 			errs = append(errs, fmt.Errorf("line %d: %s: %s", n, key, badValue(m[2], m[3], m[4])))
 			keys = append(keys, key)

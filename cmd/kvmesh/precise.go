@@ -143,7 +143,8 @@ func (p *PreciseConfig) streams(backends []router.BackendConfig) ([]kvevents.Str
 
 // digest names the streams this node consumes, for the mesh's TagPrecise
 // (mesh.Config.PreciseStreams): a hash of each stream's backend, endpoints,
-// topic and model, in the backends' order, 16 hex digits; "" without
+// topic and model, sorted (the order streams are listed in does not
+// matter), 16 hex digits; "" without
 // precise mode. Nodes announcing the same digest choose each stream's
 // owner among themselves.
 func (p *PreciseConfig) digest(backends []router.BackendConfig) string {
