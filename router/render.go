@@ -5,8 +5,8 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"unicode/utf8"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/valyala/fastjson"
 )

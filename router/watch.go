@@ -94,7 +94,7 @@ func (rt *Router) watch(ctx context.Context, b *backend, ready func()) {
 	}
 	scrapeT := time.NewTicker(rt.cfg.ScrapeInterval)
 	defer scrapeT.Stop()
-	var unknownNext time.Time      // the next probe-paced discovery of unknown models
+	var unknownNext time.Time     // the next probe-paced discovery of unknown models
 	var unknownWait time.Duration // doubles from ProbeInterval up to DiscoveryInterval
 	gate := newScrapeGate(&rt.cfg)
 	for {
