@@ -40,7 +40,13 @@ PORT_BASE=${DEMO_PORT_BASE:-18100}
 FRONT_PORT=$((PORT_BASE + 80))
 LOGS=$OUT/logs
 
-say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+# Headings in bold on a terminal only: in a file or a CI log the escape
+# codes would be noise.
+if [ -t 1 ]; then
+	say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+else
+	say() { printf '\n== %s\n' "$*"; }
+fi
 
 pids=()
 cleanup() {
