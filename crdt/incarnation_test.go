@@ -52,23 +52,7 @@ func TestLateMessageOfAPreviousLife(t *testing.T) {
 
 	// b's old life sends a delta that the network holds back.
 	s.learn("b", prompt(101, 101, 8, 0), "http://y", 60_000)
-	var late []*Message
-	for _, e := range b.r.Outgoing(s.now, nil) {
-		if e.To == "a" {
-			data, err := Encode(nil, e.Msg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			m, err := Decode(data)
-			if err != nil {
-				t.Fatal(err)
-			}
-			late = append(late, m)
-		}
-	}
-	if len(late) == 0 {
-		t.Fatal("b sent a nothing to hold back")
-	}
+	late := heldBack(t, s, b, "a")
 
 	b = restartInPlace(s, "b")
 	s.learn("b", prompt(102, 102, 8, 0), "http://y", 60_000)
@@ -149,13 +133,13 @@ func TestRestartedPeerIsNotConverged(t *testing.T) {
 	}
 }
 
-// fullAcksOut returns, through the wire, the full-transfer acks node from
-// has for peer to now (from's Outgoing; the rest is lost).
-func fullAcksOut(t *testing.T, from *simNode, to string, now int64) []*Message {
+// wireOut returns, through the wire format, the messages node from has
+// for peer to now that keep accepts (all with nil); the rest is lost.
+func wireOut(t *testing.T, from *simNode, to string, now int64, keep func(*Message) bool) []*Message {
 	t.Helper()
-	var acks []*Message
+	var out []*Message
 	for _, e := range from.r.Outgoing(now, nil) {
-		if e.To != to || e.Msg.Type != MsgFullAck {
+		if e.To != to || keep != nil && !keep(e.Msg) {
 			continue
 		}
 		data, err := Encode(nil, e.Msg)
@@ -166,27 +150,21 @@ func fullAcksOut(t *testing.T, from *simNode, to string, now int64) []*Message {
 		if err != nil {
 			t.Fatal(err)
 		}
-		acks = append(acks, m)
+		out = append(out, m)
 	}
-	return acks
+	return out
+}
+
+// fullAcksOut returns the full-transfer acks node from has for peer to now.
+func fullAcksOut(t *testing.T, from *simNode, to string, now int64) []*Message {
+	return wireOut(t, from, to, now, func(m *Message) bool { return m.Type == MsgFullAck })
 }
 
 // deliverAll hands to every message from has for it now, through the
 // wire.
 func deliverAll(t *testing.T, s *simNet, from *simNode, to *simNode) {
 	t.Helper()
-	for _, e := range from.r.Outgoing(s.now, nil) {
-		if e.To != to.r.Name() {
-			continue
-		}
-		data, err := Encode(nil, e.Msg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := Decode(data)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, m := range wireOut(t, from, to.r.Name(), s.now, nil) {
 		if err := to.r.Receive(m, s.now); err != nil {
 			t.Fatal(err)
 		}
@@ -273,23 +251,7 @@ func TestLateMessageOfAnUnseenLife(t *testing.T) {
 
 	b = restartInPlace(s, "b") // its second life: a never hears it live
 	s.learn("b", prompt(201, 201, 8, 0), "http://y", 60_000)
-	var late []*Message
-	for _, e := range b.r.Outgoing(s.now, nil) {
-		if e.To == "a" {
-			data, err := Encode(nil, e.Msg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			m, err := Decode(data)
-			if err != nil {
-				t.Fatal(err)
-			}
-			late = append(late, m)
-		}
-	}
-	if len(late) == 0 {
-		t.Fatal("b's second life sent a nothing to hold back")
-	}
+	late := heldBack(t, s, b, "a")
 	b = restartInPlace(s, "b") // its third
 	s.learn("b", prompt(202, 202, 8, 0), "http://y", 60_000)
 	for range 3 {
@@ -333,4 +295,15 @@ func TestOrderedIncarnation(t *testing.T) {
 	if ordered(1 << 60) {
 		t.Fatal("a random incarnation of an earlier release taken for ordered")
 	}
+}
+
+// heldBack takes what from has to send to the node named to, without
+// delivering it: messages the network holds back.
+func heldBack(t *testing.T, s *simNet, from *simNode, to string) []*Message {
+	t.Helper()
+	late := wireOut(t, from, to, s.now, nil)
+	if len(late) == 0 {
+		t.Fatalf("nothing to hold back for %s", to)
+	}
+	return late
 }
