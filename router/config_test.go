@@ -138,3 +138,19 @@ func TestBackendWeightRange(t *testing.T) {
 		}
 	}
 }
+
+// Settings that validate but could never act are refused: a hot window no
+// two matches fall in, a spread threshold at or past the reuse cap.
+func TestSettingsThatCouldNeverAct(t *testing.T) {
+	for name, mod := range map[string]func(*KVMeshConfig){
+		"hot_window":       func(c *KVMeshConfig) { c.HotWindow = time.Nanosecond },
+		"spread_min_reuse": func(c *KVMeshConfig) { c.SpreadMinReuse = 19 },
+	} {
+		cfg := DefaultConfig()
+		cfg.Backends = []BackendConfig{{Name: "x", URL: "http://h:1"}}
+		mod(&cfg.KVMesh)
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}

@@ -471,8 +471,14 @@ func (c KVMeshConfig) validate() []error {
 	if !(c.LoadOverrideFactor >= 1) || math.IsInf(c.LoadOverrideFactor, 0) {
 		bad("load_override_factor must be at least 1, got %v", c.LoadOverrideFactor)
 	}
-	if c.HotWindow <= 0 {
-		bad("hot_window must be positive, got %v", c.HotWindow)
+	if c.HotWindow < time.Millisecond {
+		// Shorter, no two matches ever fall in one window: nothing is hot.
+		bad("hot_window must be at least 1ms, got %v", c.HotWindow)
+	}
+	if c.SpreadMinReuse >= maxReuseRatio {
+		// The reads per unit written are capped at maxReuseRatio: at or
+		// past it the spread term could never act.
+		bad("spread_min_reuse must be below %d (the reads per write are capped there; the spread term would never act), got %v", maxReuseRatio, c.SpreadMinReuse)
 	}
 	if c.HotMaxHolders < 1 {
 		bad("hot_max_holders must be at least 1, got %d", c.HotMaxHolders)

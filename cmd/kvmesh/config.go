@@ -296,6 +296,9 @@ func (c *ServeConfig) Validate() error {
 	if err := c.Router.Validate(); err != nil {
 		add("%v", err)
 	}
+	if share := c.Router.TenantIndexShare; share > 0 && share < 1 && c.Index.Capacity > 0 && share*float64(c.Index.Capacity) < 1 {
+		add("router.tenant_index_share: %v of index.capacity %d is less than one claim: no tenant could ever learn one", share, c.Index.Capacity)
+	}
 	if c.ShutdownTimeout <= 0 {
 		add("shutdown_timeout must be positive")
 	} else if c.ShutdownTimeout > maxShutdownTimeout {

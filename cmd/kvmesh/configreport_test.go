@@ -131,3 +131,16 @@ func TestShutdownTimesBounded(t *testing.T) {
 		t.Errorf("the bounds themselves refused: %v", err)
 	}
 }
+
+// A tenant share of the index smaller than one claim would let no tenant
+// learn anything: refused with the key named.
+func TestTenantShareOfAtLeastOneClaim(t *testing.T) {
+	base := []string{"--backends", "http://a:1", "--index-capacity", "1000"}
+	if _, err := loadServeConfig(append(base, "--tenant-index-share", "0.0005"), env(nil), io.Discard); err == nil ||
+		!strings.Contains(err.Error(), "tenant_index_share") {
+		t.Errorf("a share of half a claim: %v", err)
+	}
+	if _, err := loadServeConfig(append(base, "--tenant-index-share", "0.001"), env(nil), io.Discard); err != nil {
+		t.Errorf("a share of one claim refused: %v", err)
+	}
+}
