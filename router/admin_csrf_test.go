@@ -71,3 +71,35 @@ func TestAdminRefusesCrossSiteRequests(t *testing.T) {
 		t.Errorf("cross-site GET /readyz: status %d, want 200", st)
 	}
 }
+
+// The admin listener's refusals are JSON like its answers: a path it has
+// no endpoint for (404), a method an endpoint does not take (405, with
+// Allow), a cross-site request (403, code cross_origin).
+func TestAdminRefusalsAreJSON(t *testing.T) {
+	g := newRig(t, nil, newFakeBackend(t, "a"))
+	admin := g.rt.AdminHandler()
+	for _, c := range []struct {
+		method, path string
+		hdr          map[string]string
+		status       int
+		want         string
+	}{
+		{http.MethodGet, "/admin/nothing", nil, http.StatusNotFound, "no admin endpoint"},
+		{http.MethodDelete, "/admin/backends", nil, http.StatusMethodNotAllowed, "is not allowed"},
+		{http.MethodPost, "/admin/backends/a/drain", map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example"}, http.StatusForbidden, "cross_origin"},
+	} {
+		req := httptest.NewRequest(c.method, "http://localhost:9090"+c.path, nil)
+		for k, v := range c.hdr {
+			req.Header.Set(k, v)
+		}
+		rec := httptest.NewRecorder()
+		admin.ServeHTTP(rec, req)
+		body := rec.Body.String()
+		if rec.Code != c.status || rec.Header().Get("Content-Type") != "application/json" || !strings.Contains(body, c.want) || !strings.Contains(body, `"error"`) {
+			t.Errorf("%s %s: %d %q %s", c.method, c.path, rec.Code, rec.Header().Get("Content-Type"), body)
+		}
+		if c.status == http.StatusMethodNotAllowed && rec.Header().Get("Allow") == "" {
+			t.Errorf("%s %s: no Allow header", c.method, c.path)
+		}
+	}
+}

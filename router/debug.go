@@ -50,7 +50,7 @@ func (rt *Router) AdminHandler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
-	return http.NewCrossOriginProtection().Handler(mux)
+	return adminErrors(mux)
 }
 
 // fleetGated is a policy whose blocking term is gated on the fleet's load
