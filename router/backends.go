@@ -403,7 +403,7 @@ func (rt *Router) sweepRemoved() {
 		delete(rt.members, name)
 		done = append(done, m)
 		if timedOut && m.idle < removeIdleChecks {
-			rt.log.Warn().Str("backend", name).Int64("in_flight", m.b.inFlight.Load()).Dur("drain_timeout", rt.cfg.Discovery.DrainTimeout).
+			rt.log.Warn().Str("backend", name).Int64("in_flight", m.b.inFlight.Load()).Stringer("drain_timeout", rt.cfg.Discovery.DrainTimeout).
 				Msg("backend removed with requests still in flight (they go on; their claims are not kept)")
 		}
 	}
@@ -432,7 +432,7 @@ func (rt *Router) sweepRemoved() {
 		if d := rt.disc; d != nil {
 			d.drain.Observe(now.Sub(m.removedAt).Seconds())
 		}
-		rt.log.Info().Str("backend", b.name).Dur("drained_for", now.Sub(m.removedAt)).Msg("backend removed: claims invalidated")
+		rt.log.Info().Str("backend", b.name).Stringer("drained_for", now.Sub(m.removedAt)).Msg("backend removed: claims invalidated")
 	}
 }
 

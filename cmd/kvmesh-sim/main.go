@@ -155,7 +155,7 @@ func serve(ctx context.Context, cfg sim.Config, opt options, ready chan<- string
 		return fmt.Errorf("serving: %w", err)
 	case <-ctx.Done():
 	}
-	log.Info().Dur("grace", opt.grace).Msg("shutting down: draining in-flight requests")
+	log.Info().Stringer("grace", opt.grace).Msg("shutting down: draining in-flight requests")
 	sctx, cancel := context.WithTimeout(context.Background(), opt.grace)
 	defer cancel()
 	shutErr := srv.Shutdown(sctx)

@@ -286,7 +286,7 @@ func serveSignals(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, rea
 	draining.Store(true)
 	reloads.close() // stopping: a SIGHUP from here on is ignored
 	if serveErr == nil && cfg.DrainDelay > 0 {
-		log.Info().Dur("drain_delay", cfg.DrainDelay).Msg("shutting down: /readyz fails; the API listener closes after the drain delay (a second signal skips it)")
+		log.Info().Stringer("drain_delay", cfg.DrainDelay).Msg("shutting down: /readyz fails; the API listener closes after the drain delay (a second signal skips it)")
 		delay := time.NewTimer(cfg.DrainDelay)
 		select {
 		case <-delay.C:
@@ -296,7 +296,7 @@ func serveSignals(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, rea
 			delay.Stop()
 		}
 	}
-	log.Info().Dur("timeout", cfg.ShutdownTimeout).Msg("shutting down: the API listener is closed; draining in-flight requests")
+	log.Info().Stringer("timeout", cfg.ShutdownTimeout).Msg("shutting down: the API listener is closed; draining in-flight requests")
 	shutCtx, shutCancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer shutCancel()
 	if err := apiSrv.Shutdown(shutCtx); err != nil {

@@ -149,7 +149,7 @@ func (s *stateStore) restore() {
 			res := snap.Apply(s.ix, now.UnixMilli(), s.maxTTL)
 			s.restored.Set(float64(res.Claims))
 			s.log.Info().Str("path", path).Int("claims", res.Claims).Int("expired_or_rejected", res.Rejected).
-				Int("backends", res.Backends).Dur("age", now.Sub(time.UnixMilli(snap.Info.Created))).
+				Int("backends", res.Backends).Stringer("age", now.Sub(time.UnixMilli(snap.Info.Created))).
 				Msg("state: snapshot loaded")
 			return
 		}
