@@ -261,13 +261,11 @@ func (rt *Router) explain(st *reqState, ep Endpoint, path string, body []byte, t
 
 func (rt *Router) serveDebugRoute(w http.ResponseWriter, r *http.Request) {
 	path := r.URL.Query().Get("endpoint")
-	if path == "" {
-		path = "/v1/chat/completions"
-	}
-	ep, ok := EndpointForPath(path)
-	if !ok {
-		NewAPIError(http.StatusBadRequest, "endpoint", "endpoint %q is not routed by prompt (want /v1/chat/completions, /v1/completions, /v1/responses or /v1/embeddings)", clip(path)).WriteTo(w)
-		return
+	if path != "" {
+		if _, ok := EndpointForPath(path); !ok {
+			NewAPIError(http.StatusBadRequest, "endpoint", "endpoint %q is not routed by prompt (want /v1/chat/completions, /v1/completions, /v1/responses or /v1/embeddings)", clip(path)).WriteTo(w)
+			return
+		}
 	}
 	st := rt.getState()
 	defer rt.putState(st)
@@ -276,6 +274,10 @@ func (rt *Router) serveDebugRoute(w http.ResponseWriter, r *http.Request) {
 		aerr.WriteTo(w)
 		return
 	}
+	if path == "" {
+		path = guessEndpoint(body)
+	}
+	ep, _ := EndpointForPath(path)
 	x, aerr := rt.explain(st, ep, path, body, rt.tenant(r))
 	if aerr != nil && x == nil {
 		aerr.WriteTo(w)
@@ -458,4 +460,21 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
+}
+
+// guessEndpoint is the endpoint a /debug/route body without ?endpoint= is
+// explained for: chat for a body with "messages", completions for one with
+// "prompt" and none (a completions body sent without the parameter was a
+// 400 "missing messages"), chat otherwise. Responses and embeddings bodies
+// both have "input": they need the parameter.
+func guessEndpoint(body []byte) string {
+	var messages, prompt bool
+	eachTopLevel(body, func(name, _ []byte) {
+		messages = messages || string(name) == "messages"
+		prompt = prompt || string(name) == "prompt"
+	})
+	if prompt && !messages {
+		return "/v1/completions"
+	}
+	return "/v1/chat/completions"
 }

@@ -148,3 +148,21 @@ func TestAdminBackendsHealthReady(t *testing.T) {
 		t.Error("healthz must not depend on backends")
 	}
 }
+
+// /debug/route explains a completions body sent without ?endpoint= as a
+// completions request (it was a 400 "missing required parameter:
+// messages"); a chat body stays chat.
+func TestDebugRouteGuessesCompletions(t *testing.T) {
+	g := newRig(t, nil, newFakeBackend(t, "a"))
+	admin := g.rt.AdminHandler()
+	for body, want := range map[string]string{
+		`{"model":"m1","prompt":"Once upon a time"}`:                    "/v1/completions",
+		`{"model":"m1","messages":[{"role":"user","content":"hello"}]}`: "/v1/chat/completions",
+	} {
+		rec := httptest.NewRecorder()
+		admin.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/debug/route", strings.NewReader(body)))
+		if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"endpoint": "`+want+`"`) {
+			t.Errorf("%s: %d %s", body, rec.Code, rec.Body.String())
+		}
+	}
+}
