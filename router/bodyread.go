@@ -54,7 +54,8 @@ func (rt *Router) readClientBody(w http.ResponseWriter, st *reqState, r *http.Re
 	}
 	rc := http.NewResponseController(w)
 	if err := rc.SetReadDeadline(time.Time{}); err != nil {
-		return rt.readBody(st, r) // no deadlines here (a test recorder): read as is
+		body, aerr := rt.readBody(st, r) // no deadlines here (a test recorder): read as is
+		return clientGone(r, body, aerr)
 	}
 	start := time.Now()
 	st.pace = pacedBody{body: r.Body, rc: rc, start: start, grace: rt.cfg.BodyReadTimeout, rate: rt.cfg.BodyMinRate}
@@ -69,6 +70,23 @@ func (rt *Router) readClientBody(w http.ResponseWriter, st *reqState, r *http.Re
 		return nil, &APIError{Status: http.StatusRequestTimeout, Type: TypeInvalidRequest, Code: "body_too_slow",
 			Message: fmt.Sprintf("The request body arrived too slowly: %d bytes in %v; send at least %d bytes per second after the first %v.",
 				received, time.Since(start).Round(time.Millisecond), rt.cfg.BodyMinRate, rt.cfg.BodyReadTimeout)}
+	}
+	return clientGone(r, body, aerr)
+}
+
+// errClientGoneMidBody answers a body whose read failed because the client
+// closed its connection (net/http cancels the request's context then): it
+// went away, which is no malformed request. 499, as for a client that
+// leaves later, is what the metrics count; nobody reads the answer.
+var errClientGoneMidBody = &APIError{Status: 499, Type: TypeInvalidRequest, Code: "client_closed_request",
+	Message: "The client closed the connection before its request body was complete."}
+
+// clientGone passes readBody's result on, with a read that failed because
+// the client went away (not for the body's size or pace) as
+// errClientGoneMidBody.
+func clientGone(r *http.Request, body []byte, aerr *APIError) ([]byte, *APIError) {
+	if aerr != nil && aerr.Status == http.StatusBadRequest && r.Context().Err() != nil {
+		return nil, errClientGoneMidBody
 	}
 	return body, aerr
 }

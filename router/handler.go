@@ -241,6 +241,8 @@ func kindOf(e *APIError) errKind {
 		return errNoBackend
 	case e.Code == "string_above_max_length" || e.Code == "array_above_max_length" || e.Code == "too_many_json_values":
 		return errLimit
+	case e == errClientGoneMidBody:
+		return errClientCanceled
 	case e.Status == http.StatusRequestTimeout:
 		return errKindSlowBody
 	case e.Status == http.StatusRequestEntityTooLarge:

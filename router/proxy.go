@@ -70,6 +70,14 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, st *reqState, 
 	var kept *keptAnswer // the latest whole 5xx answer of an attempt retried
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
+			if r.Context().Err() != nil {
+				// The client left while the last attempt failed (a 5xx
+				// answer's drain ends with it): nobody waits for a retry,
+				// and another backend must not be booked, or claim a
+				// prompt, for it.
+				rt.metrics.errors[errClientCanceled].Inc()
+				return 499
+			}
 			st.chain.Learn = learnAll
 			now := rt.now()
 			rt.gather(st, st.model, now)
