@@ -103,3 +103,14 @@ func TestAdminRefusalsAreJSON(t *testing.T) {
 		}
 	}
 }
+
+// A path the mux redirects (to its cleaned form) is still redirected, with
+// its Location, not turned into a JSON error.
+func TestAdminRedirectsStayRedirects(t *testing.T) {
+	g := newRig(t, nil, newFakeBackend(t, "a"))
+	rec := httptest.NewRecorder()
+	g.rt.AdminHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://localhost:9090/admin//backends", nil))
+	if rec.Code/100 != 3 || rec.Header().Get("Location") == "" {
+		t.Fatalf("GET /admin//backends: %d, Location %q, %s", rec.Code, rec.Header().Get("Location"), rec.Body.String())
+	}
+}

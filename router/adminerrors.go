@@ -26,12 +26,13 @@ func adminErrors(mux *http.ServeMux) http.Handler {
 		// (and its Allow header) without its text body.
 		rec := &statusOnly{header: http.Header{}}
 		h.ServeHTTP(rec, r)
+		status := rec.status
+		if status != http.StatusNotFound && status != http.StatusMethodNotAllowed {
+			h.ServeHTTP(w, r) // a redirect to the cleaned path, say: as the mux answers it
+			return
+		}
 		if allow := rec.header.Get("Allow"); allow != "" {
 			w.Header().Set("Allow", allow)
-		}
-		status := rec.status
-		if status == 0 {
-			status = http.StatusNotFound
 		}
 		msg := "no admin endpoint at " + r.URL.Path
 		if status == http.StatusMethodNotAllowed {
