@@ -58,8 +58,9 @@ func newSimNet(t testing.TB, seed uint64, mod func(*Config, *tree.Config)) *simN
 		now: 1_000_000, tick: 10, group: map[string]int{}, cfg: cfg, icfg: icfg}
 }
 
-// add creates a replica and connects it to every other live node.
-func (s *simNet) add(name string) *simNode {
+// replica makes a new life of node name: a fresh index, the next
+// incarnation.
+func (s *simNet) replica(name string) *Replica {
 	s.t.Helper()
 	ix, err := tree.New(s.icfg)
 	if err != nil {
@@ -72,6 +73,13 @@ func (s *simNet) add(name string) *simNode {
 	if err != nil {
 		s.t.Fatal(err)
 	}
+	return r
+}
+
+// add creates a replica and connects it to every other live node.
+func (s *simNet) add(name string) *simNode {
+	s.t.Helper()
+	r := s.replica(name)
 	n := &simNode{r: r, up: true}
 	if _, ok := s.nodes[name]; !ok {
 		s.names = append(s.names, name)

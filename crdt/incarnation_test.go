@@ -2,8 +2,6 @@ package crdt
 
 import (
 	"testing"
-
-	"github.com/kvmesh/kvmesh/tree"
 )
 
 // restartInPlace replaces node name by a new life with empty state (a new
@@ -11,17 +9,7 @@ import (
 // faster than membership noticed, under the same name.
 func restartInPlace(s *simNet, name string) *simNode {
 	s.t.Helper()
-	ix, err := tree.New(s.icfg)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	cfg := s.cfg
-	cfg.Name = name
-	s.incs++
-	r, err := New(cfg, ix, s.incs)
-	if err != nil {
-		s.t.Fatal(err)
-	}
+	r := s.replica(name)
 	n := &simNode{r: r, up: true}
 	s.nodes[name] = n
 	for _, other := range s.names {

@@ -28,23 +28,7 @@ func TestConfigCommand(t *testing.T) {
 		}
 	}
 	// Loaded back as a config file, it is the same configuration.
-	file := filepath.Join(t.TempDir(), "printed.yaml")
-	if err := os.WriteFile(file, out.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	fromFlags, err := loadServeConfig(args, env(nil), io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fromFile, err := loadServeConfig([]string{"--config", file}, env(nil), io.Discard)
-	if err != nil {
-		t.Fatalf("the printed configuration does not load: %v", err)
-	}
-	a, _ := yaml.Marshal(fromFlags)
-	b, _ := yaml.Marshal(fromFile)
-	if !bytes.Equal(a, b) {
-		t.Errorf("loaded back, the configuration differs:\n%s\nagainst\n%s", b, a)
-	}
+	checkLoadsBack(t, args, out.Bytes())
 
 	const key = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
 	out.Reset()
@@ -60,5 +44,28 @@ func TestConfigCommand(t *testing.T) {
 	}
 	if rc := run([]string{"config", "--nope"}, io.Discard, io.Discard); rc != 2 {
 		t.Errorf("unknown flag: rc %d", rc)
+	}
+}
+
+// checkLoadsBack fails unless printed, what `kvmesh config args` printed,
+// loads back as a config file to the configuration args give.
+func checkLoadsBack(t *testing.T, args []string, printed []byte) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "printed.yaml")
+	if err := os.WriteFile(file, printed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fromFlags, err := loadServeConfig(args, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromFile, err := loadServeConfig([]string{"--config", file}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatalf("the printed configuration does not load: %v", err)
+	}
+	a, _ := yaml.Marshal(fromFlags)
+	b, _ := yaml.Marshal(fromFile)
+	if !bytes.Equal(a, b) {
+		t.Errorf("loaded back, the configuration differs:\n%s\nagainst\n%s", b, a)
 	}
 }

@@ -30,32 +30,10 @@ func oracleRequest(t *testing.T, o *Oracle, body []byte) (*router.Request, func(
 }
 
 func TestOraclePicksTheBackendThatHoldsThePrefix(t *testing.T) {
-	var insts []*sim.Instance
-	for i := range 3 {
-		c := fastSimConfig()
-		c.Name = fmt.Sprint("o", i)
-		in, err := sim.New(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer in.Close()
-		insts = append(insts, in)
-	}
+	insts := simInstances(t, "o", 3)
 	system := words("sys", 400)
 	// Warm instance 2 with the system prompt (and a first question).
-	rec := httptest.NewRecorder()
-	insts[2].ServeHTTP(rec, httptest.NewRequest(http.MethodPost, sim.ChatPath, strings.NewReader(string(chatBody(system, "first question", 2)))))
-	if rec.Code != http.StatusOK {
-		t.Fatalf("warming: %d %s", rec.Code, rec.Body)
-	}
-
-	backends := map[string]OracleBackend{}
-	cands := make([]router.Candidate, len(insts))
-	for i, in := range insts {
-		backends[BackendName(i)] = in
-		cands[i] = router.Candidate{Name: BackendName(i), Slot: i, Weight: 1}
-	}
-	o := NewOracle(router.DefaultKVMeshConfig(), backends)
+	o, cands, backends := warmedOracle(t, insts, 2, sim.ChatPath, chatBody(system, "first question", 2))
 	req, unregister := oracleRequest(t, o, chatBody(system, "second question", 2))
 	scores := make([]float64, len(cands))
 	d := o.Choose(req, cands, scores)
@@ -196,4 +174,41 @@ func TestOracleArmThroughTheRouter(t *testing.T) {
 			t.Errorf("%s still has %d tokens queued after the answer", name, q)
 		}
 	}
+}
+
+// simInstances starts n simulated engines named prefix0, prefix1, ...,
+// closed at the end of the test.
+func simInstances(t *testing.T, prefix string, n int) []*sim.Instance {
+	t.Helper()
+	var insts []*sim.Instance
+	for i := range n {
+		c := fastSimConfig()
+		c.Name = fmt.Sprint(prefix, i)
+		in, err := sim.New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { in.Close() })
+		insts = append(insts, in)
+	}
+	return insts
+}
+
+// warmedOracle sends body to insts[warm] at path (its cache then holds the
+// prompt) and returns an oracle over insts, a candidate for each, and the
+// backends (for another oracle over them).
+func warmedOracle(t *testing.T, insts []*sim.Instance, warm int, path string, body []byte) (*Oracle, []router.Candidate, map[string]OracleBackend) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	insts[warm].ServeHTTP(rec, httptest.NewRequest(http.MethodPost, path, strings.NewReader(string(body))))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("warming: %d %s", rec.Code, rec.Body)
+	}
+	backends := map[string]OracleBackend{}
+	cands := make([]router.Candidate, len(insts))
+	for i, in := range insts {
+		backends[BackendName(i)] = in
+		cands[i] = router.Candidate{Name: BackendName(i), Slot: i, Weight: 1}
+	}
+	return NewOracle(router.DefaultKVMeshConfig(), backends), cands, backends
 }
