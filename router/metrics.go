@@ -77,6 +77,7 @@ type metrics struct {
 	models          modelLabels              // the models served and their children (metrics_model.go)
 	decisionTime    prometheus.Histogram
 	learned         [3]prometheus.Counter  // provisional, confirmed, first_byte
+	retracted       prometheus.Counter     // provisional claims ended after a failed attempt
 	lessons         [2]prometheus.Counter  // answer, peer
 	lostPrefixes    *prometheus.CounterVec // by origin: own, peer
 	cachedTokens    *prometheus.CounterVec
@@ -122,6 +123,8 @@ func newMetrics(reg prometheus.Registerer, policy string, rt *Router) (*metrics,
 	m.learned[0] = learned.WithLabelValues("provisional")
 	m.learned[1] = learned.WithLabelValues("confirmed")
 	m.learned[2] = learned.WithLabelValues("first_byte")
+	m.retracted = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+		Name: "claims_retracted_total", Help: "Attempts whose provisional claims were ended because the backend failed before a 2xx answer (a connection failure, a 5xx retried elsewhere, an error answer): it never computed the prompt."})
 	lessons := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 		Name: "belief_lessons_total", Help: "Lessons about a backend's cache (its capacity estimate, the worth of a doubted claim): learned from this node's answers (answer), or adopted from a peer's newer lesson over the mesh's load channel (peer)."}, []string{"source"})
 	m.lessons[0] = lessons.WithLabelValues("answer")
@@ -164,7 +167,7 @@ func newMetrics(reg prometheus.Registerer, policy string, rt *Router) (*metrics,
 		Help: "Backends in rotation on this node: listed (not being removed), healthy (not ejected) and not drained, what /readyz needs one of (503 at 0). backend_healthy (1 while drained) and discovery_backends{state=\"serving\"} (ejected ones included) each miss a way out of rotation; this is 0 whenever nothing can be routed."},
 		func() float64 { return float64(rt.routableBackends()) })
 	for _, c := range append([]prometheus.Collector{m.decisions, m.matchedRatio, requests, duration, ttfb, m.decisionTime,
-		learned, lessons, m.lostPrefixes, m.cachedTokens, m.promptTokens, m.prefixRoutes, m.retries, m.ejections, m.ejectionsCapped, m.invalidations, errs, m.backendsGauges,
+		learned, m.retracted, lessons, m.lostPrefixes, m.cachedTokens, m.promptTokens, m.prefixRoutes, m.retries, m.ejections, m.ejectionsCapped, m.invalidations, errs, m.backendsGauges,
 		m.tenantShareExceeded, reuse, routable}, m.models.collectors()...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -53,6 +53,8 @@ type reqState struct {
 	scores  []float64
 	scratch []float64
 	tried   []int // slots already tried for this request
+	// endBuf holds the keys a failed attempt's retraction ends (retract.go).
+	endBuf []tree.Key
 	// learnBuf holds the learn positions of a decision that learns part
 	// of the prompt's (Decision.LearnAbove; see learnAbove).
 	learnBuf []int32

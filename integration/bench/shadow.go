@@ -42,10 +42,11 @@ type shadowRouter struct {
 	applied chan struct{}
 }
 
-// shadowLearn is one learn (chain set) or invalidation (backend set) for
-// the shadow's index, in the shadow's backend names.
+// shadowLearn is one learn (chain set), end (ends set) or invalidation
+// (backend set) for the shadow's index, in the shadow's backend names.
 type shadowLearn struct {
 	chain   *tree.Chain // a copy: the node's may be reused once Learn returns
+	ends    []tree.Key  // a copy, likewise
 	id      tree.BackendID
 	ttl     time.Duration
 	backend string
@@ -191,9 +192,12 @@ func (s *shadowRouter) applyLearns() {
 		case <-s.stop:
 			return
 		case l := <-s.learns:
-			if l.chain != nil {
+			switch {
+			case l.chain != nil:
 				s.learn.Learn(l.chain, l.id, l.ttl)
-			} else {
+			case l.ends != nil:
+				s.learn.End(l.ends, l.id)
+			default:
 				s.learn.Invalidate(l.backend, l.removed)
 			}
 		}
@@ -225,6 +229,21 @@ func (t *teeLearner) Learn(ch *tree.Chain, backend tree.BackendID, ttl time.Dura
 			c := *ch
 			c.Keys, c.Learn = slices.Clone(ch.Keys), slices.Clone(ch.Learn)
 			t.shadow.enqueue(shadowLearn{chain: &c, id: id, ttl: ttl})
+		}
+	}
+}
+
+// End passes a node's retracted claims (a failed attempt's, router's
+// retract.go) on like its learns, when the node's learner ends claims.
+func (t *teeLearner) End(keys []tree.Key, backend tree.BackendID) {
+	if e, ok := t.Learner.(interface {
+		End([]tree.Key, tree.BackendID)
+	}); ok {
+		e.End(keys, backend)
+	}
+	if e, ok := t.nodeIx.Backend(backend); ok && len(keys) > 0 {
+		if id, ok := t.shadow.ix.BackendByName(e.Name); ok {
+			t.shadow.enqueue(shadowLearn{ends: slices.Clone(keys), id: id})
 		}
 	}
 }
