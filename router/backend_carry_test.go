@@ -109,12 +109,14 @@ func TestColdCacheOnlyForTheCurrentMember(t *testing.T) {
 		gn, active := g.ix.Generation(id)
 		return uint16(gn), active
 	}
+	// Each call is a new restart: seen after the generation before it.
+	restart := func() time.Time { return time.Now().Add(time.Second) }
 	old := g.rt.backendByName("a")
 	if err := g.rt.SetBackends([]BackendConfig{{Name: "a", URL: a.URL(), Weight: 3}, {Name: "b", URL: b.URL()}}); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := gen("a")
-	g.rt.coldCache(old)
+	g.rt.coldCache(old, restart())
 	after, _ := gen("a")
 	if after == before {
 		t.Error("a restart seen through the object replaced on the same URL started no new generation")
@@ -124,11 +126,11 @@ func TestColdCacheOnlyForTheCurrentMember(t *testing.T) {
 		t.Fatal(err)
 	}
 	before = after
-	g.rt.coldCache(moved) // the old server, no longer this backend's
+	g.rt.coldCache(moved, restart()) // the old server, no longer this backend's
 	if after, _ := gen("a"); after != before {
 		t.Errorf("the object replaced on another URL started generation %d (was %d)", after, before)
 	}
-	g.rt.coldCache(g.rt.backendByName("a"))
+	g.rt.coldCache(g.rt.backendByName("a"), restart())
 	if after, _ := gen("a"); after == before {
 		t.Error("the current object's cold cache started no new generation")
 	}
@@ -138,12 +140,12 @@ func TestColdCacheOnlyForTheCurrentMember(t *testing.T) {
 		t.Fatal(err)
 	}
 	before, _ = gen("b")
-	g.rt.coldCache(bb) // draining
+	g.rt.coldCache(bb, restart()) // draining
 	if after, _ := gen("b"); after != before {
 		t.Errorf("a draining backend's cold cache started generation %d (was %d)", after, before)
 	}
 	waitFor(t, "b's removal", func() bool { return g.removed("b") })
-	g.rt.coldCache(bb) // removed
+	g.rt.coldCache(bb, restart()) // removed
 	if _, active := gen("b"); active {
 		t.Error("a removed backend's cold cache made it active again in the registry")
 	}

@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/kvmesh/kvmesh/tree"
 )
 
 // healthState is a backend's health bookkeeping, guarded by backend.mu.
@@ -43,9 +45,13 @@ type healthState struct {
 	everOK      bool // answered once (a request or a probe)
 	ejections   int
 	coldReturns int // times the backend came back cold (claims invalidated)
+	// coldAt is when this node last counted a cold return (coldCache):
+	// the probe and the scrape may both see the same restart.
+	coldAt time.Time
 	// Last scraped prefix-cache counters (tokens): the backend's own hit
 	// rate, and a restart detector (they only go backwards on a restart).
 	prefixQueries, prefixHits float64
+	prefixAt                  time.Time // when the scrape of prefixQueries was sent
 }
 
 // markSuccess records an answer from b (a request's or a probe's). Only a
@@ -75,13 +81,10 @@ func (rt *Router) markSuccess(b *backend, probe bool) {
 		b.mu.Unlock()
 		return
 	}
-	cold := false
+	cold, downSince := false, h.downSince
 	if !h.answered {
 		h.answered = true
 		cold = now.Sub(h.downSince) >= rt.cfg.ColdAfter
-		if cold {
-			h.coldReturns++
-		}
 	}
 	readmit := probe && (first || now.Sub(h.ejectedAt) >= rt.cfg.EjectionTime)
 	if readmit {
@@ -94,8 +97,9 @@ func (rt *Router) markSuccess(b *backend, probe bool) {
 	if cold {
 		// Its claims go before it takes requests again: a request routed
 		// to it in between would trust prefixes its restart dropped.
-		rt.coldCache(b)
-		rt.log.Info().Str("backend", b.name).Msg("backend answers again after being down: claims invalidated (cold cache)")
+		if rt.coldCache(b, downSince) {
+			rt.log.Info().Str("backend", b.name).Msg("backend answers again after being down: claims invalidated (cold cache)")
+		}
 		if readmit {
 			b.mu.Lock()
 			readmit = h.ejectedAt.IsZero() // not ejected again meanwhile
@@ -216,10 +220,19 @@ func (rt *Router) probe(parent context.Context, b *backend) {
 	rt.markSuccess(b, true)
 }
 
-// coldCache records that b came back with an empty cache (restarted): its
-// claims are invalidated everywhere, and its cache is counted as empty
-// again (the kvmesh policy's cache weight counts only what fills it).
-func (rt *Router) coldCache(b *backend) {
+// coldCache records that b came back with an empty cache (restarted) some
+// time after since (this node's first sight of it down, or its last scrape
+// before the restart): its claims are invalidated everywhere, and its
+// cache is counted as empty again (the kvmesh policy's cache weight counts
+// only what fills it). It reports whether it invalidated.
+//
+// One restart is seen several times: by this node's probe and by its
+// scrape, and by every node of a mesh. A generation started after since
+// (by this node or a peer) already ended the claims from before the
+// restart: starting another would end the claims learned since, on the
+// backend that came back, so the first sight invalidates and the others
+// only count the cache empty here (once per restart on each node).
+func (rt *Router) coldCache(b *backend, since time.Time) bool {
 	// Under setMu, and only for a backend still listed: a probe or a scrape
 	// of a backend that was removed (or moved to another URL) meanwhile must
 	// not start a new, active generation of it in the registry, mesh-wide.
@@ -230,10 +243,30 @@ func (rt *Router) coldCache(b *backend) {
 	defer rt.setMu.Unlock()
 	m := rt.members[b.name]
 	if m == nil || m.state == memberRemoving || (m.b != b && m.b.base != b.base) {
-		return
+		return false
 	}
 	b = m.b
-	rt.learner.Invalidate(b.name, false)
-	b.invalidated.Inc()
-	b.belief.restarted(rt.meshWritten(b))
+	invalidate := true
+	if e, ok := rt.ix.Backend(b.id); ok && e.Name == b.name && e.State == tree.BackendActive && e.Time != 0 && e.Time.Millis() >= since.UnixMilli() {
+		invalidate = false
+	}
+	if invalidate {
+		rt.learner.Invalidate(b.name, false)
+		b.invalidated.Inc()
+	}
+	now := rt.now()
+	b.mu.Lock()
+	counted := b.health.coldAt.After(since)
+	if !counted {
+		b.health.coldAt = now
+		b.health.coldReturns++
+	}
+	b.mu.Unlock()
+	if !counted {
+		b.belief.restarted(rt.meshWritten(b))
+	}
+	if !invalidate {
+		rt.log.Debug().Str("backend", b.name).Msg("backend came back cold: a generation started since it went down already invalidated its claims")
+	}
+	return invalidate
 }

@@ -142,6 +142,7 @@ func (rt *Router) scrapeLoad(ctx context.Context, b *backend) {
 	// requests the mesh had pending at b over that span bounds how many of
 	// its waiting requests were the mesh's.
 	own := rt.meshPending(b)
+	sent := rt.now() // the page is no older: a restart it missed came after
 	resp, err := rt.client.Do(req)
 	if err != nil {
 		if ctx.Err() != context.Canceled {
@@ -175,18 +176,14 @@ func (rt *Router) scrapeLoad(ctx context.Context, b *backend) {
 		return
 	}
 	b.mu.Lock()
-	prev := b.health.prefixQueries
-	b.health.prefixQueries = sl.PrefixQueries
+	prev, prevAt := b.health.prefixQueries, b.health.prefixAt
+	b.health.prefixQueries, b.health.prefixAt = sl.PrefixQueries, sent
 	if sl.Has&HasPrefixHits != 0 {
 		b.health.prefixHits = sl.PrefixHits
 	}
 	restarted := prev > 0 && sl.PrefixQueries < prev
-	if restarted {
-		b.health.coldReturns++
-	}
 	b.mu.Unlock()
-	if restarted {
-		rt.coldCache(b)
+	if restarted && rt.coldCache(b, prevAt) {
 		rt.log.Info().Str("backend", b.name).Float64("prefix_cache_queries", sl.PrefixQueries).Float64("before", prev).
 			Msg("backend's prefix-cache counters went backwards (restart): claims invalidated (cold cache)")
 	}
