@@ -157,10 +157,12 @@ func (n *Node) refresh() {
 	known := make(map[string]struct{})
 	addrs := make(map[string]string)
 	members := []string{n.cfg.Name}
+	status := make(map[string]serf.MemberStatus) // why a peer removed below went: failed, left
 	for _, m := range s.Members() {
 		if m.Name == n.cfg.Name {
 			continue
 		}
+		status[m.Name] = m.Status
 		if m.Status == serf.StatusAlive || m.Status == serf.StatusLeaving {
 			known[m.Name] = struct{}{}
 		}
@@ -221,8 +223,28 @@ func (n *Node) refresh() {
 	n.peers = want
 	n.view.Store(&topologyView{overlay: overlay, peers: want})
 	if len(added) > 0 || len(removed) > 0 {
-		n.log.Info().Strs("added", added).Strs("removed", removed).Int("members", len(members)).
-			Bool("overlay", overlay).Int("peers", len(want)).Msg("mesh: peers changed")
+		// A peer that stopped answering gossip (crashed, hung, cut off) is
+		// a warning, named as such: "removed" alone reads like a member
+		// that left, or a topology change, and serf's own lines about it
+		// are at debug level.
+		var failed, left []string
+		for _, p := range removed {
+			switch status[p] {
+			case serf.StatusFailed:
+				failed = append(failed, p)
+			case serf.StatusLeft, serf.StatusLeaving:
+				left = append(left, p)
+			}
+		}
+		ev := n.log.Info()
+		if len(failed) > 0 {
+			ev = n.log.Warn().Strs("failed", failed)
+		}
+		if len(left) > 0 {
+			ev = ev.Strs("left", left)
+		}
+		ev.Strs("added", added).Strs("removed", removed).
+			Int("members", len(members)).Bool("overlay", overlay).Int("peers", len(want)).Msg("mesh: peers changed")
 	}
 }
 

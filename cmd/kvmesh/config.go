@@ -59,6 +59,13 @@ type ServeConfig struct {
 	// reload reads the configuration again as it was first read (file,
 	// environment, flags): SIGHUP's backend list (discovery.go).
 	reload func() (*ServeConfig, error)
+	// backendsFrom is the flag or variable (--backends, KVMESH_BACKENDS)
+	// the backend list came from, "" when from the file: a reload reads it
+	// again unchanged, so an edit of the file's list never takes effect.
+	backendsFrom string
+	// fileBackendsReplaced: the file lists backends, and backendsFrom
+	// replaced them (warned at start).
+	fileBackendsReplaced bool
 }
 
 // NodeConfig names this router node.
@@ -424,17 +431,22 @@ func (m *MeshConfig) devDefaults(bindSet, quicSet bool) {
 }
 
 // warnings are the risky settings serve logs loudly at start: a dev-mode
-// mesh without a gossip key listening beyond loopback.
+// mesh without a gossip key listening beyond loopback, mesh settings
+// without the mesh, a file's backend list that a flag or variable replaces.
 func (c *ServeConfig) warnings() []string {
+	var out []string
+	if c.fileBackendsReplaced {
+		out = append(out, fmt.Sprintf("the config file's router.backends is replaced by %s: a SIGHUP reads %s again, "+
+			"so an edit of the file's list takes effect only once %s is unset", c.backendsFrom, c.backendsFrom, c.backendsFrom))
+	}
 	m := &c.Mesh
 	if !m.Enabled && (len(m.Join) > 0 || m.GossipKey != "" || m.TLSCA != "" || m.TLSCert != "" || m.TLSKey != "") {
-		return []string{"mesh settings are given (join, gossip_key or tls_*) but the mesh is off: this node routes alone. " +
-			"Set --mesh (KVMESH_MESH=true, mesh.enabled: true) to join the others."}
+		return append(out, "mesh settings are given (join, gossip_key or tls_*) but the mesh is off: this node routes alone. "+
+			"Set --mesh (KVMESH_MESH=true, mesh.enabled: true) to join the others.")
 	}
 	if !m.Enabled || !m.Dev || m.GossipKey != "" {
-		return nil
+		return out
 	}
-	var out []string
 	for _, l := range []struct{ what, addr string }{{"serf gossip (--bind)", m.Bind}, {"QUIC replication (--quic-listen)", m.QUIC}} {
 		if !loopback(l.addr) {
 			out = append(out, fmt.Sprintf("DEV MODE ON A NETWORK: %s listens on %s, beyond loopback, and the mesh has no gossip key: "+

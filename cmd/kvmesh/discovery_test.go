@@ -109,6 +109,15 @@ func TestServeReloadsBackendsOnSIGHUP(t *testing.T) {
 	}
 	hup()
 	waitForBackends(t, s.Admin, "b2")
+	// The refusal shows in the metrics too, not only in the log.
+	eventually(t, "the failed reload counted", func() bool {
+		m := get(t, "http://"+s.Admin+"/metrics")
+		return strings.Contains(m, `kvmesh_config_reloads_total{result="error"} 1`) &&
+			strings.Contains(m, "kvmesh_config_last_reload_successful 0")
+	})
+	if m := get(t, "http://"+s.Admin+"/metrics"); !strings.Contains(m, `kvmesh_config_reloads_total{result="ok"} 2`) {
+		t.Error("the two good reloads are not counted")
+	}
 }
 
 // reloadBackends applies the reloaded list in static mode only.

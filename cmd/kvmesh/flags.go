@@ -283,6 +283,7 @@ func loadConfigWith(args []string, getenv func(string) string, out io.Writer, us
 			}
 		}
 	}
+	fileBackends := len(cfg.Router.Backends) > 0
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	from := map[string]string{} // flag name -> where its value came from
@@ -299,6 +300,8 @@ func loadConfigWith(args []string, getenv func(string) string, out io.Writer, us
 			unparsed[s.key] = true
 		}
 	}
+	cfg.backendsFrom = from["backends"]
+	cfg.fileBackendsReplaced = fileBackends && cfg.backendsFrom != ""
 	cfg.Mesh.devDefaults(from["bind"] != "", from["quic-listen"] != "")
 	cfg.Router.Backends = effectiveBackends(cfg.Router.Backends)
 	if validate {

@@ -16,8 +16,8 @@ import (
 	"github.com/kvmesh/kvmesh/tree"
 )
 
-// registeredMetrics builds a router, a mesh node and a state store (as
-// serve does) and returns every metric name they register.
+// registeredMetrics builds a router, a mesh node, a state store and a
+// SIGHUP handler (as serve does) and returns every metric name they register.
 func registeredMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	rec := &recorder{names: map[string]bool{}}
@@ -45,6 +45,14 @@ func registeredMetrics(t *testing.T) map[string]bool {
 	t.Cleanup(func() { node.Close() })
 	if _, err := newStateStore(t.TempDir(), time.Minute, time.Hour, ix, zerolog.Nop(), rec); err != nil {
 		t.Fatal(err)
+	}
+	cfg := DefaultServeConfig()
+	reloads, stop := handleReloads(make(chan os.Signal), &cfg, zerolog.Nop())
+	t.Cleanup(stop)
+	for _, c := range reloads.collectors() {
+		if err := rec.Register(c); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return rec.names
 }

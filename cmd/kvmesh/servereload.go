@@ -5,6 +5,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"go.yaml.in/yaml/v3"
 
@@ -29,13 +30,37 @@ type reloadHandler struct {
 	mu    sync.Mutex    // held while a signal is handled: close waits for a reload
 	rt    backendSetter // nil outside the reload window
 	phase string        // what the node does outside it: starting or stopping
+
+	// What the SIGHUPs did, for the operator who cannot read every node's
+	// log: a config management tool that rewrites the file and signals
+	// the nodes needs to see that one of them refused it.
+	results *prometheus.CounterVec // by result: reloadOK, reloadPartial, reloadError, reloadIgnored
+	lastOK  prometheus.Gauge       // 1 until a reload fails, 0 from then until one succeeds
 }
+
+// Results of a SIGHUP, the values of kvmesh_config_reloads_total's label.
+const (
+	reloadOK      = "ok"      // the backend list was read and applied
+	reloadPartial = "partial" // applied, but some entries were not (logged)
+	reloadError   = "error"   // nothing applied: the configuration does not load or cannot be reloaded
+	reloadIgnored = "ignored" // not a reload: the node starts or stops, or discovery lists the backends
+)
 
 // handleReloads handles the signals hup delivers (SIGHUP) until the
 // function it returns is called; that function returns once no signal is
 // being handled. The handler starts outside the reload window.
 func handleReloads(hup <-chan os.Signal, cfg *ServeConfig, log zerolog.Logger) (h *reloadHandler, stop func()) {
-	h = &reloadHandler{cfg: cfg, log: log, phase: "starting"}
+	h = &reloadHandler{cfg: cfg, log: log, phase: "starting",
+		results: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvmesh_config_reloads_total",
+			Help: "SIGHUPs handled, by result: ok, partial (some backend entries not applied), error (nothing applied), ignored."},
+			[]string{"result"}),
+		lastOK: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvmesh_config_last_reload_successful",
+			Help: "0 when the last SIGHUP reload applied nothing or only part of the backend list, else 1."}),
+	}
+	for _, r := range []string{reloadOK, reloadPartial, reloadError, reloadIgnored} {
+		h.results.WithLabelValues(r)
+	}
+	h.lastOK.Set(1)
 	done, exited := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(exited)
@@ -52,6 +77,11 @@ func handleReloads(hup <-chan os.Signal, cfg *ServeConfig, log zerolog.Logger) (
 		close(done)
 		<-exited
 	})
+}
+
+// collectors are the reload metrics, for the node's registry.
+func (h *reloadHandler) collectors() []prometheus.Collector {
+	return []prometheus.Collector{h.results, h.lastOK}
 }
 
 // open starts the reload window: SIGHUP reloads rt's backends.
@@ -74,40 +104,56 @@ func (h *reloadHandler) handle() {
 	defer h.mu.Unlock()
 	if h.rt == nil {
 		h.log.Info().Msg("SIGHUP: reload ignored: " + h.phase)
+		h.results.WithLabelValues(reloadIgnored).Inc()
 		return
 	}
-	reloadBackends(h.cfg, h.rt, h.log)
+	res := reloadBackends(h.cfg, h.rt, h.log)
+	h.results.WithLabelValues(res).Inc()
+	switch res {
+	case reloadOK:
+		h.lastOK.Set(1)
+	case reloadPartial, reloadError:
+		h.lastOK.Set(0)
+	}
 }
 
 // reloadBackends reads the configuration again (file, environment and
 // flags, with the same precedence as at start) and applies its backend
 // list, in static mode. Nothing else is reloaded: other settings need a
-// restart. A configuration that no longer validates changes nothing.
-func reloadBackends(cfg *ServeConfig, rt backendSetter, log zerolog.Logger) {
+// restart. A configuration that no longer validates changes nothing. It
+// returns the result (reloadOK, ...).
+func reloadBackends(cfg *ServeConfig, rt backendSetter, log zerolog.Logger) string {
 	if cfg.Router.Discovery.Mode != router.DiscoveryStatic {
 		log.Info().Str("discovery", cfg.Router.Discovery.Mode).Msg("SIGHUP: the backends come from discovery; nothing to reload")
-		return
+		return reloadIgnored
 	}
 	if cfg.reload == nil {
 		log.Warn().Msg("SIGHUP: this node was not started from a configuration that can be read again")
-		return
+		return reloadError
 	}
 	nc, err := cfg.reload()
 	if err != nil {
 		log.Error().Err(err).Msg("SIGHUP: the configuration does not load; the backends are unchanged")
-		return
+		return reloadError
 	}
 	if nc.Router.Discovery.Mode != router.DiscoveryStatic {
 		log.Error().Str("discovery", nc.Router.Discovery.Mode).Msg("SIGHUP: changing the discovery mode needs a restart; the backends are unchanged")
-		return
+		return reloadError
 	}
+	if nc.backendsFrom != "" {
+		log.Warn().Str("from", nc.backendsFrom).Msg("SIGHUP: the backend list is set by " + nc.backendsFrom +
+			", read again unchanged, not by the config file: an edit of the file's list takes effect only once it is unset")
+	}
+	res := reloadOK
 	if err := rt.SetBackends(nc.Router.Backends); err != nil {
 		log.Warn().Err(err).Msg("SIGHUP: some backends were not applied")
+		res = reloadPartial
 	}
 	log.Info().Int("backends", len(nc.Router.Backends)).Msg("SIGHUP: backend list reloaded")
 	if keys := unappliedKeys(cfg, nc); len(keys) > 0 {
 		log.Warn().Strs("not_applied", keys).Msg("SIGHUP: these settings changed but take effect only at a restart")
 	}
+	return res
 }
 
 // unappliedKeys lists the configuration keys (dotted, as in the file)

@@ -3,11 +3,13 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/kvmesh/kvmesh/router"
@@ -220,5 +223,144 @@ func TestServeCommandIgnoresSIGHUPWhileStopping(t *testing.T) {
 	}
 	if ignored == "" {
 		t.Errorf("the SIGHUP was not logged as ignored:\n%s", logs)
+	}
+}
+
+// reloadMetric reads one of h's metrics: the counter of result, or the
+// last-reload gauge when result is "".
+func reloadMetric(t *testing.T, h *reloadHandler, result string) float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(h.collectors()...)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			switch {
+			case result == "" && f.GetName() == "kvmesh_config_last_reload_successful":
+				return m.GetGauge().GetValue()
+			case result != "" && f.GetName() == "kvmesh_config_reloads_total" &&
+				len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == result:
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no metric for %q", result)
+	return 0
+}
+
+// Every SIGHUP is counted by its result, and the gauge says whether the
+// last reload applied the list: an operator whose config tool rewrote the
+// file and signalled the nodes sees one refuse it without reading its log.
+func TestReloadHandlerCountsResults(t *testing.T) {
+	var fail atomic.Bool
+	var partial atomic.Bool
+	rt := setterFunc(func([]router.BackendConfig) error {
+		if partial.Load() {
+			return errors.New("backend x: changed entry not applied")
+		}
+		return nil
+	})
+	cfg := DefaultServeConfig()
+	cfg.reload = func() (*ServeConfig, error) {
+		if fail.Load() {
+			return nil, errors.New("config kvmesh.yaml: line 4: router.bogus: unknown key")
+		}
+		nc := DefaultServeConfig()
+		nc.Router.Backends = []router.BackendConfig{{Name: "x", URL: "http://x:1"}}
+		return &nc, nil
+	}
+	hup := make(chan os.Signal) // unbuffered: a send returns once the handler took it
+	h, stop := handleReloads(hup, &cfg, zerolog.Nop())
+	defer stop()
+	handled := func(what, result string, n float64) {
+		t.Helper()
+		hup <- syscall.SIGHUP
+		eventually(t, what, func() bool { return reloadMetric(t, h, result) == n })
+	}
+	if got := reloadMetric(t, h, ""); got != 1 {
+		t.Fatalf("before any reload: last_reload_successful %v, want 1", got)
+	}
+	handled("a SIGHUP while starting", reloadIgnored, 1)
+	h.open(rt)
+	fail.Store(true)
+	handled("a reload of a broken file", reloadError, 1)
+	if got := reloadMetric(t, h, ""); got != 0 {
+		t.Fatalf("after a failed reload: last_reload_successful %v, want 0", got)
+	}
+	fail.Store(false)
+	handled("a good reload", reloadOK, 1)
+	if got := reloadMetric(t, h, ""); got != 1 {
+		t.Fatalf("after a good reload: last_reload_successful %v, want 1", got)
+	}
+	partial.Store(true)
+	handled("a partly applied reload", reloadPartial, 1)
+	if got := reloadMetric(t, h, ""); got != 0 {
+		t.Fatalf("after a partial reload: last_reload_successful %v, want 0", got)
+	}
+	if got := reloadMetric(t, h, reloadOK) + reloadMetric(t, h, reloadError); got != 2 {
+		t.Fatalf("ok+error reloads %v, want 2", got)
+	}
+}
+
+// A backend list given by --backends or KVMESH_BACKENDS replaces the
+// file's, at start and at every SIGHUP alike: the operator who edits the
+// file's list and sends SIGHUP must hear that it cannot take effect, at
+// start and at the reload, not "backend list reloaded" alone.
+func TestReloadWarnsWhenAFlagSetsTheBackends(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kvmesh.yaml")
+	write := func(s string) {
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("router:\n  backends:\n    - {name: a, url: \"http://a:1\"}\n")
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		from string
+	}{
+		{"flag", []string{"--config", path, "--backends", "b=http://b:1"}, nil, "--backends"},
+		{"environment", []string{"--config", path}, map[string]string{"KVMESH_BACKENDS": "b=http://b:1"}, "KVMESH_BACKENDS"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			write("router:\n  backends:\n    - {name: a, url: \"http://a:1\"}\n")
+			cfg, err := loadServeConfig(tc.args, env(tc.env), io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if w := strings.Join(cfg.warnings(), "\n"); !strings.Contains(w, "router.backends is replaced by "+tc.from) {
+				t.Errorf("start-up warnings %q do not say that %s replaces the file's list", w, tc.from)
+			}
+			write("router:\n  backends:\n    - {name: c, url: \"http://c:1\"}\n")
+			var got []router.BackendConfig
+			rt := setterFunc(func(l []router.BackendConfig) error { got = l; return nil })
+			var logs syncBuffer
+			reloadBackends(cfg, rt, zerolog.New(&logs))
+			if len(got) != 1 || got[0].Name != "b" {
+				t.Fatalf("applied %v, want the list %s sets", got, tc.from)
+			}
+			if !strings.Contains(logs.String(), `"level":"warn"`) || !strings.Contains(logs.String(), "set by "+tc.from) {
+				t.Errorf("the reload does not warn that %s sets the list: %s", tc.from, logs.String())
+			}
+		})
+	}
+
+	// From the file: no such warning.
+	write("router:\n  backends:\n    - {name: a, url: \"http://a:1\"}\n")
+	cfg, err := loadServeConfig([]string{"--config", path}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := cfg.warnings(); len(w) != 0 {
+		t.Errorf("warnings with the file's list: %q", w)
+	}
+	var logs syncBuffer
+	reloadBackends(cfg, setterFunc(func([]router.BackendConfig) error { return nil }), zerolog.New(&logs))
+	if strings.Contains(logs.String(), `"level":"warn"`) {
+		t.Errorf("a reload of the file's own list warns: %s", logs.String())
 	}
 }
