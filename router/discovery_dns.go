@@ -282,10 +282,16 @@ func (c *DNSDiscoveryConfig) families(hasIPv4 bool) (ipv4, ipv6 bool) {
 
 // address resolves an SRV target to one address of the families Family
 // allows, the same on every node whatever order the server answers in: the
-// lowest IPv4 address, else the lowest IPv6 one; nil if it has none.
+// lowest IPv4 address, else the lowest IPv6 one; nil if it has none. A
+// target that is an address literal ("10.0.0.5.", a valid name to Go's
+// resolver) is that address, checked as an A record's is: an unspecified,
+// multicast or broadcast one is none.
 func (d *DNSDiscoverer) address(ctx context.Context, host string) (net.IP, error) {
 	keep4, keep6 := d.cfg.DNS.families(false)
 	if ip := net.ParseIP(host); ip != nil {
+		if badAddress(net.IPAddr{IP: ip}) != "" {
+			return nil, nil
+		}
 		if is4 := ip.To4() != nil; (is4 && !keep4) || (!is4 && !keep6) {
 			return nil, nil
 		}
