@@ -81,6 +81,11 @@ type NodeConfig struct {
 type ListenConfig struct {
 	API   string `yaml:"api"`
 	Admin string `yaml:"admin"`
+	// AdminPprof serves Go's profiles on the admin listener (/debug/pprof/).
+	// Off by default: a profile costs CPU while it is taken (a CPU profile
+	// runs 30 s), the dumps show the program's internals, and the admin
+	// listener listens on every interface unless told otherwise.
+	AdminPprof bool `yaml:"admin_pprof"`
 }
 
 // LogConfig: zerolog level (debug logs one line per routing decision) and

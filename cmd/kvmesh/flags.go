@@ -143,6 +143,7 @@ var serveSettings = []setting{
 	strSetting("node-name", "node.name", "this node's name, unique in the mesh (default: the hostname)", func(c *ServeConfig) *string { return &c.Node.Name }),
 	strSetting("listen", "listen.api", "API listener address (client traffic)", func(c *ServeConfig) *string { return &c.Listen.API }),
 	strSetting("admin-listen", "listen.admin", "admin listener address (/metrics, /healthz, /readyz, /debug/route, /admin/*)", func(c *ServeConfig) *string { return &c.Listen.Admin }),
+	boolSetting("admin-pprof", "listen.admin_pprof", "serve Go's runtime profiles on the admin listener (/debug/pprof/; off: they cost CPU while taken and show the program's internals)", func(c *ServeConfig) *bool { return &c.Listen.AdminPprof }),
 	{name: "backends", key: "router.backends", usage: "comma-separated backends, each URL or name=URL (replaces the config file's list)",
 		get: func(c *ServeConfig) string {
 			var parts []string

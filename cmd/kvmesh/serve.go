@@ -228,6 +228,7 @@ func serveSignals(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, rea
 		statusPage.Mesh = m
 	}
 	ui.New(statusPage).Mount(admin) // GET /ui: the live status page
+	mountPprof(admin, cfg.Listen.AdminPprof)
 	admin.Handle("/", routerAdmin)
 
 	apiSrv := &http.Server{Handler: rt, ReadHeaderTimeout: cfg.Router.ReadHeaderTimeout, IdleTimeout: cfg.Router.IdleTimeout,
