@@ -1,6 +1,8 @@
 package mesh
 
 import (
+	"time"
+
 	"github.com/kvmesh/kvmesh/tree"
 )
 
@@ -16,6 +18,23 @@ func (n *Node) End(keys []tree.Key, backend tree.BackendID) {
 	n.mu.Lock()
 	d := n.drainLearnsLocked(now)
 	d += int64(n.rep.End(keys, backend, now))
+	n.mu.Unlock()
+	n.noteChanges(d)
+}
+
+// Retract ends the claims of keys on backend that expire no later than
+// claims learned now for ttl would (crdt.Replica.Retract): a router's
+// provisional claims for an attempt that failed (router/retract.go), not
+// a longer-lived claim a concurrent answer or an engine's events wrote for
+// the same blocks meanwhile. The tombstones are queued for the peers.
+func (n *Node) Retract(keys []tree.Key, backend tree.BackendID, ttl time.Duration) {
+	if len(keys) == 0 {
+		return
+	}
+	now := n.nowMs()
+	n.mu.Lock()
+	d := n.drainLearnsLocked(now)
+	d += int64(n.rep.Retract(keys, backend, ttl.Milliseconds(), now))
 	n.mu.Unlock()
 	n.noteChanges(d)
 }

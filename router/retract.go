@@ -1,11 +1,16 @@
 package router
 
-import "github.com/kvmesh/kvmesh/tree"
+import (
+	"time"
 
-// claimEnder is a Learner that can also end claims: LocalLearner, and a
-// mesh node, which replicates the tombstones to its peers.
-type claimEnder interface {
-	End(keys []tree.Key, backend tree.BackendID)
+	"github.com/kvmesh/kvmesh/tree"
+)
+
+// claimRetracter is a Learner that can also end the claims it learned for
+// ttl: LocalLearner, and a mesh node, which replicates the tombstones to
+// its peers.
+type claimRetracter interface {
+	Retract(keys []tree.Key, backend tree.BackendID, ttl time.Duration)
 }
 
 // heldBefore is the depth, in blocks, of the deepest unexpired claim the
@@ -28,11 +33,16 @@ func (st *reqState) heldBefore(i int) int32 {
 // prompt's next requests to it for Config.ProvisionalTTL, each a miss.
 // Only the learn positions deeper than held (heldBefore, taken before the
 // learn) are ended: those at or above it were claimed before the attempt.
-// A request sharing the prefix that reaches the backend meanwhile learns
-// it again with a later timestamp, which the tombstones do not outlive.
-// A Learner that cannot end claims leaves them to expire.
+// And only claims expiring no later than provisional ones learned at the
+// retraction would (Retract): a request sharing the prefix that the
+// backend answered meanwhile, through this node or a peer, confirmed them
+// at ConfirmedTTL, and an engine's KV events (precise mode) lease them for
+// longer still; ending those would hide a prefix the backend holds for
+// their whole TTL. A concurrent attempt's provisional claims may end
+// with this one's; its answer's first byte learns them again, past the
+// tombstones. A Learner that cannot end claims leaves them to expire.
 func (rt *Router) retract(st *reqState, b *backend, held int32) {
-	e, ok := rt.learner.(claimEnder)
+	e, ok := rt.learner.(claimRetracter)
 	if !ok || b.gone.Load() {
 		return
 	}
@@ -44,7 +54,7 @@ func (rt *Router) retract(st *reqState, b *backend, held int32) {
 	}
 	st.endBuf = keys
 	if len(keys) > 0 {
-		e.End(keys, b.id)
+		e.Retract(keys, b.id, rt.cfg.ProvisionalTTL)
 		rt.metrics.retracted.Inc()
 	}
 }

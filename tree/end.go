@@ -30,6 +30,15 @@ func ChainTokens(prev uint64, block []uint32) Key { return hashBlockTokens(prev,
 // returns it (ok false when there is no live claim to end, or it is ended
 // already). The caller replicates the tombstone like any changed claim.
 func (ix *Index) End(key Key, b BackendID, ts Timestamp, now int64) (Claim, bool) {
+	return ix.EndExpiring(key, b, ts, now, math.MaxInt64)
+}
+
+// EndExpiring is End for a live claim that expires at maxExpires (ms) or
+// before only: a router retracting what a failed attempt learned at
+// dispatch (short-lived, provisional claims) leaves a longer-lived claim
+// for the same block, which a concurrent answer confirmed or an engine's
+// events leased meanwhile, live.
+func (ix *Index) EndExpiring(key Key, b BackendID, ts Timestamp, now, maxExpires int64) (Claim, bool) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	i, found := ix.t.find(key, b)
@@ -37,7 +46,7 @@ func (ix *Index) End(key Key, b BackendID, ts Timestamp, now int64) (Claim, bool
 		return Claim{}, false
 	}
 	cur := ix.t.load(i)
-	if cur.Ended() || ix.dead(&cur, now) {
+	if cur.Ended() || ix.dead(&cur, now) || cur.Expires > maxExpires {
 		return Claim{}, false
 	}
 	if ts <= cur.Time { // a tombstone must dominate: later time at equal expiry

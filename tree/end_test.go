@@ -79,3 +79,25 @@ func TestNodeIDOfNeverEnded(t *testing.T) {
 		}
 	}
 }
+
+// EndExpiring ends a claim that expires by its bound only: a longer-lived
+// one (learned meanwhile for a longer TTL) stays live.
+func TestEndExpiringLeavesLongerLivedClaims(t *testing.T) {
+	now := int64(1_000_000)
+	ix := newTestIndex(t, nil)
+	b := backends(t, ix, "a")[0]
+	r := rand.New(rand.NewPCG(5, 5))
+	ch := chainOf(ix, randTokens(r, 16*4))
+	live := ix.Learn(ch, b, MakeTimestamp(now, 0), 10*minute, 1, now, nil)[0]
+	if _, ok := ix.EndExpiring(live.Key, b, MakeTimestamp(now+1, 0), now+1, live.Expires-1); ok {
+		t.Fatal("a claim expiring past the bound was ended")
+	}
+	var res Result
+	ix.Lookup(ch, now+1, &res)
+	if res.Depth(b) != 4 {
+		t.Fatalf("depth %d after a bounded end that ended nothing, want 4", res.Depth(b))
+	}
+	if tomb, ok := ix.EndExpiring(live.Key, b, MakeTimestamp(now+2, 0), now+2, live.Expires); !ok || !tomb.Ended() {
+		t.Fatal("a claim expiring at the bound was not ended")
+	}
+}

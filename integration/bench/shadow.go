@@ -42,8 +42,9 @@ type shadowRouter struct {
 	applied chan struct{}
 }
 
-// shadowLearn is one learn (chain set), end (ends set) or invalidation
-// (backend set) for the shadow's index, in the shadow's backend names.
+// shadowLearn is one learn (chain set), retraction (ends set, ttl the
+// provisional TTL) or invalidation (backend set) for the shadow's index,
+// in the shadow's backend names.
 type shadowLearn struct {
 	chain   *tree.Chain // a copy: the node's may be reused once Learn returns
 	ends    []tree.Key  // a copy, likewise
@@ -196,7 +197,7 @@ func (s *shadowRouter) applyLearns() {
 			case l.chain != nil:
 				s.learn.Learn(l.chain, l.id, l.ttl)
 			case l.ends != nil:
-				s.learn.End(l.ends, l.id)
+				s.learn.Retract(l.ends, l.id, l.ttl)
 			default:
 				s.learn.Invalidate(l.backend, l.removed)
 			}
@@ -233,17 +234,17 @@ func (t *teeLearner) Learn(ch *tree.Chain, backend tree.BackendID, ttl time.Dura
 	}
 }
 
-// End passes a node's retracted claims (a failed attempt's, router's
-// retract.go) on like its learns, when the node's learner ends claims.
-func (t *teeLearner) End(keys []tree.Key, backend tree.BackendID) {
+// Retract passes a node's retracted claims (a failed attempt's, router's
+// retract.go) on like its learns, when the node's learner retracts claims.
+func (t *teeLearner) Retract(keys []tree.Key, backend tree.BackendID, ttl time.Duration) {
 	if e, ok := t.Learner.(interface {
-		End([]tree.Key, tree.BackendID)
+		Retract([]tree.Key, tree.BackendID, time.Duration)
 	}); ok {
-		e.End(keys, backend)
+		e.Retract(keys, backend, ttl)
 	}
 	if e, ok := t.nodeIx.Backend(backend); ok && len(keys) > 0 {
 		if id, ok := t.shadow.ix.BackendByName(e.Name); ok {
-			t.shadow.enqueue(shadowLearn{ends: slices.Clone(keys), id: id})
+			t.shadow.enqueue(shadowLearn{ends: slices.Clone(keys), id: id, ttl: ttl})
 		}
 	}
 }
