@@ -60,8 +60,9 @@ type ServeConfig struct {
 	// environment, flags): SIGHUP's backend list (discovery.go).
 	reload func() (*ServeConfig, error)
 	// backendsFrom is the flag or variable (--backends, KVMESH_BACKENDS)
-	// the backend list came from, "" when from the file: a reload reads it
-	// again unchanged, so an edit of the file's list never takes effect.
+	// the backend list came from when a config file is used too, "" when
+	// from the file or with no file: a reload reads it again unchanged, so
+	// an edit of the file's list never takes effect.
 	backendsFrom string
 	// fileBackendsReplaced: the file lists backends, and backendsFrom
 	// replaced them (warned at start).

@@ -301,7 +301,9 @@ func loadConfigWith(args []string, getenv func(string) string, out io.Writer, us
 			unparsed[s.key] = true
 		}
 	}
-	cfg.backendsFrom = from["backends"]
+	if *configPath != "" { // without a file there is no other list to edit
+		cfg.backendsFrom = from["backends"]
+	}
 	cfg.fileBackendsReplaced = fileBackends && cfg.backendsFrom != ""
 	cfg.Mesh.devDefaults(from["bind"] != "", from["quic-listen"] != "")
 	cfg.Router.Backends = effectiveBackends(cfg.Router.Backends)

@@ -349,6 +349,17 @@ func TestReloadWarnsWhenAFlagSetsTheBackends(t *testing.T) {
 		})
 	}
 
+	// With no file, the flag is the only list: no file to edit, no warning.
+	noFile, err := loadServeConfig([]string{"--backends", "b=http://b:1"}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var noFileLogs syncBuffer
+	reloadBackends(noFile, setterFunc(func([]router.BackendConfig) error { return nil }), zerolog.New(&noFileLogs))
+	if strings.Contains(noFileLogs.String(), `"level":"warn"`) {
+		t.Errorf("a reload without a config file warns about editing one: %s", noFileLogs.String())
+	}
+
 	// From the file: no such warning.
 	write("router:\n  backends:\n    - {name: a, url: \"http://a:1\"}\n")
 	cfg, err := loadServeConfig([]string{"--config", path}, env(nil), io.Discard)
