@@ -3,6 +3,7 @@ package main
 import (
 	"net/http"
 	"net/http/pprof"
+	"strconv"
 
 	"github.com/kvmesh/kvmesh/router"
 )
@@ -33,7 +34,26 @@ func mountPprof(admin *http.ServeMux, on bool) {
 		}
 		pprof.Index(w, r) // the index, and every named profile (heap, goroutine, allocs, block, mutex...)
 	})
-	admin.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	admin.HandleFunc("GET /debug/pprof/profile", boundSeconds(pprof.Profile))
 	admin.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
-	admin.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	admin.HandleFunc("GET /debug/pprof/trace", boundSeconds(pprof.Trace))
+}
+
+// maxProfileSeconds bounds ?seconds= of a CPU profile or a trace: one runs
+// at a time, and a forgotten day-long one would refuse every other.
+const maxProfileSeconds = 600
+
+// boundSeconds refuses a ?seconds= that is not a whole number of seconds
+// in [1, maxProfileSeconds] (pprof's own default, 30 s without one).
+func boundSeconds(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if v := r.URL.Query().Get("seconds"); v != "" {
+			if n, err := strconv.Atoi(v); err != nil || n < 1 || n > maxProfileSeconds {
+				e := router.NewAPIError(http.StatusBadRequest, "seconds", "seconds must be a whole number from 1 to %d, got %q", maxProfileSeconds, v)
+				e.WriteTo(w)
+				return
+			}
+		}
+		h(w, r)
+	}
 }

@@ -46,6 +46,11 @@ func TestAdminPprof(t *testing.T) {
 	if code, body := getStatus(t, "http://"+on.Admin+"/debug/pprof/cmdline"); code != http.StatusNotFound || !strings.Contains(body, "not_served") {
 		t.Errorf("cmdline served: %d %.200s", code, body)
 	}
+	for _, q := range []string{"profile?seconds=86400", "trace?seconds=0", "profile?seconds=x"} {
+		if code, body := getStatus(t, "http://"+on.Admin+"/debug/pprof/"+q); code != http.StatusBadRequest || !strings.Contains(body, "seconds must be") {
+			t.Errorf("%s: %d %.200s, want a 400 naming the bound", q, code, body)
+		}
+	}
 	if code, _ := getStatus(t, "http://"+on.API+"/debug/pprof/"); code == http.StatusOK {
 		t.Error("the API listener serves profiles")
 	}
