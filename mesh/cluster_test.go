@@ -384,5 +384,20 @@ func (tn *testNode) depth(p prompt, backend string) int32 {
 	return res.Depth(id)
 }
 
+// learnEveryBlock learns p on backend for ttl at every block depth, as an
+// engine's KV events claim blocks (not only at learn depths), and returns
+// its keys.
+func (tn *testNode) learnEveryBlock(p prompt, backend string, ttl time.Duration) []tree.Key {
+	id, _ := tn.ix.EnsureBackend(backend)
+	var ch tree.Chain
+	tn.ix.Keyer().Bytes(&ch, testSeed, p.text, nil)
+	ch.Learn = ch.Learn[:0]
+	for d := 1; d <= len(ch.Keys); d++ {
+		ch.Learn = append(ch.Learn, int32(d))
+	}
+	tn.n.Learn(&ch, id, ttl)
+	return append([]tree.Key(nil), ch.Keys...)
+}
+
 // fullDepth is the depth a learned prompt matches at: its last full block.
 func fullDepth(p prompt) int32 { return int32(len(p.text) / 64) }

@@ -4,8 +4,6 @@ import (
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/kvmesh/kvmesh/tree"
 )
 
 // TestEndAndInvalidateReachEveryNode: what an engine's KV events do to the
@@ -21,19 +19,8 @@ func TestEndAndInvalidateReachEveryNode(t *testing.T) {
 	p, q := randomPrompt(rng, 8), randomPrompt(rng, 8)
 	owner := c.node(nodeName(1))
 	// Every block is claimed, as events claim them (not only at learn depths).
-	learnAll := func(p prompt) []tree.Key {
-		id, _ := owner.ix.EnsureBackend("e0")
-		var ch tree.Chain
-		owner.ix.Keyer().Bytes(&ch, testSeed, p.text, nil)
-		ch.Learn = ch.Learn[:0]
-		for d := 1; d <= len(ch.Keys); d++ {
-			ch.Learn = append(ch.Learn, int32(d))
-		}
-		owner.n.Learn(&ch, id, time.Minute)
-		return append([]tree.Key(nil), ch.Keys...)
-	}
-	keys := learnAll(p)
-	learnAll(q)
+	keys := owner.learnEveryBlock(p, "e0", time.Minute)
+	owner.learnEveryBlock(q, "e0", time.Minute)
 	everywhere := func(what string, p prompt, want int32) {
 		t.Helper()
 		waitFor(t, 20*time.Second, what, func() bool {
@@ -52,7 +39,7 @@ func TestEndAndInvalidateReachEveryNode(t *testing.T) {
 	everywhere("the removal", p, fullDepth(p)-3)
 	c.waitConverged(time.Minute)
 	// Stored again: claimed again.
-	learnAll(p)
+	owner.learnEveryBlock(p, "e0", time.Minute)
 	everywhere("the re-store", p, fullDepth(p))
 	// AllBlocksCleared.
 	owner.n.Invalidate("e0", false)

@@ -3,8 +3,6 @@ package mesh
 import (
 	"testing"
 	"time"
-
-	"github.com/kvmesh/kvmesh/tree"
 )
 
 // A router's retraction of a failed attempt's provisional claims reaches
@@ -17,20 +15,10 @@ func TestRetractEndsOnlyProvisionalClaimsEverywhere(t *testing.T) {
 	rng := newRand(17)
 	p, q := randomPrompt(rng, 8), randomPrompt(rng, 8)
 	n := c.node(nodeName(1))
-	id, _ := n.ix.EnsureBackend("e0")
-	learn := func(p prompt, ttl time.Duration) []tree.Key {
-		var ch tree.Chain
-		n.ix.Keyer().Bytes(&ch, testSeed, p.text, nil)
-		ch.Learn = ch.Learn[:0]
-		for d := 1; d <= len(ch.Keys); d++ {
-			ch.Learn = append(ch.Learn, int32(d))
-		}
-		n.n.Learn(&ch, id, ttl)
-		return append([]tree.Key(nil), ch.Keys...)
-	}
 	const provisional = 30 * time.Second
-	pk := learn(p, provisional)
-	qk := learn(q, 10*time.Minute)
+	pk := n.learnEveryBlock(p, "e0", provisional)
+	qk := n.learnEveryBlock(q, "e0", 10*time.Minute)
+	id, _ := n.ix.BackendByName("e0")
 	everywhere := func(what string, p prompt, want int32) {
 		t.Helper()
 		waitFor(t, 20*time.Second, what, func() bool {

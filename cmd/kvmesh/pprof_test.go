@@ -2,23 +2,10 @@ package main
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
 )
-
-// getStatus fetches url and returns the status and the body.
-func getStatus(t *testing.T, url string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
 
 // Profiles are served on the admin listener only with --admin-pprof; off,
 // the path says how to turn them on; the command line (which may hold the

@@ -162,13 +162,20 @@ func TestServeShutdownFinishesInFlight(t *testing.T) {
 
 func get(t *testing.T, url string) string {
 	t.Helper()
+	_, body := getStatus(t, url)
+	return body
+}
+
+// getStatus fetches url and returns the status and the body.
+func getStatus(t *testing.T, url string) (int, string) {
+	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return string(b)
+	return resp.StatusCode, string(b)
 }
 
 // With a snapshot due every millisecond, the periodic writes run right up
