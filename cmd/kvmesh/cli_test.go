@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/base64"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -166,6 +168,36 @@ func TestDevModeStaysOnLoopback(t *testing.T) {
 	cfg, _ = loadServeConfig([]string{"--backends", "http://a", "--mesh", "--gossip-key", testGossipKey, "--tls-ca", "ca", "--tls-cert", "c", "--tls-key", "k"}, env(nil), io.Discard)
 	if cfg == nil || cfg.Mesh.Bind != ":7946" {
 		t.Errorf("production bind moved: %+v", cfg)
+	}
+}
+
+// A config file's listeners count as set, like a flag's: a dev-mode file
+// that names the wildcard keeps it (and is warned about), one that names
+// none gets loopback; so `kvmesh config`'s output loads back the same.
+func TestDevModeKeepsAFilesListeners(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kvmesh.yaml")
+	base := []string{"--config", path, "--backends", "http://a", "--tls-ca", "ca", "--tls-cert", "c", "--tls-key", "k"}
+	for _, tc := range []struct {
+		file, bind, quic string
+		loud             bool
+	}{
+		{"mesh: {enabled: true, dev: true}\n", "127.0.0.1:7946", "127.0.0.1:7947", false},
+		{"mesh: {enabled: true, dev: true, bind: \":7946\"}\n", ":7946", "127.0.0.1:7947", true},
+		{"mesh: {enabled: true, dev: true, quic: \":7947\"}\n", "127.0.0.1:7946", ":7947", true},
+	} {
+		if err := os.WriteFile(path, []byte(tc.file), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := loadServeConfig(base, env(nil), io.Discard)
+		if err != nil {
+			t.Fatalf("%q: %v", tc.file, err)
+		}
+		if cfg.Mesh.Bind != tc.bind || cfg.Mesh.QUIC != tc.quic {
+			t.Errorf("%q: listeners %s and %s, want %s and %s", tc.file, cfg.Mesh.Bind, cfg.Mesh.QUIC, tc.bind, tc.quic)
+		}
+		if loud := strings.Contains(strings.Join(cfg.warnings(), "\n"), "DEV MODE ON A NETWORK"); loud != tc.loud {
+			t.Errorf("%q: warned %v, want %v: %q", tc.file, loud, tc.loud, cfg.warnings())
+		}
 	}
 }
 

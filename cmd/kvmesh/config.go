@@ -421,8 +421,8 @@ const (
 )
 
 // devDefaults keeps a dev-mode mesh off the network: the listeners not set
-// by a flag or variable (bindSet, quicSet) and still at their wildcard
-// defaults move to loopback. A dev mesh has no gossip key: on every
+// by the config file, a flag or a variable (bindSet, quicSet) and still at
+// their wildcard defaults move to loopback. A dev mesh has no gossip key: on every
 // interface, anyone who reaches the serf port could join it.
 func (m *MeshConfig) devDefaults(bindSet, quicSet bool) {
 	if !m.Dev {

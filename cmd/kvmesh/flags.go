@@ -271,8 +271,20 @@ func loadConfigWith(args []string, getenv func(string) string, out io.Writer, us
 	cfg := DefaultServeConfig()
 	unparsed := map[string]bool{} // YAML keys whose value did not parse
 	validate := true
+	// Whether the file sets the mesh listeners: a value it gives is kept in
+	// dev mode, even the wildcard default (devDefaults).
+	fileBind, fileQUIC := false, false
 	if *configPath != "" {
-		if err := loadConfigFile(*configPath, &cfg); err != nil {
+		cfg.Mesh.Bind, cfg.Mesh.QUIC = "", "" // "": the file said nothing
+		err := loadConfigFile(*configPath, &cfg)
+		fileBind, fileQUIC = cfg.Mesh.Bind != "", cfg.Mesh.QUIC != ""
+		if !fileBind {
+			cfg.Mesh.Bind = defaultBind
+		}
+		if !fileQUIC {
+			cfg.Mesh.QUIC = defaultQUIC
+		}
+		if err != nil {
 			errs = append(errs, err)
 			var ve *yamlValueErrors
 			if errors.As(err, &ve) { // the rest of the file was read
@@ -305,7 +317,7 @@ func loadConfigWith(args []string, getenv func(string) string, out io.Writer, us
 		cfg.backendsFrom = from["backends"]
 	}
 	cfg.fileBackendsReplaced = fileBackends && cfg.backendsFrom != ""
-	cfg.Mesh.devDefaults(from["bind"] != "", from["quic-listen"] != "")
+	cfg.Mesh.devDefaults(fileBind || from["bind"] != "", fileQUIC || from["quic-listen"] != "")
 	cfg.Router.Backends = effectiveBackends(cfg.Router.Backends)
 	if validate {
 		if err := cfg.Validate(); err != nil {
