@@ -1,6 +1,7 @@
 package router
 
 import (
+	"math"
 	"time"
 
 	"github.com/kvmesh/kvmesh/tree"
@@ -10,12 +11,7 @@ import (
 // events reported the blocks evicted. With LocalLearner's Learn and
 // Invalidate it makes a router alone a sink for router/kvevents.
 func (l *LocalLearner) End(keys []tree.Key, backend tree.BackendID) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, k := range keys {
-		now, ts := l.stamp()
-		l.ix.End(k, backend, ts, now)
-	}
+	l.end(keys, backend, -1)
 }
 
 // Retract ends the claims of keys on backend that expire no later than
@@ -23,10 +19,20 @@ func (l *LocalLearner) End(keys []tree.Key, backend tree.BackendID) {
 // attempt's provisional claims (retract.go), not a longer-lived claim
 // written for the same blocks meanwhile.
 func (l *LocalLearner) Retract(keys []tree.Key, backend tree.BackendID, ttl time.Duration) {
+	l.end(keys, backend, max(0, ttl.Milliseconds()))
+}
+
+// end ends keys' claims on backend; with ttlMillis >= 0 only those expiring
+// by the clock's time plus ttlMillis (crdt.Replica's end, for one router).
+func (l *LocalLearner) end(keys []tree.Key, backend tree.BackendID, ttlMillis int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, k := range keys {
 		now, ts := l.stamp()
-		l.ix.EndExpiring(k, backend, ts, now, ts.Millis()+max(0, ttl.Milliseconds()))
+		maxExp := int64(math.MaxInt64)
+		if ttlMillis >= 0 {
+			maxExp = ts.Millis() + ttlMillis
+		}
+		l.ix.EndExpiring(k, backend, ts, now, maxExp)
 	}
 }

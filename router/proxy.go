@@ -98,16 +98,16 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, st *reqState, 
 		st.chain.Learn = learnAbove(&st.learnBuf, learnAll, d.LearnAbove, rt.ix.Keyer().CheckpointBlocks())
 		learn := d.Learn && st.routed && len(st.chain.Learn) > 0 && rt.admitLearn(st, st.cands[d.Index].Matched)
 		st.confirm = nil
-		var held int32 // b's deepest claim before this attempt learned (retract.go)
 		if learn {
-			held = st.heldBefore(d.Index)
 			rt.learnOn(b, &st.chain, rt.cfg.ProvisionalTTL)
 			rt.metrics.learned[0].Inc()
 			st.confirm = b
 		}
 		last = rt.runAttempt(w, r, st, b, d, matched, attempt >= rt.cfg.Retries || len(st.cands) <= 1, start, ep)
 		if learn && (last.out == outRetry || last.out == outDone && !last.ok) {
-			rt.retract(st, b, held)
+			// The lookup that routed the attempt is the one before its
+			// learn: nothing gathers again before the next attempt.
+			rt.retract(st, b, st.heldBefore(d.Index))
 		}
 		switch last.out {
 		case outDone:
