@@ -120,6 +120,7 @@ func (n *Node) createSerf() (*serf.Serf, error) {
 	ml.SuspicionMult, ml.SuspicionMaxTimeoutMult = t.SuspicionMult, t.SuspicionMaxTimeoutMult
 	ml.PushPullInterval, ml.TCPTimeout = t.PushPullInterval, t.TCPTimeout
 	ml.GossipToTheDeadTime, ml.DeadNodeReclaimTime = t.GossipToTheDeadTime, t.DeadNodeReclaimTime
+	ml.EnableCompression = n.cfg.GossipCompression
 	if key != nil {
 		if ml.Keyring, err = memberlist.NewKeyring(nil, key); err != nil {
 			return nil, fmt.Errorf("mesh: gossip keyring: %w", err)

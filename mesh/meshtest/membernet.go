@@ -13,6 +13,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -38,8 +39,19 @@ type MemberNetwork struct {
 // MemberStats counts what a MemberNetwork did.
 type MemberStats struct {
 	Packets, PacketsDropped uint64
-	Dials, DialsFailed      uint64
+	// Compressed counts the packets and streams sent LZW-compressed
+	// (memberlist's EnableCompression): those whose first byte is
+	// memberlist's compressMsg type (a stream's first message only).
+	// Encrypted ones are not counted: their first byte is encryptMsg.
+	// memberlist compresses a packet only when that makes it smaller, and
+	// a stream (a state exchange) always.
+	Compressed         uint64
+	Dials, DialsFailed uint64
 }
+
+// compressMsg is memberlist's message type of a compressed packet (its
+// net.go numbers the types from pingMsg = 0).
+const compressMsg = 9
 
 // NewMemberNetwork returns an empty network whose nodes listen on port.
 func NewMemberNetwork(port int) *MemberNetwork {
@@ -166,6 +178,9 @@ func (t *MemberTransport) WriteTo(b []byte, addr string) (time.Time, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.stats.Packets++
+	if len(b) > 0 && b[0] == compressMsg {
+		n.stats.Compressed++
+	}
 	dst, err := n.route(t, addr)
 	if err != nil {
 		n.stats.PacketsDropped++
@@ -200,13 +215,13 @@ func (t *MemberTransport) DialTimeout(addr string, timeout time.Duration) (net.C
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	select {
-	case dst.streamCh <- &pipeConn{Conn: remote, local: dst.addr, remote: t.addr}:
+	case dst.streamCh <- &pipeConn{Conn: remote, local: dst.addr, remote: t.addr, net: n}:
 		select {
 		case <-dst.done:
 			// Shut down meanwhile: nobody will accept it (Shutdown closes
 			// what was queued before it; this closes what came after).
 		default:
-			return &pipeConn{Conn: local, local: t.addr, remote: dst.addr}, nil
+			return &pipeConn{Conn: local, local: t.addr, remote: dst.addr, net: n}, nil
 		}
 	case <-dst.done:
 	case <-t.done:
@@ -247,10 +262,22 @@ func (t *MemberTransport) Shutdown() error {
 	return nil
 }
 
-// pipeConn is a net.Pipe end with the nodes' addresses.
+// pipeConn is a net.Pipe end with the nodes' addresses. It counts a
+// stream whose first message is compressed in its network's stats.
 type pipeConn struct {
 	net.Conn
 	local, remote net.Addr
+	net           *MemberNetwork
+	wrote         atomic.Bool
+}
+
+func (c *pipeConn) Write(b []byte) (int, error) {
+	if len(b) > 0 && !c.wrote.Swap(true) && b[0] == compressMsg {
+		c.net.mu.Lock()
+		c.net.stats.Compressed++
+		c.net.mu.Unlock()
+	}
+	return c.Conn.Write(b)
 }
 
 func (c *pipeConn) LocalAddr() net.Addr  { return c.local }

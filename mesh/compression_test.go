@@ -1,0 +1,37 @@
+package mesh
+
+import (
+	"testing"
+	"time"
+)
+
+// Gossip goes uncompressed by default (Config.GossipCompression), and a
+// node that compresses (as releases before it did) still gossips with
+// nodes that do not: memberlist decodes both forms whatever its own
+// setting. The join (a state exchange), the alive messages and the news
+// of a failed member all cross between the two kinds.
+func TestGossipCompressionMixes(t *testing.T) {
+	c := newTestCluster(t, func(cfg *Config) { cfg.GossipCompression = cfg.Name == "n00" })
+	c.startN(3)
+	c.waitMesh(time.Minute)
+	c.kill("n02")
+	n0, n1 := c.node("n00"), c.node("n01")
+	waitFor(t, time.Minute, "n02 to be seen failed", func() bool {
+		return statusOf(n0, "n02") == "failed" && statusOf(n1, "n02") == "failed"
+	})
+	if st := c.mnet.Stats(); st.Compressed == 0 {
+		t.Fatalf("no compressed packet crossed the network (%d packets): n00 compresses", st.Packets)
+	}
+}
+
+func TestGossipUncompressedByDefault(t *testing.T) {
+	if DefaultConfig().GossipCompression {
+		t.Fatal("DefaultConfig compresses gossip")
+	}
+	c := newTestCluster(t, nil)
+	c.startN(2)
+	c.waitMesh(time.Minute)
+	if st := c.mnet.Stats(); st.Compressed != 0 || st.Dials == 0 {
+		t.Fatalf("%d packets or streams compressed (%d packets, %d streams), want none of some", st.Compressed, st.Packets, st.Dials)
+	}
+}
