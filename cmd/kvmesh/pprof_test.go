@@ -2,9 +2,15 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
+	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
 )
 
 // Profiles are served on the admin listener only with --admin-pprof; off,
@@ -40,5 +46,56 @@ func TestAdminPprof(t *testing.T) {
 	}
 	if code, _ := getStatus(t, "http://"+on.API+"/debug/pprof/"); code == http.StatusOK {
 		t.Error("the API listener serves profiles")
+	}
+}
+
+// The admin listener cuts off a client that reads its answer too slowly
+// (adminWriteTimeout), and a CPU profile longer than that timeout still
+// completes: its ?seconds= extends the deadline.
+func TestAdminWriteTimeout(t *testing.T) {
+	old := adminWriteTimeout
+	adminWriteTimeout = time.Second
+	defer func() { adminWriteTimeout = old }()
+
+	// A stalled reader: the handler's writes fail once the deadline passes
+	// (without it they would block until the client went away).
+	wrote := make(chan error, 1)
+	chunk := make([]byte, 1<<20)
+	srv := newAdminServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for {
+			if _, err := w.Write(chunk); err != nil {
+				wrote <- err
+				return
+			}
+		}
+	}), zerolog.Nop())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-wrote:
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("write to a stalled reader: %v, want a deadline error", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("a write to a reader that never reads is still blocked after a minute")
+	}
+
+	be := fakeBackend(t, 0)
+	on, cancel, done := startServe(t, "--backends", "b1="+be.URL, "--admin-pprof")
+	defer func() { cancel(); <-done }()
+	if code, body := getStatus(t, "http://"+on.Admin+"/debug/pprof/profile?seconds=2"); code != http.StatusOK || len(body) == 0 {
+		t.Errorf("a 2 s CPU profile under a 1 s write timeout: %d, %d bytes %.200q", code, len(body), body)
 	}
 }

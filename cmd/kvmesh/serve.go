@@ -100,6 +100,22 @@ const (
 	adminMaxConnections = 256
 )
 
+// adminWriteTimeout bounds the time from a request's headers to the end of
+// its answer on the admin listener: the largest answers (/metrics,
+// /admin/mesh of a big mesh, a goroutine dump) take well under a second
+// on any network, and a client that reads slower is cut off, so a few
+// hundred stalled readers cannot hold every connection the listener
+// allows, and with them /readyz and the scrapes. A CPU profile or a trace
+// gets its ?seconds= on top (net/http/pprof extends the deadline). A
+// variable for the tests.
+var adminWriteTimeout = time.Minute
+
+// newAdminServer is the admin listener's server, with the limits above.
+func newAdminServer(h http.Handler, log zerolog.Logger) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: adminReadTimeout,
+		WriteTimeout: adminWriteTimeout, IdleTimeout: adminIdleTimeout, ErrorLog: httpErrorLog(log, "admin")}
+}
+
 // serve runs a node until ctx is done, then shuts down gracefully: the
 // node stops being ready, the API listener keeps accepting for DrainDelay
 // (so balancers see it leave first), then stops accepting and in-flight
@@ -233,8 +249,7 @@ func serveSignals(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, rea
 
 	apiSrv := &http.Server{Handler: rt, ReadHeaderTimeout: cfg.Router.ReadHeaderTimeout, IdleTimeout: cfg.Router.IdleTimeout,
 		ErrorLog: httpErrorLog(log, "api")}
-	adminSrv := &http.Server{Handler: admin, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: adminReadTimeout,
-		IdleTimeout: adminIdleTimeout, ErrorLog: httpErrorLog(log, "admin")}
+	adminSrv := newAdminServer(admin, log)
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()
