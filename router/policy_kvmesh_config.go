@@ -221,7 +221,8 @@ type KVMeshConfig struct {
 	//     agent 80.3%, 83.4%, 84.0%; customers p99 2.05, 2.50, 2.47 s.
 	//   - Mooncake's reuse (r 0.14) is below both thresholds: the term is off.
 	//   - 24 (docs/claims.md, "What the spread term's moves buy"): agent
-	//     TTFT p99 8.1 s against 15.6 s and hit rate +0.3 points (6 pairs),
+	//     TTFT p99 8.1 s against 15.6 s (medians of 6 and 9 runs) and hit
+	//     rate ahead in 4 of 6 pairs (+1.0 points at the median pair),
 	//     but at half the agent rate 0.6-3.2 points lower (3 of 3), and in an
 	//     8-node mesh p99 slower (2 of 2). 48: agent 79.8-82.8%.
 	// Variants that did worse: weight 4 on every read (rho itself; agent

@@ -25,22 +25,27 @@ func mountPprof(admin *http.ServeMux, on bool) {
 		})
 		return
 	}
-	admin.HandleFunc("GET /debug/pprof/", func(w http.ResponseWriter, r *http.Request) {
+	admin.HandleFunc("GET /debug/pprof/", boundSeconds(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/debug/pprof/cmdline" {
 			e := router.NewAPIError(http.StatusNotFound, "", "the command line is not served: it may hold secrets")
 			e.Code = "not_served"
 			e.WriteTo(w)
 			return
 		}
-		pprof.Index(w, r) // the index, and every named profile (heap, goroutine, allocs, block, mutex...)
-	})
+		// The index, and every named profile (heap, goroutine, allocs,
+		// block, mutex...); with ?seconds= a named one is the difference
+		// over that time, bounded like a CPU profile's.
+		pprof.Index(w, r)
+	}))
 	admin.HandleFunc("GET /debug/pprof/profile", boundSeconds(pprof.Profile))
 	admin.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	admin.HandleFunc("GET /debug/pprof/trace", boundSeconds(pprof.Trace))
 }
 
-// maxProfileSeconds bounds ?seconds= of a CPU profile or a trace: one runs
-// at a time, and a forgotten day-long one would refuse every other.
+// maxProfileSeconds bounds ?seconds= of a CPU profile or a trace (one runs
+// at a time, and a forgotten day-long one would refuse every other) and of
+// a named profile's difference (heap?seconds=): each holds a connection that
+// long, past the admin listener's write timeout.
 const maxProfileSeconds = 600
 
 // boundSeconds refuses a ?seconds= that is not a whole number of seconds

@@ -40,18 +40,32 @@ type MemberNetwork struct {
 type MemberStats struct {
 	Packets, PacketsDropped uint64
 	// Compressed counts the packets and streams sent LZW-compressed
-	// (memberlist's EnableCompression): those whose first byte is
-	// memberlist's compressMsg type (a stream's first message only).
-	// Encrypted ones are not counted: their first byte is encryptMsg.
+	// (memberlist's EnableCompression): a message of memberlist's
+	// compressMsg type, behind the checksum header memberlist puts on a
+	// packet to a member that reads it (a stream's first message only).
+	// Encrypted ones are not counted: they cannot be read here.
 	// memberlist compresses a packet only when that makes it smaller, and
 	// a stream (a state exchange) always.
 	Compressed         uint64
 	Dials, DialsFailed uint64
 }
 
-// compressMsg is memberlist's message type of a compressed packet (its
-// net.go numbers the types from pingMsg = 0).
-const compressMsg = 9
+// compressMsg and hasCrcMsg are memberlist's message types of a compressed
+// message and of a packet with a checksum (its net.go numbers the types
+// from pingMsg = 0); a checksum header is the type and 4 bytes of CRC.
+const (
+	compressMsg = 9
+	hasCrcMsg   = 12
+	crcHeader   = 5
+)
+
+// compressed says whether a message memberlist sends is compressed.
+func compressed(b []byte) bool {
+	if len(b) > crcHeader && b[0] == hasCrcMsg {
+		b = b[crcHeader:]
+	}
+	return len(b) > 0 && b[0] == compressMsg
+}
 
 // NewMemberNetwork returns an empty network whose nodes listen on port.
 func NewMemberNetwork(port int) *MemberNetwork {
@@ -178,7 +192,7 @@ func (t *MemberTransport) WriteTo(b []byte, addr string) (time.Time, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.stats.Packets++
-	if len(b) > 0 && b[0] == compressMsg {
+	if compressed(b) {
 		n.stats.Compressed++
 	}
 	dst, err := n.route(t, addr)
@@ -272,7 +286,7 @@ type pipeConn struct {
 }
 
 func (c *pipeConn) Write(b []byte) (int, error) {
-	if len(b) > 0 && !c.wrote.Swap(true) && b[0] == compressMsg {
+	if len(b) > 0 && !c.wrote.Swap(true) && compressed(b) {
 		c.net.mu.Lock()
 		c.net.stats.Compressed++
 		c.net.mu.Unlock()
