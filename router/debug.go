@@ -298,25 +298,32 @@ type BackendStatus struct {
 	// Draining: out of rotation, drained by an operator or (Removing) no
 	// longer listed by the discovery source, while its in-flight requests
 	// finish.
-	Draining            bool        `json:"draining"`
-	Removing            bool        `json:"removing"`
-	EjectedForMs        int64       `json:"ejected_for_ms"` // 0 while in rotation
-	ConsecutiveFailures int         `json:"consecutive_failures"`
-	Ejections           int         `json:"ejections"`
-	ColdReturns         int         `json:"cold_returns"` // times its claims were invalidated after a restart
-	LastError           string      `json:"last_error"`
-	LastErrorAgeMs      *int64      `json:"last_error_age_ms"`
-	LastProbeOK         bool        `json:"last_probe_ok"`
-	LastProbeAgeMs      *int64      `json:"last_probe_age_ms"`
-	Generation          uint16      `json:"generation"`
-	Weight              float64     `json:"weight"`
-	Models              []string    `json:"models"`
-	Load                LoadJSON    `json:"load"`
-	ORCA                *SignalJSON `json:"orca"`   // last in-band report, null if none
-	Scrape              *SignalJSON `json:"scrape"` // last /metrics scrape, null if none
-	PrefixCacheQueries  float64     `json:"prefix_cache_queries"`
-	PrefixCacheHits     float64     `json:"prefix_cache_hits"`
-	Belief              BeliefJSON  `json:"belief"`
+	Draining            bool   `json:"draining"`
+	Removing            bool   `json:"removing"`
+	EjectedForMs        int64  `json:"ejected_for_ms"` // 0 while in rotation
+	ConsecutiveFailures int    `json:"consecutive_failures"`
+	Ejections           int    `json:"ejections"`
+	ColdReturns         int    `json:"cold_returns"` // times its claims were invalidated after a restart
+	LastError           string `json:"last_error"`
+	LastErrorAgeMs      *int64 `json:"last_error_age_ms"`
+	LastProbeOK         bool   `json:"last_probe_ok"`
+	LastProbeAgeMs      *int64 `json:"last_probe_age_ms"`
+	Generation          uint16 `json:"generation"`
+	// RegistryRemoved: the mesh's shared registry marks the backend
+	// removed (a peer saw it leave) although this node lists it, so no node
+	// matches its claims. This node makes it active again, at a new
+	// generation, ReactivateInMs from now: two discovery intervals after
+	// the removal, when every node has looked again (null while active).
+	RegistryRemoved    bool        `json:"registry_removed"`
+	ReactivateInMs     *int64      `json:"reactivate_in_ms"`
+	Weight             float64     `json:"weight"`
+	Models             []string    `json:"models"`
+	Load               LoadJSON    `json:"load"`
+	ORCA               *SignalJSON `json:"orca"`   // last in-band report, null if none
+	Scrape             *SignalJSON `json:"scrape"` // last /metrics scrape, null if none
+	PrefixCacheQueries float64     `json:"prefix_cache_queries"`
+	PrefixCacheHits    float64     `json:"prefix_cache_hits"`
+	Belief             BeliefJSON  `json:"belief"`
 }
 
 // BeliefJSON is a backend's cache model (see BeliefConfig).
@@ -425,13 +432,18 @@ func (rt *Router) Backends() []BackendStatus {
 		ms := now.Sub(t).Milliseconds()
 		return &ms
 	}
+	grace := rt.reactivateAfter().Milliseconds()
 	for _, b := range all {
-		gen, _ := rt.ix.Generation(b.id)
+		gen, active := rt.ix.Generation(b.id)
 		s := BackendStatus{Name: b.name, URL: b.base, Healthy: b.healthy.Load(), Draining: b.draining.Load(), Removing: b.removing.Load(), Generation: gen, Weight: b.weight,
 			Models: []string{}, Load: loadJSON(b.loadView(now, &rt.cfg, rt.peers)), ORCA: signalJSON(&b.orca, now),
 			Scrape: signalJSON(&b.scrape, now)}
 		for _, m := range b.models() {
 			s.Models = append(s.Models, m.ID)
+		}
+		if e, ok := rt.ix.Backend(b.id); ok && !active {
+			ms := max(e.Time.Millis()+grace-now.UnixMilli(), 0)
+			s.RegistryRemoved, s.ReactivateInMs = true, &ms
 		}
 		b.mu.Lock()
 		h := b.health

@@ -407,16 +407,37 @@ func TestReactivateAfterGrace(t *testing.T) {
 	}, a)
 	l := NewLocalLearner(g.ix, "peer")
 	l.Now = func() time.Time { return time.UnixMilli(now.Load()) }
+	statusOfA := func() BackendStatus {
+		for _, s := range g.rt.Backends() {
+			if s.Name == "a" {
+				return s
+			}
+		}
+		t.Fatal("a is not in /admin/backends")
+		return BackendStatus{}
+	}
+	if s := statusOfA(); s.RegistryRemoved || s.ReactivateInMs != nil {
+		t.Fatalf("active backend shown removed: %v %v", s.RegistryRemoved, s.ReactivateInMs)
+	}
 	l.Invalidate("a", true) // a peer removed it
 	id := g.rt.backendByName("a").id
 	g.rt.reactivate()
 	if _, active := g.ix.Generation(id); active {
 		t.Fatal("reactivated before the grace")
 	}
-	now.Add((20 * time.Second).Milliseconds())
+	now.Add((5 * time.Second).Milliseconds())
+	// /admin/backends shows the removal and the wait before this node
+	// overrules it: 20 s after the removal, 15 s from now.
+	if s := statusOfA(); !s.RegistryRemoved || s.ReactivateInMs == nil || *s.ReactivateInMs != 15000 {
+		t.Fatalf("removed by a peer: registry_removed %v, reactivate_in_ms %v, want true and 15000", s.RegistryRemoved, s.ReactivateInMs)
+	}
+	now.Add((15 * time.Second).Milliseconds())
 	g.rt.reactivate()
 	if _, active := g.ix.Generation(id); !active {
 		t.Fatal("not reactivated after the grace")
+	}
+	if s := statusOfA(); s.RegistryRemoved || s.ReactivateInMs != nil {
+		t.Fatalf("reactivated backend still shown removed: %v %v", s.RegistryRemoved, s.ReactivateInMs)
 	}
 }
 
