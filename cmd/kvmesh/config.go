@@ -151,6 +151,10 @@ type MeshConfig struct {
 	// ShareLostMarks sends the prompts this node found lost at a backend to
 	// the peers (mesh.Config.ShareLostMarks: off, no measured benefit yet).
 	ShareLostMarks bool `yaml:"share_lost_marks"`
+	// GossipCompression LZW-compresses serf's gossip
+	// (mesh.Config.GossipCompression: off, it cost allocations and saved
+	// little; nodes with it on and off gossip with each other).
+	GossipCompression bool `yaml:"gossip_compression"`
 
 	// The replication and load-channel intervals (mesh.Config's; leave
 	// them unless a measurement says otherwise, or the backends run on a

@@ -189,7 +189,8 @@ func TestDeployExampleConfigLoads(t *testing.T) {
 		cfg.Router.MaxMessages != def.Router.MaxMessages || cfg.Router.KVMesh != def.Router.KVMesh || cfg.DrainDelay != def.DrainDelay ||
 		cfg.Router.Admission != def.Router.Admission || cfg.Tracing != def.Tracing || cfg.Index.RefreshMaxMillis != def.Index.RefreshMaxMillis ||
 		cfg.Mesh.FlushInterval != def.Mesh.FlushInterval || cfg.Mesh.LoadInterval != def.Mesh.LoadInterval ||
-		cfg.Mesh.LoadMinGap != def.Mesh.LoadMinGap || cfg.Mesh.LoadLazyDelay != def.Mesh.LoadLazyDelay {
+		cfg.Mesh.LoadMinGap != def.Mesh.LoadMinGap || cfg.Mesh.LoadLazyDelay != def.Mesh.LoadLazyDelay ||
+		cfg.Mesh.GossipCompression != def.Mesh.GossipCompression {
 		t.Fatalf("the example's values are not the defaults it claims: %+v", cfg)
 	}
 	s, cancel, done := startServe(t, "--config", example)
@@ -256,5 +257,21 @@ mesh:
 		if err != nil && strings.Contains(err.Error(), field) {
 			t.Errorf("the Go field name %s in %v", field, err)
 		}
+	}
+}
+
+// mesh.gossip_compression is off by default, as in package mesh, and the
+// file can turn it on (for a mesh whose gossip crosses a metered link).
+func TestConfigGossipCompression(t *testing.T) {
+	if DefaultServeConfig().Mesh.GossipCompression != mesh.DefaultConfig().GossipCompression {
+		t.Fatal("the default differs from package mesh's")
+	}
+	file := writeFile(t, "k.yaml", "mesh:\n  gossip_compression: true\n")
+	cfg, err := loadServeConfig([]string{"--config", file, "--backends", "a=http://10.0.0.1:8000"}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.Mesh.GossipCompression {
+		t.Error("mesh.gossip_compression: true not read")
 	}
 }

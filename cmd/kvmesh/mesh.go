@@ -70,6 +70,7 @@ func newMeshNode(cfg *ServeConfig, ix *tree.Index, log zerolog.Logger, reg prome
 	mc.GossipKey = cfg.Mesh.GossipKey
 	mc.DevMode = cfg.Mesh.Dev
 	mc.ShareLostMarks = cfg.Mesh.ShareLostMarks
+	mc.GossipCompression = cfg.Mesh.GossipCompression
 	mc.PreciseStreams = cfg.Precise.digest(cfg.Router.Backends)
 	cfg.Mesh.applyTimes(&mc)
 	// No claim lives longer than the router's longest TTL: peers cap what
