@@ -459,14 +459,9 @@ func (rt *Router) deleteSeries(name string) {
 // backend that really left is not brought back by a node that has not
 // looked yet.
 func (rt *Router) reactivate() {
-	grace := rt.reactivateAfter()
 	nowMs := rt.now().UnixMilli()
 	for _, b := range rt.set.Load().listed {
-		if _, active := rt.ix.Generation(b.id); active {
-			continue
-		}
-		e, ok := rt.ix.Backend(b.id)
-		if !ok || nowMs-e.Time.Millis() < grace.Milliseconds() {
+		if at, removed := rt.reactivateAt(b); !removed || nowMs < at {
 			continue
 		}
 		rt.learner.Invalidate(b.name, false)
@@ -475,6 +470,20 @@ func (rt *Router) reactivate() {
 }
 
 func (rt *Router) reactivateAfter() time.Duration { return 2 * rt.cfg.Discovery.Interval }
+
+// reactivateAt says whether the registry marks b removed, and if so when
+// (Unix ms) reactivate makes it active again: reactivateAfter past the
+// removal.
+func (rt *Router) reactivateAt(b *backend) (ms int64, removed bool) {
+	if _, active := rt.ix.Generation(b.id); active {
+		return 0, false
+	}
+	e, ok := rt.ix.Backend(b.id)
+	if !ok {
+		return 0, false
+	}
+	return e.Time.Millis() + rt.reactivateAfter().Milliseconds(), true
+}
 
 // SetDrained takes a backend out of rotation (drained true) or puts it
 // back (false), on this node: requests in flight finish, its loops and

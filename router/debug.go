@@ -432,17 +432,16 @@ func (rt *Router) Backends() []BackendStatus {
 		ms := now.Sub(t).Milliseconds()
 		return &ms
 	}
-	grace := rt.reactivateAfter().Milliseconds()
 	for _, b := range all {
-		gen, active := rt.ix.Generation(b.id)
+		gen, _ := rt.ix.Generation(b.id)
 		s := BackendStatus{Name: b.name, URL: b.base, Healthy: b.healthy.Load(), Draining: b.draining.Load(), Removing: b.removing.Load(), Generation: gen, Weight: b.weight,
 			Models: []string{}, Load: loadJSON(b.loadView(now, &rt.cfg, rt.peers)), ORCA: signalJSON(&b.orca, now),
 			Scrape: signalJSON(&b.scrape, now)}
 		for _, m := range b.models() {
 			s.Models = append(s.Models, m.ID)
 		}
-		if e, ok := rt.ix.Backend(b.id); ok && !active {
-			ms := max(e.Time.Millis()+grace-now.UnixMilli(), 0)
+		if at, removed := rt.reactivateAt(b); removed {
+			ms := max(at-now.UnixMilli(), 0)
 			s.RegistryRemoved, s.ReactivateInMs = true, &ms
 		}
 		b.mu.Lock()
