@@ -100,15 +100,40 @@ func openStateStore(dir string, interval time.Duration, maxTTL time.Duration, ix
 		}
 	}
 	s.removeStaleTemps()
-	// Fail at start, not at the first periodic write, when the directory
-	// cannot take a file.
+	if err := probeStateDir(dir); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// stateProbeBytes is what the start writes and syncs to a temporary file in
+// --state-dir: an empty file is created even on a full disk (it takes an
+// inode, no data block), so only written and synced bytes find out that
+// no snapshot would fit. 64 KiB: a small mesh's snapshot, cheap to write
+// once.
+const stateProbeBytes = 64 << 10
+
+// probeStateDir fails the start, not the first periodic write minutes
+// later, when dir cannot take a file or has no room for one (a full disk,
+// a quota, a read-only mount).
+func probeStateDir(dir string) error {
 	probe, err := os.CreateTemp(dir, stateTempPrefix+"*")
 	if err != nil {
-		return nil, fmt.Errorf("state directory %s is not writable: %w", dir, err)
+		return fmt.Errorf("state directory %s is not writable: %w", dir, err)
 	}
-	probe.Close()
-	os.Remove(probe.Name())
-	return s, nil
+	defer os.Remove(probe.Name())
+	_, err = probe.Write(make([]byte, stateProbeBytes))
+	if err == nil {
+		err = probe.Sync()
+	}
+	if cerr := probe.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("state directory %s cannot hold a snapshot (a %d KiB test write failed: %w): free space on its volume, or give --state-dir another directory",
+			dir, stateProbeBytes>>10, err)
+	}
+	return nil
 }
 
 // removeStaleTemps removes the temporary files of this store (its own
