@@ -73,6 +73,8 @@ func newStateStore(dir string, interval time.Duration, maxTTL time.Duration, ix 
 
 // close releases the directory's lock: after the final save.
 func (s *stateStore) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	unlockStateDir(s.lock)
 	s.lock = nil
 }
@@ -205,13 +207,39 @@ func readSnapshotFile(path string) ([]byte, error) {
 func (s *stateStore) save() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	err := s.write()
+	err := s.relock()
+	if err == nil {
+		err = s.write()
+	}
 	if err != nil {
 		s.writes.WithLabelValues("error").Inc()
 		s.log.Warn().Err(err).Str("dir", s.dir).Msg("state: snapshot not written")
 		return err
 	}
 	s.writes.WithLabelValues("ok").Inc()
+	return nil
+}
+
+// relock takes the directory's lock again when it was lost: the directory
+// (or its lock file) was deleted or replaced while the node ran, so the
+// lock it holds is on a file no other process would find. The directory
+// is made again and locked; when another process locked it meanwhile, no
+// snapshot is written over that process's (the error says which). Caller
+// holds mu; a store opened without a lock (tests) is left alone.
+func (s *stateStore) relock() error {
+	if s.lock == nil || lockStillHeld(s.dir, s.lock) {
+		return nil
+	}
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
+		return fmt.Errorf("state directory %s was removed and cannot be made again: %w", s.dir, err)
+	}
+	lock, err := lockStateDir(s.dir)
+	if err != nil {
+		return fmt.Errorf("the lock on the state directory was lost (the directory was removed or replaced while this node ran): %w", err)
+	}
+	unlockStateDir(s.lock)
+	s.lock = lock
+	s.log.Warn().Str("dir", s.dir).Msg("state: the state directory's lock file was removed while this node ran; it was made and locked again")
 	return nil
 }
 

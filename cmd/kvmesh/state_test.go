@@ -297,3 +297,55 @@ func TestStateStoreLocksItsDirectory(t *testing.T) {
 	}
 	s2.close()
 }
+
+// A state directory deleted while the node runs (a cleanup job, an
+// operator's rm -r) is made and locked again at the next snapshot, so a
+// second process given the directory is still refused; and when another
+// process took the directory first, this node writes nothing over its
+// snapshot and says why.
+func TestStateStoreRelocksARemovedDir(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("no flock")
+	}
+	dir, _, s := savedStore(t)
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.save(); err != nil {
+		t.Fatalf("a snapshot after the directory was removed: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, stateFile)); err != nil {
+		t.Fatalf("no snapshot written again: %v", err)
+	}
+	if _, err := newStateStore(dir, time.Minute, 2*time.Hour, stateIndex(t), zerolog.Nop(), nil); err == nil ||
+		!strings.Contains(err.Error(), "in use by another kvmesh process") {
+		t.Fatalf("a second store after the first re-locked: %v", err)
+	}
+
+	// Removed again, and this time another store takes the directory first.
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	other, err := newStateStore(dir, time.Minute, 2*time.Hour, stateIndex(t), zerolog.Nop(), nil)
+	if err != nil {
+		t.Fatalf("the other store: %v", err)
+	}
+	defer other.close()
+	if err := other.save(); err != nil {
+		t.Fatal(err)
+	}
+	theirs, err := os.ReadFile(filepath.Join(dir, stateFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.save()
+	if err == nil || !strings.Contains(err.Error(), "lock on the state directory was lost") {
+		t.Fatalf("a snapshot over another process's directory: %v", err)
+	}
+	if now, _ := os.ReadFile(filepath.Join(dir, stateFile)); string(now) != string(theirs) {
+		t.Fatal("the other store's snapshot was overwritten")
+	}
+	if got := metricValue(s.writes.WithLabelValues("error")); got != 1 {
+		t.Fatalf("errors counted: %v, want 1", got)
+	}
+}

@@ -56,6 +56,22 @@ func readLockHolder(f *os.File) string {
 	return fmt.Sprintf(" (pid %d)", pid)
 }
 
+// lockStillHeld reports whether f, the lock taken on dir, is still the
+// file at dir's lock path: a directory deleted or replaced while the
+// process runs leaves the process holding a lock on a file no other
+// process can find, and a second process could lock the new one.
+func lockStillHeld(dir string, f *os.File) bool {
+	if f == nil {
+		return true
+	}
+	held, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	there, err := os.Stat(filepath.Join(dir, stateLockFile))
+	return err == nil && os.SameFile(held, there)
+}
+
 // unlockStateDir releases the lock (closing the file drops it).
 func unlockStateDir(f *os.File) {
 	if f != nil {
