@@ -407,11 +407,23 @@ func TestReactivateAfterGrace(t *testing.T) {
 	}, a)
 	l := NewLocalLearner(g.ix, "peer")
 	l.Now = func() time.Time { return time.UnixMilli(now.Load()) }
+	var page Status // reused, as the status page's poller does: a stale field would show
 	statusOfA := func() BackendStatus {
+		t.Helper()
+		g.rt.ReadStatus(&page)
 		for _, s := range g.rt.Backends() {
-			if s.Name == "a" {
-				return s
+			if s.Name != "a" {
+				continue
 			}
+			// The status page (ReadStatus) says what /admin/backends says.
+			for _, p := range page.Backends {
+				if p.Name == "a" && (p.RegistryRemoved != s.RegistryRemoved || s.ReactivateInMs != nil && p.ReactivateInMs != *s.ReactivateInMs ||
+					s.ReactivateInMs == nil && p.ReactivateInMs != 0) {
+					t.Fatalf("status page: registry_removed %v, reactivate_in_ms %d; /admin/backends %v, %v",
+						p.RegistryRemoved, p.ReactivateInMs, s.RegistryRemoved, s.ReactivateInMs)
+				}
+			}
+			return s
 		}
 		t.Fatal("a is not in /admin/backends")
 		return BackendStatus{}

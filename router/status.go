@@ -45,8 +45,14 @@ type BackendSnapshot struct {
 	Name         string
 	Healthy      bool
 	EjectedForMs int64 // 0 while in rotation
-	Generation   uint16
-	Models       []string
+	// RegistryRemoved: a peer removed the backend from the mesh's shared
+	// registry while this node still lists it, so no node matches its
+	// claims; this node makes it active again in ReactivateInMs
+	// (/admin/backends' registry_removed and reactivate_in_ms).
+	RegistryRemoved bool
+	ReactivateInMs  int64
+	Generation      uint16
+	Models          []string
 	// Load is what the policy sees now: this node's bookings, its peers'
 	// and the freshest load signal (Load.Has says which fields it had).
 	Load LoadView
@@ -93,6 +99,10 @@ func (rt *Router) ReadStatus(s *Status) {
 		bs.EjectedForMs = 0
 		if !ejectedAt.IsZero() {
 			bs.EjectedForMs = max(now.Sub(ejectedAt).Milliseconds(), 1)
+		}
+		bs.RegistryRemoved, bs.ReactivateInMs = false, 0
+		if at, removed := rt.reactivateAt(b); removed {
+			bs.RegistryRemoved, bs.ReactivateInMs = true, max(at-now.UnixMilli(), 0)
 		}
 		bs.CachedTokens = counterValue(b.cachedTokens, &m)
 		bs.PromptTokens = counterValue(b.promptTokens, &m)

@@ -357,6 +357,25 @@ func TestBrowserRemovedBackend(t *testing.T) {
 	}
 }
 
+// A backend a peer removed from the mesh's registry, which this node still
+// lists, says so in its status cell, with a warning dot and the wait before
+// this node brings it back; once back it reads healthy again.
+func TestBrowserPeerRemovedBackend(t *testing.T) {
+	t.Parallel()
+	var back atomic.Bool
+	fr := tickingWith(func(_ float64, s *router.Status) {
+		s.Backends = []router.BackendSnapshot{{Name: "gamma", Healthy: true, RegistryRemoved: !back.Load(), ReactivateInMs: 12000}}
+	})
+	r := newRig(t, Deps{Node: "n", Router: fr, Index: &dynIndex{}})
+	cell := func() string {
+		return r.eval(`(() => { const c = document.getElementById("backends").tBodies[0].rows[0]; ` +
+			`return c ? c.cells[1].querySelector(".dot").className + "|" + c.cells[1].textContent : ""; })()`)
+	}
+	r.waitFor("the peer's removal in the status cell", func() bool { return cell() == "dot warn|removed by a peer, back in 12.0 s" })
+	back.Store(true)
+	r.waitFor("healthy again", func() bool { return cell() == "dot good|healthy" })
+}
+
 // hideable makes document.hidden the test's to set.
 func hideable(r *rig) func(hidden bool) {
 	r.eval(`(() => { window.__hidden = false; Object.defineProperty(document, "hidden", {get: () => window.__hidden, configurable: true}); return ""; })()`)

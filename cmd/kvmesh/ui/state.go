@@ -53,13 +53,17 @@ type Histogram struct {
 
 // Backend is one backend's row.
 type Backend struct {
-	Name         string   `json:"name"`
-	Healthy      bool     `json:"healthy"`
-	EjectedForMs int64    `json:"ejected_for_ms"`
-	Generation   uint16   `json:"generation"`
-	Models       []string `json:"models"`
-	InFlight     int      `json:"in_flight"`
-	PendingUnits float64  `json:"pending_units"`
+	Name         string `json:"name"`
+	Healthy      bool   `json:"healthy"`
+	EjectedForMs int64  `json:"ejected_for_ms"`
+	// RegistryRemoved: a peer removed it from the mesh's registry; this
+	// node lists it still and makes it active again in ReactivateInMs.
+	RegistryRemoved bool     `json:"registry_removed"`
+	ReactivateInMs  int64    `json:"reactivate_in_ms"`
+	Generation      uint16   `json:"generation"`
+	Models          []string `json:"models"`
+	InFlight        int      `json:"in_flight"`
+	PendingUnits    float64  `json:"pending_units"`
 	// PeerPendingUnits and PeerInFlight are the other nodes' bookings
 	// (their load channel, weighted by freshness).
 	PeerPendingUnits float64  `json:"peer_pending_units"`
@@ -155,6 +159,7 @@ func (st *State) fill(rs *router.Status, is tree.Stats, ms *mesh.Status, now tim
 			b.Models = []string{}
 		}
 		row := Backend{Name: b.Name, Healthy: b.Healthy, EjectedForMs: b.EjectedForMs, Generation: b.Generation,
+			RegistryRemoved: b.RegistryRemoved, ReactivateInMs: b.ReactivateInMs,
 			Models: b.Models, InFlight: l.InFlight, PendingUnits: finite(l.PendingPrefill),
 			PeerPendingUnits: finite(l.PeerPendingPrefill), PeerInFlight: finite(l.PeerInFlight),
 			CachedTokens: finite(b.CachedTokens), PromptTokens: finite(b.PromptTokens)}

@@ -59,7 +59,7 @@ func TestStateMapsTheSources(t *testing.T) {
 		Backends: []router.BackendSnapshot{
 			{Name: "b0", Healthy: true, Models: []string{"m"}, CachedTokens: 30, PromptTokens: 40,
 				Load: router.LoadView{InFlight: 2, Has: router.HasKVCacheUsage | router.HasWaiting, KVUsage: kv, Waiting: 3, SignalAge: 1500 * time.Millisecond}},
-			{Name: "b1", EjectedForMs: 900, Load: router.LoadView{PeerInFlight: math.NaN()}}, // no signal; a NaN must not break JSON
+			{Name: "b1", EjectedForMs: 900, RegistryRemoved: true, ReactivateInMs: 1500, Load: router.LoadView{PeerInFlight: math.NaN()}}, // no signal; a NaN must not break JSON
 		}}}
 	ms := fakeMesh{AdminView: mesh.AdminView{Topology: "full-mesh", Incarnation: 9,
 		Members: []mesh.Member{{Name: "r1", Status: "alive", Self: true}, {Name: "r2", Status: "alive", Peer: true}, {Name: "r3", Status: "failed"}},
@@ -87,6 +87,9 @@ func TestStateMapsTheSources(t *testing.T) {
 	if b0.CachedTokens != 30 || b0.PromptTokens != 40 || b0.InFlight != 2 || b0.KVUsage == nil || *b0.KVUsage != 0.5 ||
 		b0.Waiting == nil || *b0.Waiting != 3 || b0.Running != nil || b0.SignalAgeMs == nil || *b0.SignalAgeMs != 1500 {
 		t.Errorf("b0: %+v", b0)
+	}
+	if b0.RegistryRemoved || b0.ReactivateInMs != 0 || !b1.RegistryRemoved || b1.ReactivateInMs != 1500 {
+		t.Errorf("registry removal: b0 %v %d, b1 %v %d", b0.RegistryRemoved, b0.ReactivateInMs, b1.RegistryRemoved, b1.ReactivateInMs)
 	}
 	if b1.Healthy || b1.EjectedForMs != 900 || b1.SignalAgeMs != nil || b1.KVUsage != nil || b1.PeerInFlight != 0 || b1.Models == nil {
 		t.Errorf("b1: %+v", b1)

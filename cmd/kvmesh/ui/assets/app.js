@@ -285,7 +285,12 @@
       const b = s.backends[i];
       nameCell(tr, 0, b.name);
       const ej = b.ejected_for_ms ? 'ejected ' + ageText(b.ejected_for_ms) : '';
-      status(tr.cells[1], b.healthy ? 'healthy' : (ej || 'unhealthy'), b.healthy ? 'good' : 'bad');
+      if (b.registry_removed && b.healthy) {
+        // A peer removed it; this node lists it still and brings it back.
+        status(tr.cells[1], 'removed by a peer, back in ' + ageText(b.reactivate_in_ms), 'warn');
+      } else {
+        status(tr.cells[1], b.healthy ? 'healthy' : (ej || 'unhealthy'), b.healthy ? 'good' : 'bad');
+      }
       cell(tr, 2, int(b.in_flight));
       cell(tr, 3, fix(b.peer_in_flight, 1));
       cell(tr, 4, b.waiting === null ? '–' : int(b.waiting));
