@@ -80,7 +80,7 @@ func (b *backend) inRotation() bool { return b.healthy.Load() && !b.draining.Loa
 // initBackends builds the configured backends (New).
 func (rt *Router) initBackends(list []BackendConfig) error {
 	rt.members = make(map[string]*member, len(list))
-	rt.slots = make(map[string]int, len(list))
+	rt.slots = newSlotTable(len(list))
 	for i, bc := range list {
 		b, err := rt.newMemberBackend(bc)
 		if err != nil {
@@ -88,19 +88,18 @@ func (rt *Router) initBackends(list []BackendConfig) error {
 		}
 		rt.members[b.name] = &member{b: b, cfg: bc, state: memberServing}
 	}
+	rt.slots.fixed = rt.slots.next // precise mode's tables name these slots
 	rt.publishLocked()
 	return nil
 }
 
 // newMemberBackend builds a backend for bc, in the slot its name has had
-// since the router first saw it (slots are stable for the router's life, so
-// a request's tried slots and precise mode's per-slot tables stay right).
+// since the router first saw it (slots are stable while the router or the
+// Index knows the name, so a request's tried slots and precise mode's
+// per-slot tables stay right; slots.go).
 func (rt *Router) newMemberBackend(bc BackendConfig) (*backend, error) {
 	name := bc.effectiveName()
-	slot, ok := rt.slots[name]
-	if !ok {
-		slot = len(rt.slots)
-	}
+	slot, fresh := rt.slots.take(name)
 	// Held before it is registered: a forget pass between the two would
 	// otherwise free the id this object is built with.
 	rt.names.Store(name, struct{}{})
@@ -109,9 +108,12 @@ func (rt *Router) newMemberBackend(bc BackendConfig) (*backend, error) {
 		if _, member := rt.members[name]; !member {
 			rt.names.Delete(name)
 		}
+		if fresh {
+			rt.slots.giveBack(slot)
+		}
 		return nil, err
 	}
-	rt.slots[name] = slot
+	rt.slots.keep(name, slot)
 	if w := rt.retired[name]; w != nil {
 		b.written = w // counting on from the removed one's
 	}
@@ -362,13 +364,16 @@ func (rt *Router) joined(m *member) {
 func (rt *Router) maintain(ctx context.Context) {
 	t := time.NewTicker(drainPoll)
 	defer t.Stop()
-	for {
+	for tick := 1; ; tick++ {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 			rt.sweepRemoved()
 			rt.reactivate()
+			if tick%reclaimInterval == 0 {
+				rt.reclaimSlots()
+			}
 		}
 	}
 }

@@ -112,7 +112,7 @@ type Router struct {
 	// backend's mu, never the other way round.
 	ejectMu   sync.Mutex
 	members   map[string]*member // by name; guarded by setMu
-	slots     map[string]int     // every name ever in the set -> its slot; guarded by setMu
+	slots     slotTable          // each name the router or the Index knows -> its slot (slots.go); guarded by setMu
 	runCtx    context.Context    // the loops' context once started; guarded by setMu
 	setClosed bool               // guarded by setMu
 	// retired is what this router had written to each backend it removed
