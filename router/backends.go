@@ -476,10 +476,15 @@ func (rt *Router) reactivate() {
 
 func (rt *Router) reactivateAfter() time.Duration { return 2 * rt.cfg.Discovery.Interval }
 
-// reactivateAt says whether the registry marks b removed, and if so when
-// (Unix ms) reactivate makes it active again: reactivateAfter past the
-// removal.
+// reactivateAt says whether the registry marks b removed while this node
+// lists it, and if so when (Unix ms) reactivate makes it active again:
+// reactivateAfter past the removal. A backend this node no longer lists
+// (draining before its own removal) is not brought back, so it is not
+// reported: the status page would say "back in 0 s" until its drain ends.
 func (rt *Router) reactivateAt(b *backend) (ms int64, removed bool) {
+	if b.removing.Load() {
+		return 0, false
+	}
 	if _, active := rt.ix.Generation(b.id); active {
 		return 0, false
 	}

@@ -15,8 +15,11 @@ type slotTable struct {
 	byName map[string]int
 	free   []int // freed slots, reused last freed first
 	next   int   // the lowest slot never given
-	// fixed is how many slots are never reused: those of the backends
-	// configured at New, which precise mode's tables name by slot.
+	// fixed is how many slots are never reused nor released: those of the
+	// backends configured at New, which precise mode's tables name by
+	// slot, so such a name listed again must find its own slot (a new one
+	// would be past the tables: approximate mode, silently). They are as
+	// many as the configuration lists, so keeping them costs nothing.
 	fixed int
 }
 
@@ -44,17 +47,15 @@ func (t *slotTable) keep(name string, slot int) { t.byName[name] = slot }
 // giveBack returns a slot take gave out fresh and keep never recorded.
 func (t *slotTable) giveBack(slot int) { t.free = append(t.free, slot) }
 
-// release forgets name's slot and frees it for another name (unless it is
-// one of the fixed slots). It reports the slot and whether name had one.
+// release forgets name's slot and frees it for another name. A fixed
+// slot stays its name's. It reports the slot and whether it was freed.
 func (t *slotTable) release(name string) (int, bool) {
 	s, ok := t.byName[name]
-	if !ok {
-		return 0, false
+	if !ok || s < t.fixed {
+		return s, false
 	}
 	delete(t.byName, name)
-	if s >= t.fixed {
-		t.free = append(t.free, s)
-	}
+	t.free = append(t.free, s)
 	return s, true
 }
 
@@ -66,13 +67,17 @@ const reclaimInterval = 600 // x drainPoll (100 ms): a minute
 // reclaimSlots frees the slot and the written count of every name that is
 // no longer a member and that the Index has forgotten, and whose
 // admission count is back to zero (a request still in flight there would
-// otherwise leave its slot on the new backend's count). It reports how
-// many it freed.
+// otherwise leave its slot on the new backend's count). The backends
+// configured at New keep theirs (slotTable.fixed). It reports how many it
+// freed.
 func (rt *Router) reclaimSlots() int {
 	rt.setMu.Lock()
 	defer rt.setMu.Unlock()
 	n := 0
 	for name, slot := range rt.slots.byName {
+		if slot < rt.slots.fixed {
+			continue
+		}
 		if _, member := rt.members[name]; member {
 			continue
 		}

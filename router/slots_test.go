@@ -85,15 +85,20 @@ func TestSlotTable(t *testing.T) {
 	if s, fresh := st.take("a"); fresh || s != 0 {
 		t.Fatalf("a again: slot %d fresh %v, want 0 kept", s, fresh)
 	}
-	if s, ok := st.release("a"); !ok || s != 0 {
-		t.Fatalf("release a: %d %v", s, ok)
+	if s, ok := st.release("a"); ok || s != 0 {
+		t.Fatalf("release a: slot %d freed %v; a fixed slot stays its name's", s, ok)
+	}
+	if s, fresh := st.take("a"); fresh || s != 0 {
+		t.Fatalf("a after its release: slot %d fresh %v, want 0 kept", s, fresh)
 	}
 	c, _ := st.take("c")
 	if c != 2 {
 		t.Fatalf("c took slot %d: a fixed slot was reused or a slot skipped", c)
 	}
 	st.keep("c", c)
-	st.release("c")
+	if s, ok := st.release("c"); !ok || s != 2 {
+		t.Fatalf("release c: slot %d freed %v", s, ok)
+	}
 	d, fresh := st.take("d")
 	if d != 2 || !fresh {
 		t.Fatalf("d took %d (fresh %v), want c's freed slot 2", d, fresh)
@@ -101,5 +106,48 @@ func TestSlotTable(t *testing.T) {
 	st.giveBack(d) // the backend could not be built
 	if e, _ := st.take("e"); e != 2 {
 		t.Fatalf("e took %d, want the slot d gave back", e)
+	}
+}
+
+// A backend configured at New in precise mode that is removed, forgotten
+// by the Index and listed again is in precise mode again: precise mode's
+// tables name the configured backends by slot, so the name must find its
+// slot again. Before, the reclaim dropped the name's hold on its fixed
+// slot (the slot itself was never reused), and the name came back in a
+// new slot, past precise mode's tables: silently approximate.
+func TestFixedSlotKeepsItsName(t *testing.T) {
+	a, b := newTokenizingBackend(t, "a"), newFakeBackend(t, "b")
+	g := preciseRig(t, func(pc *PreciseConfig) { pc.Backends = []string{"a"} }, a.fakeBackend, b)
+	ca := BackendConfig{Name: "a", URL: a.URL(), Models: a.models}
+	cb := BackendConfig{Name: "b", URL: b.URL(), Models: b.models}
+	if !g.rt.precise.on(g.rt.backendByName("a")) {
+		t.Fatal("a is not in precise mode at start")
+	}
+	if err := g.rt.SetBackends([]BackendConfig{cb}); err != nil {
+		t.Fatal(err)
+	}
+	for range removeIdleChecks {
+		g.rt.sweepRemoved()
+	}
+	if g.rt.backendByName("a") != nil {
+		t.Fatal("a was not removed")
+	}
+	g.ix.ForgetRemoved(time.Now().Add(7*time.Hour).UnixMilli(), nil) // past the 6 h horizon
+	if _, known := g.ix.BackendByName("a"); known {
+		t.Fatal("the Index did not forget a")
+	}
+	g.rt.reclaimSlots()
+	if err := g.rt.SetBackends([]BackendConfig{ca, cb}); err != nil {
+		t.Fatal(err)
+	}
+	back := g.rt.backendByName("a")
+	if back == nil {
+		t.Fatal("a is not listed again")
+	}
+	if back.slot != 0 || !g.rt.precise.on(back) {
+		t.Fatalf("a listed again: slot %d, precise mode %v; want slot 0, on", back.slot, g.rt.precise.on(back))
+	}
+	if names, next, _ := slotsHeld(g.rt); names != 2 || next != 2 {
+		t.Fatalf("%d names hold slots, %d slots given; want 2 and 2", names, next)
 	}
 }
