@@ -344,6 +344,7 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, st *reqState, 
 		rt.log.Warn().Str("backend", b.name).Err(rerr).Msg("backend answer broke off after the first byte; not retried")
 		return attemptResult{out: outBroken}
 	}
+	rt.forwardTrailers(w, st, b, resp.Trailer)
 	ok := resp.StatusCode/100 == 2
 	if ok && resp.Header.Get("Content-Encoding") == "" {
 		if prompt, cached, found := rt.countUsage(b, &st.usage); found {
@@ -372,6 +373,25 @@ func (rt *Router) answerHeader(w http.ResponseWriter, st *reqState, from http.He
 		delete(h, orcaResponseBin)
 	}
 	rt.setRoute(w, st, b, d, matched)
+}
+
+// forwardTrailers passes the backend's trailers (known once its body was
+// read to the end) to the client as the answer's, less hop-by-hop ones;
+// an ORCA load report among them is read as one in the headers is, and
+// kept from a client that did not ask for it. The server sends them after
+// the body when the answer is chunked (or over HTTP/2).
+func (rt *Router) forwardTrailers(w http.ResponseWriter, st *reqState, b *backend, tr http.Header) {
+	if len(tr) == 0 {
+		return
+	}
+	rt.observeORCA(b, tr, rt.now())
+	h := w.Header()
+	for k, vv := range tr {
+		if len(vv) == 0 || isHop(k) || st.orcaAdded && (k == orcaResponseHeader || k == orcaResponseBin) {
+			continue
+		}
+		h[http.TrailerPrefix+k] = vv
+	}
 }
 
 // setRoute sets the x-kvmesh-route header for b.
