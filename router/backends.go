@@ -495,6 +495,16 @@ func (rt *Router) reactivateAt(b *backend) (ms int64, removed bool) {
 	return e.Time.Millis() + rt.reactivateAfter().Milliseconds(), true
 }
 
+// reactivateIn is reactivateAt as a wait from now (0 once due), for
+// /admin/backends and the status page.
+func (rt *Router) reactivateIn(b *backend, now time.Time) (ms int64, removed bool) {
+	at, removed := rt.reactivateAt(b)
+	if !removed {
+		return 0, false
+	}
+	return max(at-now.UnixMilli(), 0), true
+}
+
 // SetDrained takes a backend out of rotation (drained true) or puts it
 // back (false), on this node: requests in flight finish, its loops and
 // claims stay. It reports ErrUnknownBackend for a name not in the set.

@@ -440,8 +440,7 @@ func (rt *Router) Backends() []BackendStatus {
 		for _, m := range b.models() {
 			s.Models = append(s.Models, m.ID)
 		}
-		if at, removed := rt.reactivateAt(b); removed {
-			ms := max(at-now.UnixMilli(), 0)
+		if ms, removed := rt.reactivateIn(b, now); removed {
 			s.RegistryRemoved, s.ReactivateInMs = true, &ms
 		}
 		b.mu.Lock()

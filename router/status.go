@@ -100,10 +100,7 @@ func (rt *Router) ReadStatus(s *Status) {
 		if !ejectedAt.IsZero() {
 			bs.EjectedForMs = max(now.Sub(ejectedAt).Milliseconds(), 1)
 		}
-		bs.RegistryRemoved, bs.ReactivateInMs = false, 0
-		if at, removed := rt.reactivateAt(b); removed {
-			bs.RegistryRemoved, bs.ReactivateInMs = true, max(at-now.UnixMilli(), 0)
-		}
+		bs.ReactivateInMs, bs.RegistryRemoved = rt.reactivateIn(b, now)
 		bs.CachedTokens = counterValue(b.cachedTokens, &m)
 		bs.PromptTokens = counterValue(b.promptTokens, &m)
 	}
