@@ -93,7 +93,9 @@ func TestFormatMembers(t *testing.T) {
 		{Name: "router-b", Addr: "10.0.0.2:7946", QUICAddr: "10.0.0.2:7947", Status: "alive", Protocol: 1, Peer: true,
 			Tags: map[string]string{TagQUIC: "10.0.0.2:7947", TagProtocol: "1", "zone": "b", "az": "1"}, HeardAgoMs: ptr(int64(1250))},
 		{Name: "router-c", Addr: "10.0.0.3:7946", QUICAddr: "10.0.0.3:7947", Status: "alive", Protocol: 1, Peer: true, HeardAgoMs: ptr(int64(-1))},
-		{Name: "router-old", Addr: "10.0.0.9:7946", Status: "failed", Tags: map[string]string{}},
+		{Name: "router-d", Addr: "10.0.0.4:7946", QUICAddr: "10.0.0.4:7947", Status: "alive", Protocol: 1,
+			NotPeer: "derives claim keys as k1.b32, this node as k1.b16: set the same index.block_tokens on every node"},
+		{Name: "router-old", Addr: "10.0.0.9:7946", Status: "failed", Tags: map[string]string{}, NotPeer: "announces no replication (QUIC) address"},
 	}
 	var buf bytes.Buffer
 	if err := FormatMembers(&buf, members); err != nil {
@@ -104,7 +106,9 @@ func TestFormatMembers(t *testing.T) {
 		"* router-a    10.0.0.1:7946  10.0.0.1:7947  alive   -         1         -\n" +
 		"+ router-b    10.0.0.2:7946  10.0.0.2:7947  alive   1.2s ago  1         az=1,zone=b\n" +
 		"+ router-c    10.0.0.3:7946  10.0.0.3:7947  alive   never     1         -\n" +
+		"  router-d    10.0.0.4:7946  10.0.0.4:7947  alive   -         1         -\n" +
 		"  router-old  10.0.0.9:7946  -              failed  -         0         -\n" +
+		"router-d is not a peer: it derives claim keys as k1.b32, this node as k1.b16: set the same index.block_tokens on every node\n" +
 		MembersLegend + "\n"
 	if buf.String() != want {
 		t.Fatalf("got:\n%s\nwant:\n%s", buf.String(), want)

@@ -43,9 +43,12 @@
 //
 // # Membership
 //
-// Every node runs a serf member named Config.Name, with its QUIC address
-// and ProtocolVersion in its tags. Alive members speaking our protocol are
-// replication peers; a failed or left member is dropped at once, a returning
+// Every node runs a serf member named Config.Name, with its QUIC address,
+// ProtocolVersion and key scheme (the index's tree.Config.KeyScheme) in its
+// tags. Alive members speaking our protocol and deriving keys as we do are
+// replication peers (compat.go: the others are listed with the reason and
+// counted; one of another key scheme still shares load); a failed or left
+// member is dropped at once, a returning
 // one starts over with a full-state transfer. Seeds (--join) are host:port,
 // names with A/AAAA records, or SRV names (a Kubernetes headless Service);
 // they are resolved before every attempt, this node's own address is left

@@ -14,7 +14,8 @@ import (
 // work), protocol and the other tags. The node the list came from is
 // marked with '*', members it replicates with with '+' (the legend under
 // the table says so); the header lines up with the names, past the mark
-// column.
+// column. An alive member this node cannot replicate claims with gets a
+// line under the table saying why (Member.NotPeer).
 func FormatMembers(w io.Writer, members []Member) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  NAME\tADDRESS\tQUIC\tSTATUS\tHEARD\tPROTOCOL\tTAGS")
@@ -30,6 +31,13 @@ func FormatMembers(w io.Writer, members []Member) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, m := range members {
+		if m.NotPeer != "" && m.Status == "alive" {
+			if _, err := fmt.Fprintf(w, "%s is not a peer: it %s\n", m.Name, m.NotPeer); err != nil {
+				return err
+			}
+		}
 	}
 	_, err := fmt.Fprintln(w, MembersLegend)
 	return err

@@ -32,6 +32,10 @@ type Member struct {
 	// Self marks this node; Peer marks a member this node replicates with.
 	Self bool `json:"self,omitempty"`
 	Peer bool `json:"peer,omitempty"`
+	// NotPeer says why this node cannot replicate claims with the member
+	// (another protocol, another key scheme, no QUIC address), for any
+	// member but this one; empty when it can.
+	NotPeer string `json:"not_peer,omitempty"`
 	// HeardAgoMs is, for a peer in an admin view, how long before the view
 	// its last replication message arrived (ms, on this node's clock); -1
 	// when none has: a link that does not work (a certificate of another
@@ -55,6 +59,11 @@ func (n *Node) Members() []Member {
 	out := make([]Member, 0, len(ms))
 	for _, m := range ms {
 		proto, _ := strconv.Atoi(m.Tags[TagProtocol])
+		self := m.Name == n.cfg.Name
+		var why string
+		if !self {
+			_, why = n.notPeer(m.Tags)
+		}
 		out = append(out, Member{
 			Name:     m.Name,
 			Addr:     net.JoinHostPort(m.Addr.String(), strconv.Itoa(int(m.Port))),
@@ -62,8 +71,9 @@ func (n *Node) Members() []Member {
 			Status:   m.Status.String(),
 			Tags:     m.Tags,
 			Protocol: proto,
-			Self:     m.Name == n.cfg.Name,
+			Self:     self,
 			Peer:     peers[m.Name],
+			NotPeer:  why,
 		})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
@@ -129,7 +139,7 @@ func (n *Node) createSerf() (*serf.Serf, error) {
 
 	sc := serf.DefaultConfig()
 	sc.NodeName = n.cfg.Name
-	sc.Tags = map[string]string{TagQUIC: n.quicAddr(), TagProtocol: strconv.Itoa(ProtocolVersion)}
+	sc.Tags = map[string]string{TagQUIC: n.quicAddr(), TagProtocol: strconv.Itoa(ProtocolVersion), TagKeys: n.scheme}
 	if n.cfg.PreciseStreams != "" {
 		sc.Tags[TagPrecise] = n.cfg.PreciseStreams
 	}
@@ -156,8 +166,10 @@ func (n *Node) refresh() {
 		return
 	}
 	known := make(map[string]struct{})
+	foreign := make(map[string]struct{})
 	addrs := make(map[string]string)
-	members := []string{n.cfg.Name}
+	members := []string{n.cfg.Name} // the load channel's: this node first
+	claimMembers := []string{n.cfg.Name}
 	status := make(map[string]serf.MemberStatus) // why a peer removed below went: failed, left
 	for _, m := range s.Members() {
 		if m.Name == n.cfg.Name {
@@ -170,23 +182,39 @@ func (n *Node) refresh() {
 		if m.Status != serf.StatusAlive {
 			continue
 		}
-		q := m.Tags[TagQUIC]
-		if m.Tags[TagProtocol] != strconv.Itoa(ProtocolVersion) || q == "" {
+		reason, why := n.notPeer(m.Tags)
+		if reason != "" && reason != notPeerKeys {
 			continue // cannot replicate with it; it stays listed in Members
 		}
-		addrs[m.Name] = dialAddr(q, m.Addr)
+		addrs[m.Name] = dialAddr(m.Tags[TagQUIC], m.Addr)
 		members = append(members, m.Name)
+		if reason == notPeerKeys {
+			foreign[m.Name] = struct{}{}
+			if n.warnedForeign[m.Name] != m.Tags[TagKeys] {
+				n.warnedForeign[m.Name] = m.Tags[TagKeys]
+				n.log.Warn().Str("member", m.Name).Str("keys", m.Tags[TagKeys]).Str("this_node", n.scheme).
+					Msgf("mesh: not replicating claims with %s: it %s", m.Name, why)
+			}
+			continue // the load channel only
+		}
+		claimMembers = append(claimMembers, m.Name)
+	}
+	for name := range n.warnedForeign {
+		if _, ok := foreign[name]; !ok {
+			delete(n.warnedForeign, name) // gone or agreeing now: warned about again if it returns with another scheme
+		}
 	}
 	n.known.Store(&known)
+	n.foreign.Store(&foreign)
 
 	n.mu.Lock()
-	overlay := wantOverlay(n.overlay, len(members), n.cfg.RelayThreshold)
+	overlay := wantOverlay(n.overlay, len(claimMembers), n.cfg.RelayThreshold)
 	n.mu.Unlock()
 	var want []string
 	if overlay {
-		want = overlayNeighbours(n.cfg.Name, members, n.cfg.RingNeighbours)
+		want = overlayNeighbours(n.cfg.Name, claimMembers, n.cfg.RingNeighbours)
 	} else {
-		want = fullMesh(n.cfg.Name, members)
+		want = fullMesh(n.cfg.Name, claimMembers)
 	}
 	// Every alive member gets a sender: replication goes to want, the load
 	// channel to all (members[0] is this node).

@@ -3,6 +3,7 @@ package mesh
 import (
 	"reflect"
 
+	"github.com/hashicorp/serf/serf"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvmesh/kvmesh/crdt"
@@ -48,7 +49,7 @@ func newMetrics(n *Node, reg prometheus.Registerer) (*metrics, error) {
 			Name: "kvmesh_mesh_decode_errors_total", Help: "Messages from members that could not be decoded (dropped)."}),
 		unknownSenders: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvmesh_mesh_unknown_sender_messages_total",
-			Help: "Messages dropped because the sender is not an alive member (not_member) or the message names another sender (name_mismatch)."}, []string{"reason"}),
+			Help: "Messages dropped because the sender is not an alive member (not_member), the message names another sender (name_mismatch) or carries claims from a member that derives keys otherwise (key_scheme)."}, []string{"reason"}),
 		receiveErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvmesh_mesh_receive_errors_total", Help: "Decoded messages the replica rejected."}),
 		applyLag: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -95,7 +96,7 @@ func newMetrics(n *Node, reg prometheus.Registerer) (*metrics, error) {
 	for _, t := range []crdt.MsgType{crdt.MsgDigest, crdt.MsgRepairRequest} {
 		m.exchangesThrottled.WithLabelValues(t.String())
 	}
-	for _, r := range []string{"not_member", "name_mismatch"} {
+	for _, r := range []string{"not_member", "name_mismatch", notPeerKeys} {
 		m.unknownSenders.WithLabelValues(r)
 	}
 	if reg == nil {
@@ -162,6 +163,7 @@ var (
 	descLoadBytes  = prometheus.NewDesc("kvmesh_mesh_load_bytes_total", "Load-channel bytes by peer and direction.", []string{"peer", "direction"}, nil)
 	descLoadAge    = prometheus.NewDesc("kvmesh_mesh_load_age_seconds", "Time since the peer's last load-channel message applied (late or stale ones do not count; its bookings count less from LoadFresh and are dropped at LoadMaxAge).", []string{"peer"}, nil)
 	descLoadShare  = prometheus.NewDesc("kvmesh_mesh_load_share_ratio", "This node's share of the requests the mesh routes, from the routing rates the nodes report (1 alone).", nil, nil)
+	descNotPeers   = prometheus.NewDesc("kvmesh_mesh_incompatible_members", "Alive members this node cannot replicate claims with, by reason: another replication protocol (protocol), another key scheme, i.e. index.block_tokens (key_scheme), no QUIC address (no_quic).", []string{"reason"}, nil)
 )
 
 // replicaCounters maps crdt.Stats fields to counter metrics.
@@ -197,7 +199,7 @@ var replicaCounters = []struct {
 
 func (c *meshCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMembers, descPeers, descOverlay, descBacklog, descConverged, descInFullSync, descLastHeard,
-		descLoadMsgs, descLoadBytes, descLoadAge, descLoadShare} {
+		descLoadMsgs, descLoadBytes, descLoadAge, descLoadShare, descNotPeers} {
 		ch <- d
 	}
 	for _, rc := range replicaCounters {
@@ -208,11 +210,25 @@ func (c *meshCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *meshCollector) Collect(ch chan<- prometheus.Metric) {
 	n := c.n
 	states := map[string]int{"alive": 0, "leaving": 0, "left": 0, "failed": 0}
-	for _, m := range n.Members() {
-		states[m.Status]++
+	notPeers := make(map[string]int, len(notPeerReasons))
+	for _, r := range notPeerReasons {
+		notPeers[r] = 0
+	}
+	if s := n.serf.Load(); s != nil {
+		for _, m := range s.Members() {
+			states[m.Status.String()]++
+			if m.Status == serf.StatusAlive && m.Name != n.cfg.Name {
+				if r, _ := n.notPeer(m.Tags); r != "" {
+					notPeers[r]++
+				}
+			}
+		}
 	}
 	for st, k := range states {
 		ch <- prometheus.MustNewConstMetric(descMembers, prometheus.GaugeValue, float64(k), st)
+	}
+	for r, k := range notPeers {
+		ch <- prometheus.MustNewConstMetric(descNotPeers, prometheus.GaugeValue, float64(k), r)
 	}
 	v := n.view.Load()
 	ch <- prometheus.MustNewConstMetric(descPeers, prometheus.GaugeValue, float64(len(v.peers)))

@@ -71,6 +71,10 @@ const (
 	// TagPrecise is a digest of the engine streams the member consumes in
 	// precise mode (Config.PreciseStreams); absent without precise mode.
 	TagPrecise = "kvp"
+	// TagKeys is how the member derives claim keys (tree.Config.KeyScheme:
+	// the key version and the block size). Members announcing another
+	// scheme are not peers (compat.go).
+	TagKeys = "keys"
 )
 
 // Node is one kvmesh router node's side of the mesh: serf membership, the
@@ -110,6 +114,12 @@ type Node struct {
 	known      atomic.Pointer[map[string]struct{}] // members we accept messages from
 	view       atomic.Pointer[topologyView]        // for admin and metrics
 
+	// scheme is this node's key scheme (TagKeys), from the Index; foreign
+	// are the alive members announcing another one: their claim messages
+	// are dropped (their load messages are taken).
+	scheme  string
+	foreign atomic.Pointer[map[string]struct{}]
+
 	// Owned by the replication loop.
 	senders   map[string]*sender
 	peers     []string
@@ -117,6 +127,9 @@ type Node struct {
 	out       []crdt.Envelope
 	lastFlush time.Time
 	lastSent  int
+	// warnedForeign: the foreign members warned about, with the scheme
+	// each announced (a member that changes it is warned about again).
+	warnedForeign map[string]string
 
 	// applyQ carries claim-protocol messages from the receive loop to the
 	// apply loop; the receive loop closes it when it ends.
@@ -211,8 +224,11 @@ func New(cfg Config, deps Deps) (*Node, error) {
 		return nil, fmt.Errorf("mesh: %w", err)
 	}
 	n.inc = inc
-	empty := map[string]struct{}{}
+	empty, none := map[string]struct{}{}, map[string]struct{}{}
 	n.known.Store(&empty)
+	n.foreign.Store(&none)
+	n.scheme = n.ix.Config().KeyScheme()
+	n.warnedForeign = make(map[string]string)
 	n.view.Store(&topologyView{})
 	if n.m, err = newMetrics(n, deps.Registerer); err != nil {
 		return nil, fmt.Errorf("mesh: register metrics: %w", err)

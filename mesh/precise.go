@@ -39,8 +39,9 @@ func (n *Node) Retract(keys []tree.Key, backend tree.BackendID, ttl time.Duratio
 	n.noteChanges(d)
 }
 
-// AliveMembers returns the names of the members that are alive, speak
-// this node's replication protocol and consume the same engine streams
+// AliveMembers returns the names of the members that are alive, are
+// peers by protocol and key scheme (Member.NotPeer empty: the claims an
+// owner publishes reach them) and consume the same engine streams
 // (the same TagPrecise as Config.PreciseStreams), this node included,
 // sorted: the set over which each engine's KV-event stream gets one owner.
 // Members configured otherwise pick owners among themselves: a stream may
@@ -48,7 +49,7 @@ func (n *Node) Retract(keys []tree.Key, backend tree.BackendID, ttl time.Duratio
 func (n *Node) AliveMembers() []string {
 	var out []string
 	for _, m := range n.Members() {
-		if m.Status == "alive" && (m.Self || m.Protocol == ProtocolVersion && m.Tags[TagPrecise] == n.cfg.PreciseStreams) {
+		if m.Status == "alive" && (m.Self || m.NotPeer == "" && m.Tags[TagPrecise] == n.cfg.PreciseStreams) {
 			out = append(out, m.Name)
 		}
 	}

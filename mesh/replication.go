@@ -235,7 +235,8 @@ func (n *Node) applyLoop() {
 }
 
 // handle checks, decodes and applies one received message. Messages from
-// nodes that are not alive members, messages that do not decode and
+// nodes that are not alive members, claim messages from members that
+// derive keys otherwise (compat.go), messages that do not decode and
 // messages that claim another sender than the authenticated one are counted
 // and dropped; none of them touches the Replica.
 func (n *Node) handle(m transport.Message) {
@@ -246,6 +247,11 @@ func (n *Node) handle(m transport.Message) {
 	}
 	if isLoadMessage(m.Data) {
 		n.receiveLoad(m)
+		return
+	}
+	if _, ok := (*n.foreign.Load())[m.From]; ok {
+		n.m.unknownSenders.WithLabelValues(notPeerKeys).Inc()
+		n.log.Debug().Str("from", m.From).Int("bytes", len(m.Data)).Msg("mesh: dropped claims from a member that derives keys otherwise")
 		return
 	}
 	msg, err := crdt.Decode(m.Data)

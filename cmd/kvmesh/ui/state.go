@@ -120,6 +120,9 @@ type Member struct {
 	Status string `json:"status"`
 	Self   bool   `json:"self"`
 	Peer   bool   `json:"peer"`
+	// NotPeer says why the node cannot replicate claims with the member
+	// (mesh.Member.NotPeer): another protocol or key scheme.
+	NotPeer string `json:"not_peer,omitempty"`
 }
 
 // Peer is one replication peer: the claim protocol's state and, when the
@@ -192,7 +195,7 @@ func meshState(ms *mesh.Status, now time.Time) *Mesh {
 		ClaimsSent: ms.Replica.ClaimsSent, ClaimsReceived: ms.Replica.ClaimsReceived,
 		ClaimsApplied: ms.Replica.ClaimsApplied, FullSyncs: ms.Replica.FullSyncsReceived}
 	for _, mb := range ms.Members {
-		m.Members = append(m.Members, Member{Name: mb.Name, Addr: mb.Addr, Status: mb.Status, Self: mb.Self, Peer: mb.Peer})
+		m.Members = append(m.Members, Member{Name: mb.Name, Addr: mb.Addr, Status: mb.Status, Self: mb.Self, Peer: mb.Peer, NotPeer: mb.NotPeer})
 	}
 	age := func(t time.Time) *int64 {
 		if t.IsZero() {

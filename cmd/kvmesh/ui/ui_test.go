@@ -62,8 +62,9 @@ func TestStateMapsTheSources(t *testing.T) {
 			{Name: "b1", EjectedForMs: 900, RegistryRemoved: true, ReactivateInMs: 1500, Load: router.LoadView{PeerInFlight: math.NaN()}}, // no signal; a NaN must not break JSON
 		}}}
 	ms := fakeMesh{AdminView: mesh.AdminView{Topology: "full-mesh", Incarnation: 9,
-		Members: []mesh.Member{{Name: "r1", Status: "alive", Self: true}, {Name: "r2", Status: "alive", Peer: true}, {Name: "r3", Status: "failed"}},
-		Peers:   []mesh.PeerView{{Name: "r2", Backlog: 4, Converged: true, LastHeard: now.Add(-250 * time.Millisecond)}},
+		Members: []mesh.Member{{Name: "r1", Status: "alive", Self: true}, {Name: "r2", Status: "alive", Peer: true}, {Name: "r3", Status: "failed"},
+			{Name: "r5", Status: "alive", NotPeer: "derives claim keys as k1.b32, this node as k1.b16"}},
+		Peers: []mesh.PeerView{{Name: "r2", Backlog: 4, Converged: true, LastHeard: now.Add(-250 * time.Millisecond)}},
 		Load: mesh.LoadView{Sharing: true, Share: 0.5, Peers: []mesh.LoadPeerView{
 			{Peer: "r2", AgeMs: 12, Weight: 1, RoutedPerSecond: 3}, {Peer: "r4", AgeMs: 40, Weight: 0.5}}}},
 		ApplyLagCount: 10, ApplyLagSum: 0.02}
@@ -98,8 +99,11 @@ func TestStateMapsTheSources(t *testing.T) {
 		t.Errorf("index: %+v", st.Index)
 	}
 	m := st.Mesh
-	if m == nil || m.Incarnation != "9" || len(m.Members) != 3 || len(m.Peers) != 2 || m.ApplyLagCount != 10 || !m.Sharing {
+	if m == nil || m.Incarnation != "9" || len(m.Members) != 4 || len(m.Peers) != 2 || m.ApplyLagCount != 10 || !m.Sharing {
 		t.Fatalf("mesh: %+v", m)
+	}
+	if r5 := m.Members[3]; r5.Peer || r5.NotPeer != "derives claim keys as k1.b32, this node as k1.b16" || m.Members[1].NotPeer != "" {
+		t.Errorf("members: %+v", m.Members)
 	}
 	r2, r4 := m.Peers[0], m.Peers[1]
 	if r2.Name != "r2" || r2.Backlog != 4 || !r2.Converged || *r2.LastHeardAgeMs != 250 || r2.LastMatchAgeMs != nil ||

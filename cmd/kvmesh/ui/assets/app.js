@@ -335,7 +335,13 @@
       nameCell(tr, 0, mb.name);
       status(tr.cells[1], mb.status, mb.status === 'alive' ? 'good' : mb.status === 'failed' ? 'bad' : 'warn');
       cell(tr, 2, mb.addr);
-      cell(tr, 3, mb.self ? 'this node' : mb.peer ? 'peer' : '');
+      if (mb.not_peer && mb.status === 'alive') {
+        // It cannot share claims with this node: why, with a warning dot.
+        status(tr.cells[3], 'not a peer: it ' + mb.not_peer, 'warn');
+      } else {
+        delete tr.cells[3].dataset.s; // status() may have set it
+        cell(tr, 3, mb.self ? 'this node' : mb.peer ? 'peer' : '');
+      }
     });
     sync($('peers').tBodies[0], m.peers.map((p) => p.name), ['', 'num', '', 'num', 'num', 'num', 'num', 'num'], (tr, i) => {
       const p = m.peers[i];

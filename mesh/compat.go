@@ -1,0 +1,47 @@
+package mesh
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// Why a member is not a peer. A member this node cannot replicate claims
+// with stays listed (Members, with Member.NotPeer saying why) and counted
+// (kvmesh_mesh_incompatible_members), so a misconfigured node shows up
+// instead of quietly routing on claims of its own.
+const (
+	// notPeerProtocol: it speaks another replication protocol (a rollout
+	// across a wire change) or announced none.
+	notPeerProtocol = "protocol"
+	// notPeerKeys: it derives claim keys otherwise (another
+	// index.block_tokens, or a version whose keys changed: TagKeys). Its
+	// claims would name keys no request here ever looks up, filling the
+	// index and crowding out the claims that do match; the load channel
+	// still runs, since in-flight work at a backend means the same to both.
+	notPeerKeys = "key_scheme"
+	// notPeerNoQUIC: it announced no replication address.
+	notPeerNoQUIC = "no_quic"
+)
+
+// notPeerReasons lists the reasons above, for metrics.
+var notPeerReasons = []string{notPeerProtocol, notPeerKeys, notPeerNoQUIC}
+
+// notPeer says why this node cannot replicate claims with a member
+// announcing tags: "" when it can, else one of the notPeer reasons and a
+// sentence for operators. A member without TagKeys (a version before it)
+// is taken at its word that keys agree, as before the tag existed.
+func (n *Node) notPeer(tags map[string]string) (reason, why string) {
+	if p := tags[TagProtocol]; p != strconv.Itoa(ProtocolVersion) {
+		if p == "" {
+			p = "none"
+		}
+		return notPeerProtocol, fmt.Sprintf("speaks replication protocol %s, this node %d", p, ProtocolVersion)
+	}
+	if tags[TagQUIC] == "" {
+		return notPeerNoQUIC, "announces no replication (QUIC) address"
+	}
+	if k := tags[TagKeys]; k != "" && k != n.scheme {
+		return notPeerKeys, fmt.Sprintf("derives claim keys as %s, this node as %s: set the same index.block_tokens on every node", k, n.scheme)
+	}
+	return "", ""
+}

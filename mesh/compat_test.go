@@ -1,0 +1,146 @@
+package mesh
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/kvmesh/kvmesh/crdt"
+	"github.com/kvmesh/kvmesh/transport"
+	"github.com/kvmesh/kvmesh/tree"
+)
+
+// oneBooking is a load source with one booking at backend "b0".
+type oneBooking struct{ id tree.BackendID }
+
+func (s oneBooking) LocalLoad(fn func(id tree.BackendID, units, requests, inFlight, written int64)) {
+	fn(s.id, 700, 1, 1, 700)
+}
+func (oneBooking) Routed() uint64 { return 1 }
+
+// gaugeOf reads an unlabelled-but-one metric from a node's registry:
+// name{label=value}; -1 when it is not exported.
+func gaugeOf(t *testing.T, tn *testNode, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := tn.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.Metric {
+			for _, lp := range m.Label {
+				if lp.GetName() == label && lp.GetValue() == value {
+					return metricNumber(m)
+				}
+			}
+		}
+	}
+	return -1
+}
+
+func metricNumber(m *dto.Metric) float64 {
+	if m.Counter != nil {
+		return m.Counter.GetValue()
+	}
+	return m.Gauge.GetValue()
+}
+
+// TestKeySchemeMismatchIsNotAPeer: a node started with another block size
+// derives other keys from the same prompt. It stays a member, listed with
+// the reason and counted, but claims do not flow either way (they would
+// only fill the other's index), while the load channel, whose bookings
+// mean the same to both, still does; claim messages it sends anyway are
+// dropped and counted.
+func TestKeySchemeMismatchIsNotAPeer(t *testing.T) {
+	c := newTestCluster(t, nil)
+	c.startN(2)
+	c.icfg.BlockTokens = 32 // every node started from here on
+	odd := c.start("n02")
+	a, b := c.node("n00"), c.node("n01")
+
+	waitFor(t, time.Minute, "n00 to see n02 alive and n01 as its peer", func() bool {
+		seen := false
+		for _, m := range a.n.Members() {
+			seen = seen || m.Name == "n02" && m.Status == "alive"
+		}
+		return seen && len(a.peers()) == 1
+	})
+	for _, m := range a.n.Members() {
+		switch m.Name {
+		case "n01":
+			if !m.Peer || m.NotPeer != "" {
+				t.Fatalf("n01 (same scheme): peer %v, not-peer reason %q", m.Peer, m.NotPeer)
+			}
+		case "n02":
+			if m.Peer || !strings.Contains(m.NotPeer, "derives claim keys as k1.b32, this node as k1.b16") {
+				t.Fatalf("n02 (block size 32): peer %v, not-peer reason %q", m.Peer, m.NotPeer)
+			}
+		}
+	}
+	if got := gaugeOf(t, a, "kvmesh_mesh_incompatible_members", "reason", notPeerKeys); got != 1 {
+		t.Fatalf("kvmesh_mesh_incompatible_members{reason=key_scheme} = %v on n00, want 1", got)
+	}
+	waitFor(t, time.Minute, "n02 to count n00 and n01 as members of another key scheme", func() bool {
+		return gaugeOf(t, odd, "kvmesh_mesh_incompatible_members", "reason", notPeerKeys) == 2
+	})
+	for _, name := range a.n.AliveMembers() {
+		if name == "n02" {
+			t.Fatal("n02 is among the members that own precise-mode streams for n00, yet its claims never reach n00")
+		}
+	}
+
+	// Claims learned on n00 reach n01 and not n02; n02's reach no one.
+	p := randomPrompt(newRand(7), 6)
+	a.learn(t, p, "b0", time.Hour)
+	q := randomPrompt(newRand(8), 6)
+	odd.learn(t, q, "b1", time.Hour)
+	waitFor(t, time.Minute, "n01 to learn n00's claim", func() bool { return b.depth(p, "b0") == fullDepth(p) })
+
+	// n02 shares its load: n00 reads its booking (the channel spans schemes).
+	id, err := odd.ix.EnsureBackend("b0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	odd.n.SetLoadSource(oneBooking{id: id})
+	aid, _ := a.ix.BackendByName("b0")
+	waitFor(t, time.Minute, "n00 to read n02's booking at b0", func() bool {
+		units, _, _ := a.n.PeerLoad(aid)
+		return units == 700
+	})
+	// By now n00 has flushed and run anti-entropy with n01 many times.
+	if d := odd.depth(p, "b0"); d != 0 {
+		t.Fatalf("n02 (block size 32) took n00's claim: depth %d", d)
+	}
+	if a.ix.Len() != b.ix.Len() || a.depth(q, "b1") != 0 || b.depth(q, "b1") != 0 {
+		t.Fatalf("n02's claim reached its other-scheme members (n00 %d claims, n01 %d)", a.ix.Len(), b.ix.Len())
+	}
+
+	// A claim message n02 sends anyway (an older build, a race with its
+	// tags) is dropped and counted; n00's index does not change.
+	before := a.ix.Len()
+	dropped := gaugeOf(t, a, "kvmesh_mesh_unknown_sender_messages_total", "reason", notPeerKeys)
+	var claims []crdt.WireClaim
+	reg := odd.ix.Backends(nil)
+	bid, _ := odd.ix.BackendByName("b1")
+	odd.ix.Range(time.Now().UnixMilli(), func(cl *tree.Claim) bool {
+		claims = append(claims, crdt.WireClaim{Key: cl.Key, Backend: 0, Gen: cl.Gen, Time: cl.Time, Expires: cl.Expires, Origin: cl.Origin})
+		return true
+	})
+	msg, err := crdt.Encode(nil, &crdt.Message{Type: crdt.MsgDelta, From: "n02", Incarnation: odd.n.inc, FromSeq: 0, ToSeq: 1,
+		Batch: crdt.Batch{Backends: []tree.BackendEntry{reg[bid]}, Claims: claims}})
+	if err != nil || len(claims) == 0 {
+		t.Fatalf("n02's delta: %d claims, %v", len(claims), err)
+	}
+	a.n.handle(transport.Message{From: "n02", Data: msg})
+	if got := gaugeOf(t, a, "kvmesh_mesh_unknown_sender_messages_total", "reason", notPeerKeys); got != dropped+1 {
+		t.Fatalf("key_scheme drops went from %v to %v, want one more", dropped, got)
+	}
+	if a.ix.Len() != before {
+		t.Fatalf("n00's index went from %d to %d claims on n02's message", before, a.ix.Len())
+	}
+}
