@@ -1,7 +1,10 @@
 package crdt
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/kvmesh/kvmesh/tree"
@@ -182,26 +185,72 @@ func TestSnapshotWithManyForgottenNames(t *testing.T) {
 	}
 }
 
-// A snapshot holding forgotten names is version 2 (a version that does not
-// forget would fill its registry with them); one without is version 1.
-func TestSnapshotVersionByForgottenNames(t *testing.T) {
+// Every snapshot is written as version 3, with the index's key scheme;
+// versions 1 and 2 (no scheme; 2 with forgotten names) still load.
+func TestSnapshotVersions(t *testing.T) {
 	s := forgetNet(t)
 	a := s.node("a").r
 	s.learn("a", prompt(1, 1, 6, 2), "x", 30_000)
-	data, _, err := AppendSnapshot(nil, a.Index(), s.now)
-	if err != nil || string(data[:8]) != snapshotMagic {
-		t.Fatalf("without forgotten names: magic %q, %v; want %q", data[:8], err, snapshotMagic)
-	}
 	if _, err := a.Invalidate("x", true, s.now); err != nil {
 		t.Fatal(err)
 	}
 	s.now += 61_000
 	a.ForgetRemoved(s.now)
-	data, _, err = AppendSnapshot(nil, a.Index(), s.now)
-	if err != nil || string(data[:8]) != snapshotMagicForgotten {
-		t.Fatalf("with forgotten names: magic %q, %v; want %q", data[:8], err, snapshotMagicForgotten)
+	s.learn("a", prompt(2, 1, 6, 2), "y", 30_000)
+	data, info, err := AppendSnapshot(nil, a.Index(), s.now)
+	if err != nil || string(data[:8]) != snapshotMagicScheme || info.KeyScheme != s.icfg.KeyScheme() {
+		t.Fatalf("magic %q, scheme %q, %v; want %q, %q", data[:8], info.KeyScheme, err, snapshotMagicScheme, s.icfg.KeyScheme())
 	}
-	if _, err := ParseSnapshot(data); err != nil {
+	for _, magic := range []string{snapshotMagicScheme, snapshotMagicForgotten, snapshotMagic} {
+		d := data
+		if magic != snapshotMagicScheme {
+			d = withoutScheme(t, data, magic)
+		}
+		snap, err := ParseSnapshot(d)
+		if err != nil {
+			t.Fatalf("%s: %v", magic, err)
+		}
+		fresh, _ := tree.New(s.icfg)
+		if err := snap.Fits(fresh); err != nil {
+			t.Fatalf("%s: %v", magic, err)
+		}
+		if got := snap.Apply(fresh, s.now, 3_600_000); got.Claims == 0 || fresh.Stats().Forgotten != 1 {
+			t.Fatalf("%s: applied %+v, %d forgotten", magic, got, fresh.Stats().Forgotten)
+		}
+	}
+}
+
+// withoutScheme rewrites a version 3 snapshot as an earlier version: the
+// magic, no key scheme, the checksum again.
+func withoutScheme(t *testing.T, data []byte, magic string) []byte {
+	t.Helper()
+	r := data[len(snapshotMagicScheme):]
+	_, k := binary.Uvarint(r) // creation time
+	size, k2 := binary.Uvarint(r[k:])
+	out := append([]byte(magic), r[:k]...)
+	out = append(out, r[k+k2+int(size):len(r)-sha256.Size]...)
+	sum := sha256.Sum256(out)
+	return append(out, sum[:]...)
+}
+
+// A snapshot taken under another key scheme (index.block_tokens changed)
+// parses, but does not fit: its claims could never match.
+func TestSnapshotOfAnotherSchemeDoesNotFit(t *testing.T) {
+	s := forgetNet(t)
+	s.learn("a", prompt(1, 1, 6, 2), "x", 30_000)
+	data, _, err := AppendSnapshot(nil, s.node("a").r.Index(), s.now)
+	if err != nil {
 		t.Fatal(err)
+	}
+	snap, err := ParseSnapshot(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := s.icfg
+	other.BlockTokens *= 2
+	ix, _ := tree.New(other)
+	err = snap.Fits(ix)
+	if err == nil || !strings.Contains(err.Error(), "derived as "+s.icfg.KeyScheme()+" and this index derives them as "+other.KeyScheme()) {
+		t.Fatalf("Fits = %v", err)
 	}
 }

@@ -18,11 +18,13 @@ import (
 // before anything is loaded: a truncated or corrupted file is refused, never
 // half-applied.
 //
-// Format, version 1:
+// Format, version 3 (versions 1 and 2, still read, lack the key scheme):
 //
-//	"KVMSNAP1"              8 bytes: magic and version ("KVMSNAP2" when it holds
-//	                        forgotten names, below)
+//	"KVMSNAP3"              8 bytes: magic and version
 //	uvarint created         Unix ms when it was taken
+//	uvarint length, bytes   the key scheme of the index it was taken from
+//	                        (tree.Config.KeyScheme, at most 64 bytes): a node
+//	                        that derives keys otherwise does not load it
 //	uvarint batches         how many batches follow
 //	batches                 each a uvarint length and a CBOR batch (as in messages):
 //	                        the registry in batches of registry entries alone (at
@@ -36,12 +38,19 @@ import (
 //	SHA-256                 32 bytes, of everything before
 const snapshotMagic = "KVMSNAP1"
 
-// snapshotMagicForgotten marks a snapshot with batches of forgotten names
-// (version 2; the layout is version 1's). A version that does not forget
-// names would join them all into its registry, filled by a few thousand:
-// it refuses the file and starts cold instead. One without forgotten names
-// is written as version 1, which every version reads.
+// snapshotMagicForgotten marked a snapshot with batches of forgotten names
+// (version 2; the layout is version 1's), so that a version that does not
+// forget names, which would join them all into its registry, refused it.
 const snapshotMagicForgotten = "KVMSNAP2"
+
+// snapshotMagicScheme is version 3, the one written: version 2's layout
+// with the key scheme after the creation time. Versions before it refuse
+// the file and start cold, as they must: they could not tell a snapshot
+// whose keys they cannot match.
+const snapshotMagicScheme = "KVMSNAP3"
+
+// maxSchemeBytes bounds a snapshot's key scheme ("k1.b16" is 6 bytes).
+const maxSchemeBytes = 64
 
 // SnapshotBatchClaims is how many claims go into one batch of a snapshot.
 const SnapshotBatchClaims = 1 << 16
@@ -57,6 +66,10 @@ type SnapshotInfo struct {
 	Backends int
 	Floor    int64
 	Bytes    int
+
+	// KeyScheme is the scheme of the index it was taken from
+	// (tree.Config.KeyScheme); empty in versions 1 and 2.
+	KeyScheme string
 }
 
 // AppendSnapshot appends a snapshot of ix's live claims at now to dst. It
@@ -75,7 +88,7 @@ func AppendSnapshot(dst []byte, ix *tree.Index, now int64) ([]byte, SnapshotInfo
 		}
 	}
 	forgotten := ix.AppendForgotten(nil)
-	info := SnapshotInfo{Created: now, Backends: len(reg) + len(forgotten), Floor: ix.Floor()}
+	info := SnapshotInfo{Created: now, KeyScheme: ix.Config().KeyScheme(), Backends: len(reg) + len(forgotten), Floor: ix.Floor()}
 	// The registry first, in batches a decoder takes (it can hold up to
 	// tree's 65,535 backends): so entries without claims (removed, or
 	// restarted cold) are restored too, and claims batches need only name
@@ -126,12 +139,10 @@ func AppendSnapshot(dst []byte, ix *tree.Index, now int64) ([]byte, SnapshotInfo
 		batches = append(batches, Batch{Backends: rest[:k], Floor: info.Floor})
 		rest = rest[k:]
 	}
-	if len(forgotten) > 0 {
-		dst = append(dst, snapshotMagicForgotten...)
-	} else {
-		dst = append(dst, snapshotMagic...)
-	}
+	dst = append(dst, snapshotMagicScheme...)
 	dst = binary.AppendUvarint(dst, uint64(max(now, 0)))
+	dst = binary.AppendUvarint(dst, uint64(len(info.KeyScheme)))
+	dst = append(dst, info.KeyScheme...)
 	dst = binary.AppendUvarint(dst, uint64(len(batches)))
 	var buf bytes.Buffer
 	for i := range batches {
@@ -165,7 +176,8 @@ func ParseSnapshot(data []byte) (*Snapshot, error) {
 	if len(data) < len(snapshotMagic)+sha256.Size {
 		return nil, fmt.Errorf("crdt: snapshot of %d bytes is truncated", len(data))
 	}
-	if m := string(data[:len(snapshotMagic)]); m != snapshotMagic && m != snapshotMagicForgotten {
+	magic := string(data[:len(snapshotMagic)])
+	if magic != snapshotMagic && magic != snapshotMagicForgotten && magic != snapshotMagicScheme {
 		return nil, errors.New("crdt: not a kvmesh snapshot (or an unsupported version)")
 	}
 	body, sum := data[:len(data)-sha256.Size], data[len(data)-sha256.Size:]
@@ -185,6 +197,17 @@ func ParseSnapshot(data []byte) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
+	var scheme string
+	if magic == snapshotMagicScheme {
+		size, err := next("key scheme length")
+		if err != nil {
+			return nil, err
+		}
+		if size > maxSchemeBytes || size > uint64(len(r)) {
+			return nil, fmt.Errorf("crdt: snapshot: a key scheme of %d bytes (at most %d)", size, maxSchemeBytes)
+		}
+		scheme, r = string(r[:size]), r[size:]
+	}
 	n, err := next("batch count")
 	if err != nil {
 		return nil, err
@@ -192,7 +215,7 @@ func ParseSnapshot(data []byte) (*Snapshot, error) {
 	if n > uint64(len(r)) { // every batch takes at least a byte
 		return nil, fmt.Errorf("crdt: snapshot claims %d batches in %d bytes", n, len(r))
 	}
-	s := &Snapshot{Info: SnapshotInfo{Created: int64(min(created, 1<<62)), Bytes: len(data)}}
+	s := &Snapshot{Info: SnapshotInfo{Created: int64(min(created, 1<<62)), KeyScheme: scheme, Bytes: len(data)}}
 	for i := uint64(0); i < n; i++ {
 		size, err := next("batch length")
 		if err != nil {
@@ -219,6 +242,19 @@ func ParseSnapshot(data []byte) (*Snapshot, error) {
 		return nil, fmt.Errorf("crdt: %d bytes after the snapshot's last batch", len(r))
 	}
 	return s, nil
+}
+
+// Fits reports whether the snapshot's claims can be read by ix: taken
+// under the same key scheme (tree.Config.KeyScheme), or by a version that
+// did not record one. A snapshot taken before index.block_tokens changed
+// holds keys no prompt gets any longer: loaded, they would only fill the
+// index, and go to the peers.
+func (s *Snapshot) Fits(ix *tree.Index) error {
+	if want := ix.Config().KeyScheme(); s.Info.KeyScheme != "" && s.Info.KeyScheme != want {
+		return fmt.Errorf("crdt: the snapshot's keys were derived as %s and this index derives them as %s "+
+			"(index.block_tokens changed since it was taken): none of its claims could match", s.Info.KeyScheme, want)
+	}
+	return nil
 }
 
 // SnapshotApplied says what Apply did.

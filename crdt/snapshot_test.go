@@ -141,6 +141,7 @@ func FuzzParseSnapshot(f *testing.F) {
 	f.Add(data)
 	f.Add(data[:40])
 	f.Add([]byte(snapshotMagic))
+	f.Add([]byte(snapshotMagicScheme + "\x01\xff"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		snap, err := ParseSnapshot(data)
 		if err != nil {

@@ -161,7 +161,8 @@ func (s *stateStore) removeStaleTemps() {
 }
 
 // restore loads the snapshot, if there is one, into the index. It never
-// fails the start: a damaged snapshot is logged, counted and ignored.
+// fails the start: a damaged snapshot, or one taken under another key
+// scheme (index.block_tokens changed), is logged, counted and ignored.
 func (s *stateStore) restore() {
 	path := filepath.Join(s.dir, stateFile)
 	data, err := readSnapshotFile(path)
@@ -172,6 +173,9 @@ func (s *stateStore) restore() {
 	if err == nil {
 		var snap *crdt.Snapshot
 		if snap, err = crdt.ParseSnapshot(data); err == nil {
+			err = snap.Fits(s.ix)
+		}
+		if err == nil {
 			now := s.now()
 			res := snap.Apply(s.ix, now.UnixMilli(), s.maxTTL)
 			s.restored.Set(float64(res.Claims))

@@ -164,6 +164,38 @@ func TestStateStoreIgnoresDamage(t *testing.T) {
 	}
 }
 
+// A snapshot taken before index.block_tokens changed is not loaded: its
+// keys can never match (and would go to the peers). The node starts cold,
+// says why, and counts it as a load error.
+func TestStateStoreRefusesAnotherKeyScheme(t *testing.T) {
+	dir, _, s := savedStore(t)
+	s.close()
+	cfg := tree.DefaultConfig()
+	cfg.Capacity, cfg.BlockTokens = 1<<12, 32
+	other, err := tree.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	s2, err := newStateStore(dir, time.Minute, 2*time.Hour, other, zerolog.New(&logs), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2.restore()
+	s2.close()
+	if other.Len() != 0 || metricValue(s2.loadErrs) != 1 || !strings.Contains(logs.String(), "index.block_tokens changed") {
+		t.Fatalf("block size 16's snapshot under 32: %d claims loaded, %v load errors, log %s", other.Len(), metricValue(s2.loadErrs), logs.String())
+	}
+	// The same directory, the same scheme: it loads.
+	same := stateIndex(t)
+	s3, _ := newStateStore(dir, time.Minute, 2*time.Hour, same, zerolog.Nop(), nil)
+	s3.restore()
+	s3.close()
+	if same.Len() == 0 || metricValue(s3.loadErrs) != 0 {
+		t.Fatalf("under its own scheme: %d claims, %v load errors", same.Len(), metricValue(s3.loadErrs))
+	}
+}
+
 // A state directory that cannot hold a file fails the start with a clear
 // error instead of failing every write later.
 func TestStateStoreNeedsAWritableDir(t *testing.T) {
