@@ -233,7 +233,7 @@ func withoutScheme(t *testing.T, data []byte, magic string) []byte {
 	return append(out, sum[:]...)
 }
 
-// A snapshot taken under another key scheme (index.block_tokens changed)
+// A snapshot taken under another key scheme (index.block_tokens or checkpoint_tokens changed)
 // parses, but does not fit: its claims could never match.
 func TestSnapshotOfAnotherSchemeDoesNotFit(t *testing.T) {
 	s := forgetNet(t)

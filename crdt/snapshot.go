@@ -49,7 +49,7 @@ const snapshotMagicForgotten = "KVMSNAP2"
 // whose keys they cannot match.
 const snapshotMagicScheme = "KVMSNAP3"
 
-// maxSchemeBytes bounds a snapshot's key scheme ("k1.b16" is 6 bytes).
+// maxSchemeBytes bounds a snapshot's key scheme ("k1.b16.c512" is 11 bytes).
 const maxSchemeBytes = 64
 
 // SnapshotBatchClaims is how many claims go into one batch of a snapshot.
@@ -246,13 +246,14 @@ func ParseSnapshot(data []byte) (*Snapshot, error) {
 
 // Fits reports whether the snapshot's claims can be read by ix: taken
 // under the same key scheme (tree.Config.KeyScheme), or by a version that
-// did not record one. A snapshot taken before index.block_tokens changed
+// did not record one. A snapshot taken before index.block_tokens or
+// index.checkpoint_tokens changed
 // holds keys no prompt gets any longer: loaded, they would only fill the
 // index, and go to the peers.
 func (s *Snapshot) Fits(ix *tree.Index) error {
 	if want := ix.Config().KeyScheme(); s.Info.KeyScheme != "" && s.Info.KeyScheme != want {
 		return fmt.Errorf("crdt: the snapshot's keys were derived as %s and this index derives them as %s "+
-			"(index.block_tokens changed since it was taken): none of its claims could match", s.Info.KeyScheme, want)
+			"(index.block_tokens or index.checkpoint_tokens changed since it was taken): its claims would not be found", s.Info.KeyScheme, want)
 	}
 	return nil
 }

@@ -13,11 +13,12 @@ const (
 	// notPeerProtocol: it speaks another replication protocol (a rollout
 	// across a wire change) or announced none.
 	notPeerProtocol = "protocol"
-	// notPeerKeys: it derives claim keys otherwise (another
-	// index.block_tokens, or a version whose keys changed: TagKeys). Its
-	// claims would name keys no request here ever looks up, filling the
-	// index and crowding out the claims that do match; the load channel
-	// still runs, since in-flight work at a backend means the same to both.
+	// notPeerKeys: it keys claims otherwise (another index.block_tokens or
+	// index.checkpoint_tokens, or a version whose keys changed: TagKeys,
+	// tree.Config.KeyScheme). Its claims would sit at keys no request here
+	// looks up, or where lookups here do not probe, filling the index and
+	// crowding out the claims that do match; the load channel still runs,
+	// since in-flight work at a backend means the same to both.
 	notPeerKeys = "key_scheme"
 	// notPeerNoQUIC: it announced no replication address.
 	notPeerNoQUIC = "no_quic"
@@ -41,7 +42,7 @@ func (n *Node) notPeer(tags map[string]string) (reason, why string) {
 		return notPeerNoQUIC, "announces no replication (QUIC) address"
 	}
 	if k := tags[TagKeys]; k != "" && k != n.scheme {
-		return notPeerKeys, fmt.Sprintf("derives claim keys as %s, this node as %s: set the same index.block_tokens on every node", k, n.scheme)
+		return notPeerKeys, fmt.Sprintf("derives claim keys as %s, this node as %s: set the same index.block_tokens and index.checkpoint_tokens on every node", k, n.scheme)
 	}
 	return "", ""
 }

@@ -77,7 +77,7 @@ func TestKeySchemeMismatchIsNotAPeer(t *testing.T) {
 				t.Fatalf("n01 (same scheme): peer %v, not-peer reason %q", m.Peer, m.NotPeer)
 			}
 		case "n02":
-			if m.Peer || !strings.Contains(m.NotPeer, "derives claim keys as k1.b32, this node as k1.b16") {
+			if m.Peer || !strings.Contains(m.NotPeer, "derives claim keys as k1.b32.c512, this node as k1.b16.c512") {
 				t.Fatalf("n02 (block size 32): peer %v, not-peer reason %q", m.Peer, m.NotPeer)
 			}
 		}

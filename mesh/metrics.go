@@ -163,7 +163,7 @@ var (
 	descLoadBytes  = prometheus.NewDesc("kvmesh_mesh_load_bytes_total", "Load-channel bytes by peer and direction.", []string{"peer", "direction"}, nil)
 	descLoadAge    = prometheus.NewDesc("kvmesh_mesh_load_age_seconds", "Time since the peer's last load-channel message applied (late or stale ones do not count; its bookings count less from LoadFresh and are dropped at LoadMaxAge).", []string{"peer"}, nil)
 	descLoadShare  = prometheus.NewDesc("kvmesh_mesh_load_share_ratio", "This node's share of the requests the mesh routes, from the routing rates the nodes report (1 alone).", nil, nil)
-	descNotPeers   = prometheus.NewDesc("kvmesh_mesh_incompatible_members", "Alive members this node cannot replicate claims with, by reason: another replication protocol (protocol), another key scheme, i.e. index.block_tokens (key_scheme), no QUIC address (no_quic).", []string{"reason"}, nil)
+	descNotPeers   = prometheus.NewDesc("kvmesh_mesh_incompatible_members", "Alive members this node cannot replicate claims with, by reason: another replication protocol (protocol), another key scheme, i.e. index.block_tokens or checkpoint_tokens (key_scheme), no QUIC address (no_quic).", []string{"reason"}, nil)
 )
 
 // replicaCounters maps crdt.Stats fields to counter metrics.

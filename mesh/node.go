@@ -72,7 +72,7 @@ const (
 	// precise mode (Config.PreciseStreams); absent without precise mode.
 	TagPrecise = "kvp"
 	// TagKeys is how the member derives claim keys (tree.Config.KeyScheme:
-	// the key version and the block size). Members announcing another
+	// the key version, block size and checkpoints). Members announcing another
 	// scheme are not peers (compat.go).
 	TagKeys = "keys"
 )
