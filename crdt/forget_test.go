@@ -214,6 +214,15 @@ func TestSnapshotVersions(t *testing.T) {
 		if err := snap.Fits(fresh); err != nil {
 			t.Fatalf("%s: %v", magic, err)
 		}
+		if magic != snapshotMagicScheme {
+			// No scheme recorded: it fits any index, as before version 3.
+			other := s.icfg
+			other.BlockTokens *= 2
+			oix, _ := tree.New(other)
+			if snap.Info.KeyScheme != "" || snap.Fits(oix) != nil {
+				t.Fatalf("%s: scheme %q, fits another index: %v", magic, snap.Info.KeyScheme, snap.Fits(oix))
+			}
+		}
 		if got := snap.Apply(fresh, s.now, 3_600_000); got.Claims == 0 || fresh.Stats().Forgotten != 1 {
 			t.Fatalf("%s: applied %+v, %d forgotten", magic, got, fresh.Stats().Forgotten)
 		}

@@ -1,7 +1,9 @@
 package crdt
 
 import (
+	"crypto/sha256"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/kvmesh/kvmesh/tree"
@@ -141,13 +143,22 @@ func FuzzParseSnapshot(f *testing.F) {
 	f.Add(data)
 	f.Add(data[:40])
 	f.Add([]byte(snapshotMagic))
-	f.Add([]byte(snapshotMagicScheme + "\x01\xff"))
+	// Checksummed, so that the decoder behind the checksum sees them: a key
+	// scheme longer than allowed, and one running past the end.
+	for _, body := range []string{snapshotMagicScheme + "\x01\x41" + strings.Repeat("k", 65) + "\x00",
+		snapshotMagicScheme + "\x01\x20k1"} {
+		sum := sha256.Sum256([]byte(body))
+		f.Add(append([]byte(body), sum[:]...))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		snap, err := ParseSnapshot(data)
 		if err != nil {
 			return
 		}
 		ix, _ := tree.New(s.icfg)
+		if err := snap.Fits(ix); err != nil && snap.Info.KeyScheme == s.icfg.KeyScheme() {
+			t.Fatalf("a snapshot of this index's scheme does not fit: %v", err)
+		}
 		snap.Apply(ix, 1_000_000, 3_600_000)
 	})
 }

@@ -18,7 +18,8 @@ const (
 	// tree.Config.KeyScheme). Its claims would sit at keys no request here
 	// looks up, or where lookups here do not probe, filling the index and
 	// crowding out the claims that do match; the load channel still runs,
-	// since in-flight work at a backend means the same to both.
+	// since in-flight work at a backend means the same to both (less its
+	// lost marks, which name keys: dropped on receipt).
 	notPeerKeys = "key_scheme"
 	// notPeerNoQUIC: it announced no replication address.
 	notPeerNoQUIC = "no_quic"

@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -101,7 +102,13 @@ func TestKeySchemeMismatchIsNotAPeer(t *testing.T) {
 	odd.learn(t, q, "b1", time.Hour)
 	waitFor(t, time.Minute, "n01 to learn n00's claim", func() bool { return b.depth(p, "b0") == fullDepth(p) })
 
+	// Backend names travel with claims: b0 (only n00 and n01 learned on
+	// it) is not in n02's registry, b1 (only n02) in no other, checked
+	// below. (Depths could not tell: each node keys prompts its own way.)
 	// n02 shares its load: n00 reads its booking (the channel spans schemes).
+	if _, ok := odd.ix.BackendByName("b0"); ok {
+		t.Fatal("n00's backend b0 reached n02's registry: its claims flowed")
+	}
 	id, err := odd.ix.EnsureBackend("b0")
 	if err != nil {
 		t.Fatal(err)
@@ -112,7 +119,14 @@ func TestKeySchemeMismatchIsNotAPeer(t *testing.T) {
 		units, _, _ := a.n.PeerLoad(aid)
 		return units == 700
 	})
-	// By now n00 has flushed and run anti-entropy with n01 many times.
+	// By now n00 has flushed and run anti-entropy with n01 many times, and
+	// n02's messages reach n00.
+	if _, ok := a.ix.BackendByName("b1"); ok {
+		t.Fatal("n02's backend b1 reached n00's registry: its claims flowed")
+	}
+	if _, ok := b.ix.BackendByName("b1"); ok {
+		t.Fatal("n02's backend b1 reached n01's registry: its claims flowed")
+	}
 	if d := odd.depth(p, "b0"); d != 0 {
 		t.Fatalf("n02 (block size 32) took n00's claim: depth %d", d)
 	}
@@ -142,5 +156,67 @@ func TestKeySchemeMismatchIsNotAPeer(t *testing.T) {
 	}
 	if a.ix.Len() != before {
 		t.Fatalf("n00's index went from %d to %d claims on n02's message", before, a.ix.Len())
+	}
+}
+
+// notPeer, case by case: a member without the keys tag (a version before
+// it) is taken at its word and stays a peer.
+func TestNotPeerReasons(t *testing.T) {
+	n := &Node{scheme: "k1.b16.c512"}
+	proto := strconv.Itoa(ProtocolVersion)
+	for _, c := range []struct {
+		tags map[string]string
+		want string
+	}{
+		{map[string]string{TagProtocol: proto, TagQUIC: "a:1", TagKeys: "k1.b16.c512"}, ""},
+		{map[string]string{TagProtocol: proto, TagQUIC: "a:1"}, ""}, // before the tag
+		{map[string]string{TagProtocol: proto, TagQUIC: "a:1", TagKeys: "k1.b16.c0"}, notPeerKeys},
+		{map[string]string{TagProtocol: proto, TagKeys: "k1.b16.c512"}, notPeerNoQUIC},
+		{map[string]string{TagProtocol: "0", TagQUIC: "a:1", TagKeys: "k1.b16.c512"}, notPeerProtocol},
+		{map[string]string{TagQUIC: "a:1"}, notPeerProtocol},
+	} {
+		if got, why := n.notPeer(c.tags); got != c.want || (got == "") != (why == "") {
+			t.Errorf("tags %v: reason %q (%q), want %q", c.tags, got, why, c.want)
+		}
+	}
+}
+
+// Lost marks name keys: a member of another key scheme's are dropped on
+// receipt (and counted), while a peer's arrive.
+func TestKeySchemeMismatchDropsLostMarks(t *testing.T) {
+	c := newTestCluster(t, func(cfg *Config) { cfg.ShareLostMarks = true })
+	var srcs []*lostLoad
+	for i := 0; i < 3; i++ {
+		if i == 2 {
+			c.icfg.BlockTokens = 32
+		}
+		tn := c.start(nodeName(i))
+		src := &lostLoad{fakeLoad: newFakeLoad(t, tn.ix)}
+		tn.n.SetLoadSource(src)
+		srcs = append(srcs, src)
+	}
+	reader := c.node("n00")
+	waitFor(t, time.Minute, "n00 to hear both others' names", func() bool {
+		reader.n.loadMu.Lock()
+		defer reader.n.loadMu.Unlock()
+		return len(reader.n.loads.peers) == 2 && reader.n.loads.namedAt.Load() > 0
+	})
+	for i, key := range []tree.Key{0, 0xbeef, 0xfeed} {
+		if i == 0 {
+			continue
+		}
+		id, _ := c.node(nodeName(i)).ix.BackendByName("b2")
+		srcs[i].mu.Lock()
+		srcs[i].out = []lostIn{{key: key, id: id, age: 100}}
+		srcs[i].mu.Unlock()
+	}
+	drops := func() float64 { return counterValue(reader.n.m.loadDrops.WithLabelValues(notPeerKeys)) }
+	waitFor(t, time.Minute, "n01's mark to arrive and n02's to be dropped or arrive", func() bool {
+		return len(srcs[0].received()) > 0 && (drops() > 0 || len(srcs[0].received()) > 1)
+	})
+	for _, m := range srcs[0].received() {
+		if m.key != 0xbeef {
+			t.Fatalf("n00 received %+v: n02's mark (key feed) came through", m)
+		}
 	}
 }

@@ -360,6 +360,12 @@ func (n *Node) receiveLoad(msg transport.Message) {
 		n.log.Debug().Str("from", msg.From).Err(err).Msg("mesh: dropped an undecodable load message")
 		return
 	}
+	if _, foreign := (*n.foreign.Load())[msg.From]; foreign && n.loadIn.Lost {
+		// Its marks name keys of another scheme (compat.go): none would
+		// match, and each would push a real mark out of the router's set.
+		n.m.loadDrops.WithLabelValues(notPeerKeys).Inc()
+		return
+	}
 	now := n.nowMs()
 	n.loadMu.Lock()
 	res := n.loads.apply(msg.From, &n.loadIn, len(msg.Data), now)

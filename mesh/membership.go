@@ -204,8 +204,8 @@ func (n *Node) refresh() {
 			delete(n.warnedForeign, name) // gone or agreeing now: warned about again if it returns with another scheme
 		}
 	}
+	n.foreign.Store(&foreign) // before known: a member new in both is never known and not yet foreign
 	n.known.Store(&known)
-	n.foreign.Store(&foreign)
 
 	n.mu.Lock()
 	overlay := wantOverlay(n.overlay, len(claimMembers), n.cfg.RelayThreshold)

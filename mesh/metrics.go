@@ -72,14 +72,14 @@ func newMetrics(n *Node, reg prometheus.Registerer) (*metrics, error) {
 			[]string{"type"}),
 		loadDrops: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvmesh_mesh_load_dropped_messages_total",
-			Help: "Load-channel messages dropped: queue_full or send_error (outgoing), decode_error, stale (older than one applied) or unsynced (before the sender's first snapshot) (incoming)."},
+			Help: "Load-channel messages dropped: queue_full or send_error (outgoing), decode_error, stale (older than one applied) unsynced (before the sender's first snapshot) or key_scheme (lost marks from a member of another key scheme) (incoming)."},
 			[]string{"reason"}),
 		lostMarks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvmesh_mesh_lost_marks_total",
 			Help: "Lost marks (prompts a router found lost at a backend, router belief.lost_ttl) on the load channel, by direction: sent (this node's, counted once however many peers) or received (from a peer, with a backend known here)."},
 			[]string{"direction"}),
 	}
-	for _, r := range []string{"queue_full", "send_error", "decode_error", "stale", "unsynced"} {
+	for _, r := range []string{"queue_full", "send_error", "decode_error", "stale", "unsynced", notPeerKeys} {
 		m.loadDrops.WithLabelValues(r)
 	}
 	for _, d := range []string{"sent", "received"} {

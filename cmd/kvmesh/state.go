@@ -90,7 +90,7 @@ func openStateStore(dir string, interval time.Duration, maxTTL time.Duration, ix
 		restored: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvmesh_state_restored_claims",
 			Help: "Claims loaded from the snapshot at start (0 when none was loaded)."}),
 		loadErrs: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvmesh_state_load_errors_total",
-			Help: "Snapshots found at start that could not be read or were damaged (ignored: the node started cold)."}),
+			Help: "Snapshots found at start that could not be read, were damaged, or were taken under another key scheme (index.block_tokens or checkpoint_tokens changed) (ignored: the node started cold)."}),
 	}
 	s.writes.WithLabelValues("ok")
 	s.writes.WithLabelValues("error")
@@ -173,9 +173,12 @@ func (s *stateStore) restore() {
 	if err == nil {
 		var snap *crdt.Snapshot
 		if snap, err = crdt.ParseSnapshot(data); err == nil {
-			err = snap.Fits(s.ix)
-		}
-		if err == nil {
+			if err = snap.Fits(s.ix); err != nil {
+				// Not damage: the index settings changed on purpose, most likely.
+				s.loadErrs.Inc()
+				s.log.Warn().Str("path", path).Err(err).Msg("state: the snapshot was taken under other index settings and was not loaded; starting cold (it is replaced at the next write)")
+				return
+			}
 			now := s.now()
 			res := snap.Apply(s.ix, now.UnixMilli(), s.maxTTL)
 			s.restored.Set(float64(res.Claims))

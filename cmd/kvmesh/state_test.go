@@ -183,7 +183,8 @@ func TestStateStoreRefusesAnotherKeyScheme(t *testing.T) {
 	}
 	s2.restore()
 	s2.close()
-	if other.Len() != 0 || metricValue(s2.loadErrs) != 1 || !strings.Contains(logs.String(), "index.block_tokens or index.checkpoint_tokens changed") {
+	if other.Len() != 0 || metricValue(s2.loadErrs) != 1 ||
+		!strings.Contains(logs.String(), "index.block_tokens or index.checkpoint_tokens changed") || !strings.Contains(logs.String(), `"level":"warn"`) {
 		t.Fatalf("block size 16's snapshot under 32: %d claims loaded, %v load errors, log %s", other.Len(), metricValue(s2.loadErrs), logs.String())
 	}
 	// The same directory, the same scheme: it loads.
