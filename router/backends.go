@@ -371,6 +371,7 @@ func (rt *Router) maintain(ctx context.Context) {
 		case <-t.C:
 			rt.sweepRemoved()
 			rt.reactivate()
+			rt.sweepUnlisted(rt.now())
 			if tick%reclaimInterval == 0 {
 				rt.reclaimSlots()
 			}

@@ -108,6 +108,18 @@ type DiscoveryConfig struct {
 	// sweep. A restarted engine is caught by its probes (cold_after) and
 	// its reset prefix-cache counters, grace or not. 0: no grace.
 	RemoveGrace time.Duration `yaml:"remove_grace"`
+	// UnlistedGrace: a backend the claim state holds as active when the
+	// node starts (from its --state-dir snapshot, or a peer's) that this
+	// node has not listed within this time, and that no peer reports load
+	// at, is removed from the mesh's registry, once (unlistedSweep). Only
+	// a node that lists a backend and then stops listing it removes it
+	// otherwise, so one that left while every router was down (a full
+	// restart, a lone node restarted after its pods rolled) kept a
+	// registry name for good, saved again in every snapshot. 10 min:
+	// many discovery intervals, so that a slow first list is not taken
+	// for an empty one, and short against forget_removed (6 h), after
+	// which the name is freed. 0: never (as before this release).
+	UnlistedGrace time.Duration `yaml:"unlisted_grace"`
 	// DNS is the dns mode's source.
 	DNS DNSDiscoveryConfig `yaml:"dns"`
 	// Kubernetes is the kubernetes mode's source.
@@ -167,7 +179,8 @@ type KubernetesDiscoveryConfig struct {
 
 // DefaultDiscoveryConfig returns the defaults documented on each field.
 func DefaultDiscoveryConfig() DiscoveryConfig {
-	return DiscoveryConfig{Mode: DiscoveryStatic, Interval: 10 * time.Second, Scheme: "http", DrainTimeout: 10 * time.Minute, RemoveGrace: 30 * time.Second}
+	return DiscoveryConfig{Mode: DiscoveryStatic, Interval: 10 * time.Second, Scheme: "http", DrainTimeout: 10 * time.Minute, RemoveGrace: 30 * time.Second,
+		UnlistedGrace: 10 * time.Minute}
 }
 
 func (c *DiscoveryConfig) validate() []error {
@@ -233,6 +246,9 @@ func (c *DiscoveryConfig) validate() []error {
 	}
 	if c.RemoveGrace < 0 || c.RemoveGrace >= c.DrainTimeout {
 		bad("remove_grace (%v) must be in [0, drain_timeout (%v))", c.RemoveGrace, c.DrainTimeout)
+	}
+	if c.UnlistedGrace < 0 || c.UnlistedGrace > 0 && c.UnlistedGrace < 2*c.Interval {
+		bad("unlisted_grace (%v) must be 0 (off) or at least two intervals (%v)", c.UnlistedGrace, 2*c.Interval)
 	}
 	if c.Scheme != "http" && c.Scheme != "https" {
 		bad("scheme %q: want http or https", c.Scheme)
@@ -350,6 +366,7 @@ func (s *DiscoverySink) Skipped(what, why string) {
 type discoveryMetrics struct {
 	lookups, errors, skipped prometheus.Counter
 	added, removed           prometheus.Counter
+	unlisted                 prometheus.Counter // unlistedSweep's removals
 	drain                    prometheus.Observer
 	backends                 [4]prometheus.Gauge // serving, drained, removing, starting
 	// loops counts the backends' running watch loops (tests check that a
@@ -369,6 +386,8 @@ func newDiscoveryMetrics(reg prometheus.Registerer, mode string) (*discoveryMetr
 		Help: "Backends added to the set (discovered, or listed by a reloaded config)."})
 	removed := prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "discovery_backends_removed_total",
 		Help: "Backends no longer listed, which then drained."})
+	unlisted := prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "discovery_unlisted_removed_total",
+		Help: "Backends active in the claim state at start that no node listed within discovery.unlisted_grace, removed from the registry."})
 	drain := prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "discovery_drain_duration_seconds",
 		Help:    "Time from a backend's removal from the list to the end of its drain (its in-flight requests done, or drain_timeout).",
 		Buckets: prometheus.ExponentialBuckets(0.1, 3, 10)})
@@ -376,14 +395,14 @@ func newDiscoveryMetrics(reg prometheus.Registerer, mode string) (*discoveryMetr
 		Help: "Backends in the set by state: serving (listed, not drained), drained (by an operator), removing (no longer listed, draining), starting (added, first probe pending)."},
 		[]string{"state"})
 	m := &discoveryMetrics{lookups: lookups.WithLabelValues(mode), errors: errs.WithLabelValues(mode),
-		skipped: skipped.WithLabelValues(mode), added: added, removed: removed, drain: drain}
+		skipped: skipped.WithLabelValues(mode), added: added, removed: removed, unlisted: unlisted, drain: drain}
 	for i, s := range []string{"serving", "drained", "removing", "starting"} {
 		m.backends[i] = backends.WithLabelValues(s)
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{lookups, errs, skipped, added, removed, drain, backends} {
+	for _, c := range []prometheus.Collector{lookups, errs, skipped, added, removed, unlisted, drain, backends} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -119,6 +119,9 @@ type Router struct {
 	// (backend.written), for a later one of the same name to count on from:
 	// peers keep the largest count they heard from us. Guarded by setMu.
 	retired map[string]*atomic.Int64
+	// unlisted is the one sweep of registry entries no node lists
+	// (unlisted.go). Guarded by setMu after New.
+	unlisted unlistedSweep
 	// names holds every backend name a member object was made for, from
 	// before it is registered until it leaves (sweepRemoved): the Index
 	// never forgets a removed backend's name while the router holds it
@@ -215,6 +218,7 @@ func New(cfg Config, deps Deps) (*Router, error) {
 		return nil, err
 	}
 	deps.Index.AddInUse(func(name string) bool { _, ok := rt.names.Load(name); return ok })
+	rt.startUnlistedSweep(deps.Index, cfg.Discovery.UnlistedGrace)
 	if err := rt.initBackends(cfg.Backends); err != nil {
 		return nil, err
 	}

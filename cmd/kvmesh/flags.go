@@ -199,6 +199,7 @@ var serveSettings = []setting{
 		get:   func(c *ServeConfig) string { return strings.Join(c.Router.Discovery.Models, ",") },
 		apply: func(c *ServeConfig, v string) error { c.Router.Discovery.Models = list(v); return nil }},
 	durationSetting("backend-remove-grace", "router.discovery.remove_grace", "how long a backend no longer listed keeps its claims in case it is listed again (a readiness flap); 0 none", func(c *ServeConfig) *time.Duration { return &c.Router.Discovery.RemoveGrace }),
+	durationSetting("backend-unlisted-grace", "router.discovery.unlisted_grace", "a backend active in the claim state at start (a snapshot's) that no node lists within this time is removed from the registry, once; 0 never", func(c *ServeConfig) *time.Duration { return &c.Router.Discovery.UnlistedGrace }),
 	durationSetting("backend-drain-timeout", "router.discovery.drain_timeout", "how long a removed backend's in-flight requests are waited for before its claims are invalidated", func(c *ServeConfig) *time.Duration { return &c.Router.Discovery.DrainTimeout }),
 	strSetting("dns-name", "router.discovery.dns.name", "dns: the name to resolve (a headless Service; _http._tcp.<service> for its SRV records)", func(c *ServeConfig) *string { return &c.Router.Discovery.DNS.Name }),
 	strSetting("dns-record", "router.discovery.dns.record", "dns: A (A and AAAA) or SRV (default: SRV when the name starts with _)", func(c *ServeConfig) *string { return &c.Router.Discovery.DNS.Record }),
