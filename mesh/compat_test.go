@@ -220,3 +220,32 @@ func TestKeySchemeMismatchDropsLostMarks(t *testing.T) {
 		}
 	}
 }
+
+// PeerListed: a backend a peer's load messages name is listed (idle or
+// not); one no peer routes to is not; complete once every peer was heard.
+func TestPeerListed(t *testing.T) {
+	c := newTestCluster(t, nil)
+	a, b := c.start("n00"), c.start("n01")
+	if _, err := a.ix.EnsureBackend("gone"); err != nil { // only in n00's registry: nobody routes to it
+		t.Fatal(err)
+	}
+	a.n.SetLoadSource(newFakeLoad(t, a.ix))
+	b.n.SetLoadSource(newFakeLoad(t, b.ix)) // names b0-b3, all idle
+	gone, _ := a.ix.BackendByName("gone")
+	b2, _ := a.ix.BackendByName("b2")
+	c.waitMesh(time.Minute)
+	// Complete only once n01's first load message is in.
+	if _, complete := a.n.PeerListed(b2); complete && a.n.loadView().Peers == nil {
+		t.Fatal("complete before n01 was heard")
+	}
+	waitFor(t, time.Minute, "n00 to hear n01's load", func() bool {
+		_, complete := a.n.PeerListed(b2)
+		return complete
+	})
+	if listed, _ := a.n.PeerListed(b2); !listed {
+		t.Fatal("b2, which n01 routes to (idle), is not listed")
+	}
+	if listed, complete := a.n.PeerListed(gone); listed || !complete {
+		t.Fatalf("gone: listed %v, complete %v; want false, true", listed, complete)
+	}
+}

@@ -72,6 +72,29 @@ func (n *Node) PeerLoad(id tree.BackendID) (units, requests, inFlight float64) {
 // implements the router's PeerLoad; it takes no lock.
 func (n *Node) PeerWritten(id tree.BackendID) float64 { return n.loads.writtenSum(id) }
 
+// PeerListed says whether a peer routes to backend id: a load message of
+// its current incarnation named it (a node's load messages name every
+// backend it routes to, idle ones included). complete says whether every
+// alive member on the load channel has been heard since it started; until
+// then a false listed says nothing (the router's sweep of backends nobody
+// lists waits for it).
+func (n *Node) PeerListed(id tree.BackendID) (listed, complete bool) {
+	n.loadMu.Lock()
+	defer n.loadMu.Unlock()
+	complete = true
+	for _, s := range *n.loadOut.Load() {
+		p := n.loads.peers[s.peer]
+		if p == nil || p.inc == 0 {
+			complete = false
+			continue
+		}
+		if _, ok := p.written[id]; ok {
+			listed = true
+		}
+	}
+	return listed, complete
+}
+
 // BookingsChanged ships this node's bookings now (a request was
 // dispatched or got its first byte), instead of at the load loop's next
 // LoadInterval poll. It never blocks: when the last send was less than

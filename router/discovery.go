@@ -109,16 +109,18 @@ type DiscoveryConfig struct {
 	// its reset prefix-cache counters, grace or not. 0: no grace.
 	RemoveGrace time.Duration `yaml:"remove_grace"`
 	// UnlistedGrace: a backend the claim state holds as active when the
-	// node starts (from its --state-dir snapshot, or a peer's) that this
-	// node has not listed within this time, and that no peer reports load
-	// at, is removed from the mesh's registry, once (unlistedSweep). Only
-	// a node that lists a backend and then stops listing it removes it
-	// otherwise, so one that left while every router was down (a full
-	// restart, a lone node restarted after its pods rolled) kept a
-	// registry name for good, saved again in every snapshot. 10 min:
-	// many discovery intervals, so that a slow first list is not taken
-	// for an empty one, and short against forget_removed (6 h), after
-	// which the name is freed. 0: never (as before this release).
+	// node starts (restored from its --state-dir snapshot) that this node
+	// has not listed within this time, and that no peer routes to, is
+	// removed from the mesh's registry, once (unlistedSweep; not before
+	// every peer on the load channel was heard, nor before two intervals
+	// after the node's first list). Only a node that lists a backend and
+	// then stops listing it removes it otherwise, so one that left while
+	// every router was down (a full restart, a lone node restarted after
+	// its pods rolled) kept a registry name for good, saved again in
+	// every snapshot. 10 min: long after a restarted node has its list
+	// and its peers' load, and short against forget_removed (6 h), after
+	// which the name is freed. A node that runs for less (crash-looping)
+	// never sweeps. 0: never (as before this release).
 	UnlistedGrace time.Duration `yaml:"unlisted_grace"`
 	// DNS is the dns mode's source.
 	DNS DNSDiscoveryConfig `yaml:"dns"`
@@ -247,8 +249,8 @@ func (c *DiscoveryConfig) validate() []error {
 	if c.RemoveGrace < 0 || c.RemoveGrace >= c.DrainTimeout {
 		bad("remove_grace (%v) must be in [0, drain_timeout (%v))", c.RemoveGrace, c.DrainTimeout)
 	}
-	if c.UnlistedGrace < 0 || c.UnlistedGrace > 0 && c.UnlistedGrace < 2*c.Interval {
-		bad("unlisted_grace (%v) must be 0 (off) or at least two intervals (%v)", c.UnlistedGrace, 2*c.Interval)
+	if c.UnlistedGrace < 0 {
+		bad("unlisted_grace must be 0 (off) or positive, got %v", c.UnlistedGrace)
 	}
 	if c.Scheme != "http" && c.Scheme != "https" {
 		bad("scheme %q: want http or https", c.Scheme)

@@ -472,6 +472,7 @@ func TestDiscoveryConfigValidate(t *testing.T) {
 		{func(c *Config) { c.Discovery.Interval = 0 }, "interval must be at least 10ms"},
 		{func(c *Config) { c.Discovery.Interval = time.Nanosecond }, "interval must be at least 10ms, got 1ns"},
 		{func(c *Config) { c.Backends = nil }, "at least one backend"},
+		{func(c *Config) { c.Discovery.UnlistedGrace = -time.Second }, "unlisted_grace must be 0 (off) or positive, got -1s"},
 		{kube("app in ((", ""), `kubernetes: selector "app in ((":`},
 		{kube("app=vllm,", ""), `kubernetes: selector "app=vllm,"`},
 		{kube("app=vllm", "70000"), "kubernetes: port 70000: a port number must be in [1, 65535]"},

@@ -120,8 +120,10 @@ type Router struct {
 	// peers keep the largest count they heard from us. Guarded by setMu.
 	retired map[string]*atomic.Int64
 	// unlisted is the one sweep of registry entries no node lists
-	// (unlisted.go). Guarded by setMu after New.
-	unlisted unlistedSweep
+	// (unlisted.go). Guarded by setMu after New; unlistedDone says it
+	// ran or is off (read without the lock at every maintain tick).
+	unlisted     unlistedSweep
+	unlistedDone atomic.Bool
 	// names holds every backend name a member object was made for, from
 	// before it is registered until it leaves (sweepRemoved): the Index
 	// never forgets a removed backend's name while the router holds it
