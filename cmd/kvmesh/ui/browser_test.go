@@ -376,6 +376,41 @@ func TestBrowserPeerRemovedBackend(t *testing.T) {
 	r.waitFor("healthy again", func() bool { return cell() == "dot good|healthy" })
 }
 
+// dynMesh is a mesh whose view f fills at each read.
+type dynMesh struct{ f func(*mesh.Status) }
+
+func (d *dynMesh) Status() mesh.Status {
+	var s mesh.Status
+	d.f(&s)
+	return s
+}
+
+// A member this node cannot replicate claims with shows why, with a warning
+// dot; once it is a peer the cell says so, without the dot.
+func TestBrowserMemberNotPeer(t *testing.T) {
+	t.Parallel()
+	var fixed atomic.Bool
+	ms := &dynMesh{f: func(s *mesh.Status) {
+		r2 := mesh.Member{Name: "r2", Status: "alive", NotPeer: "derives claim keys as k1.b32.c512, this node as k1.b16.c512"}
+		if fixed.Load() {
+			r2 = mesh.Member{Name: "r2", Status: "alive", Peer: true}
+		}
+		s.Topology = "full-mesh"
+		s.Members = []mesh.Member{{Name: "r1", Status: "alive", Self: true}, r2}
+	}}
+	r := newRig(t, Deps{Node: "r1", Router: tickingWith(func(float64, *router.Status) {}), Index: &dynIndex{}, Mesh: ms})
+	cell := func() string {
+		return r.eval(`(() => { const rows = document.getElementById("members").tBodies[0].rows; ` +
+			`if (rows.length < 2) return ""; const c = rows[1].cells[3]; const d = c.querySelector(".dot"); ` +
+			`return (d ? d.className : "-") + "|" + c.textContent; })()`)
+	}
+	r.waitFor("the reason r2 is not a peer", func() bool {
+		return cell() == "dot warn|not a peer: it derives claim keys as k1.b32.c512, this node as k1.b16.c512"
+	})
+	fixed.Store(true)
+	r.waitFor("r2 a peer", func() bool { return cell() == "-|peer" })
+}
+
 // hideable makes document.hidden the test's to set.
 func hideable(r *rig) func(hidden bool) {
 	r.eval(`(() => { window.__hidden = false; Object.defineProperty(document, "hidden", {get: () => window.__hidden, configurable: true}); return ""; })()`)
