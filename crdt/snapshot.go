@@ -203,8 +203,11 @@ func ParseSnapshot(data []byte) (*Snapshot, error) {
 		if err != nil {
 			return nil, err
 		}
-		if size > maxSchemeBytes || size > uint64(len(r)) {
+		if size > maxSchemeBytes {
 			return nil, fmt.Errorf("crdt: snapshot: a key scheme of %d bytes (at most %d)", size, maxSchemeBytes)
+		}
+		if size > uint64(len(r)) {
+			return nil, fmt.Errorf("crdt: snapshot: the key scheme (%d bytes) runs past the end", size)
 		}
 		scheme, r = string(r[:size]), r[size:]
 	}
@@ -247,9 +250,8 @@ func ParseSnapshot(data []byte) (*Snapshot, error) {
 // Fits reports whether the snapshot's claims can be read by ix: taken
 // under the same key scheme (tree.Config.KeyScheme), or by a version that
 // did not record one. A snapshot taken before index.block_tokens or
-// index.checkpoint_tokens changed
-// holds keys no prompt gets any longer: loaded, they would only fill the
-// index, and go to the peers.
+// index.checkpoint_tokens changed holds claims no lookup finds any longer:
+// loaded, they would only fill the index, and go to the peers.
 func (s *Snapshot) Fits(ix *tree.Index) error {
 	if want := ix.Config().KeyScheme(); s.Info.KeyScheme != "" && s.Info.KeyScheme != want {
 		return fmt.Errorf("crdt: the snapshot's keys were derived as %s and this index derives them as %s "+

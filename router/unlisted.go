@@ -81,11 +81,7 @@ func (rt *Router) sweepUnlisted(now time.Time) int {
 	if now.Before(s.due) || now.Before(s.listed.Add(rt.reactivateAfter())) {
 		return 0
 	}
-	type candidate struct {
-		name string
-		id   tree.BackendID
-	}
-	var gone []candidate
+	var gone []string
 	for name, gen := range s.names {
 		if _, listed := rt.members[name]; listed {
 			continue
@@ -111,13 +107,13 @@ func (rt *Router) sweepUnlisted(now time.Time) int {
 				}
 			}
 		}
-		gone = append(gone, candidate{name, id})
+		gone = append(gone, name)
 	}
 	*s = unlistedSweep{}
 	rt.unlistedDone.Store(true)
-	for _, c := range gone {
-		rt.learner.Invalidate(c.name, true)
-		rt.log.Info().Str("backend", c.name).Stringer("grace", rt.cfg.Discovery.UnlistedGrace).
+	for _, name := range gone {
+		rt.learner.Invalidate(name, true)
+		rt.log.Info().Str("backend", name).Stringer("grace", rt.cfg.Discovery.UnlistedGrace).
 			Msg("backend active in the claim state since the start but not listed here, and no peer routes to it: removed from the registry")
 	}
 	rt.disc.unlisted.Add(float64(len(gone)))

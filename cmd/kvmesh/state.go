@@ -162,7 +162,8 @@ func (s *stateStore) removeStaleTemps() {
 
 // restore loads the snapshot, if there is one, into the index. It never
 // fails the start: a damaged snapshot, or one taken under another key
-// scheme (index.block_tokens or checkpoint_tokens changed), is logged, counted and ignored.
+// scheme (index.block_tokens or checkpoint_tokens changed), is logged,
+// counted and ignored.
 func (s *stateStore) restore() {
 	path := filepath.Join(s.dir, stateFile)
 	data, err := readSnapshotFile(path)
