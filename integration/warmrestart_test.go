@@ -75,6 +75,84 @@ func TestProcessMeshWarmRestart(t *testing.T) {
 	}
 }
 
+// TestProcessMeshRestartDropsUnlistedBackend: three real nodes with
+// --state-dir restart at once with one backend fewer (it left while they
+// were down). The restored registry entry of the backend nobody lists any
+// more is removed once the grace is over (and counted), while the claims
+// of the backends still listed are kept: the next turn of a conversation
+// still goes to its holder.
+func TestProcessMeshRestartDropsUnlistedBackend(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs processes")
+	}
+	bin := buildKVMesh(t)
+	fleet, err := sim.StartFleet(4, simConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+	stateDir := t.TempDir()
+	m := startMeshWith(t, bin, 3, fleet.URLs(), func(n *procNode) []string {
+		return []string{"--state-dir", filepath.Join(stateDir, n.name), "--state-interval", "1h",
+			"--backend-unlisted-grace", "1s", "--discovery-interval", "100ms"}
+	})
+	defer m.stop()
+	nodes := m.nodes
+
+	system := strings.Repeat("You are the unlisted backend test's assistant; answer briefly. ", 60)
+	turn1 := chatBody(system, "What is a registry?")
+	code, route := postRoute(nodes[0].api, turn1)
+	if code != 200 {
+		t.Fatalf("first turn: %d", code)
+	}
+	holder := routeField(route, "backend")
+	waitFor(t, 30*time.Second, "the three nodes to hold the same claims", func() bool {
+		d := nodes[0].stateDigest()
+		return d != "" && nodes[0].claims() > 0 && d == nodes[1].stateDigest() && d == nodes[2].stateDigest()
+	})
+	if killed := m.stop(); len(killed) > 0 {
+		t.Fatalf("%v did not exit within two minutes of SIGINT", killed)
+	}
+	// One backend that does not hold the conversation leaves while every
+	// node is down.
+	var kept []string
+	gone := ""
+	for _, b := range strings.Split(m.backends, ",") {
+		if name, _, _ := strings.Cut(b, "="); gone == "" && name != holder {
+			gone = name
+			continue
+		}
+		kept = append(kept, b)
+	}
+	m.backends = strings.Join(kept, ",")
+	for _, n := range nodes {
+		m.start(t, n)
+	}
+	removed := func() float64 {
+		sum := 0.0
+		for _, n := range nodes {
+			sum += max(metric(t, n.admin, "kvmesh_router_discovery_unlisted_removed_total"), 0)
+		}
+		return sum
+	}
+	waitFor(t, time.Minute, gone+"'s restored entry to be removed", func() bool { return removed() >= 1 })
+	if r := removed(); r > 3 {
+		t.Fatalf("%v removals counted for one backend over three nodes", r)
+	}
+	waitFor(t, 30*time.Second, "the nodes to agree again", func() bool {
+		d := nodes[0].stateDigest()
+		return d != "" && d == nodes[1].stateDigest() && d == nodes[2].stateDigest()
+	})
+	turn2 := chatBody(system, "What is a registry?", "A list of names.", "Which ones stay?")
+	code, route = postRoute(nodes[1].api, turn2)
+	if code != 200 {
+		t.Fatalf("second turn: %d", code)
+	}
+	if got := routeField(route, "backend"); got != holder || routeField(route, "reason") != "prefix" {
+		t.Fatalf("after the sweep the next turn went %q, want backend=%s reason=prefix", route, holder)
+	}
+}
+
 // chatBody is a chat request: a system prompt and alternating user and
 // assistant messages.
 func chatBody(system string, turns ...string) []byte {
