@@ -16,6 +16,10 @@ package router
 // rendering is unambiguous without lengths. Tags after GS and US are single
 // ASCII letters.
 //
+// The rendering decides the keys: a change that renders a request other
+// than before raises tree.KeyVersion, so that nodes (and snapshots) of the
+// old rendering and the new do not mix claims that would never match.
+//
 //	preamble  = FS canonical-JSON({"tools": [...], ...}) tool definitions and chat-template
 //	                                                     options (chat_template, chat_template_kwargs,
 //	                                                     documents, functions; for responses also
