@@ -92,10 +92,12 @@ func TestFormatMembers(t *testing.T) {
 			Tags: map[string]string{TagQUIC: "10.0.0.1:7947", TagProtocol: "1"}},
 		{Name: "router-b", Addr: "10.0.0.2:7946", QUICAddr: "10.0.0.2:7947", Status: "alive", Protocol: 1, Peer: true,
 			Tags: map[string]string{TagQUIC: "10.0.0.2:7947", TagProtocol: "1", "zone": "b", "az": "1"}, HeardAgoMs: ptr(int64(1250))},
-		{Name: "router-c", Addr: "10.0.0.3:7946", QUICAddr: "10.0.0.3:7947", Status: "alive", Protocol: 1, Peer: true, HeardAgoMs: ptr(int64(-1))},
+		{Name: "router-c", Addr: "10.0.0.3:7946", QUICAddr: "10.0.0.3:7947", Status: "alive", Protocol: 1, Peer: true, HeardAgoMs: ptr(int64(-1)),
+			Warning: "holds 500000 claims (index.capacity), this node 1000000: every node keeps only what the smallest index can; set the same on every node"},
 		{Name: "router-d", Addr: "10.0.0.4:7946", QUICAddr: "10.0.0.4:7947", Status: "alive", Protocol: 1,
 			NotPeer: "derives claim keys as k1.b32.c512, this node as k1.b16.c512: set the same index.block_tokens and index.checkpoint_tokens on every node"},
-		{Name: "router-old", Addr: "10.0.0.9:7946", Status: "failed", Tags: map[string]string{}, NotPeer: "announces no replication (QUIC) address"},
+		{Name: "router-old", Addr: "10.0.0.9:7946", Status: "failed", Tags: map[string]string{}, NotPeer: "announces no replication (QUIC) address",
+			Warning: "holds 2 claims (index.capacity), this node 1: every node keeps only what the smallest index can; set the same on every node"},
 	}
 	var buf bytes.Buffer
 	if err := FormatMembers(&buf, members); err != nil {
@@ -108,6 +110,7 @@ func TestFormatMembers(t *testing.T) {
 		"+ router-c    10.0.0.3:7946  10.0.0.3:7947  alive   never     1         -\n" +
 		"  router-d    10.0.0.4:7946  10.0.0.4:7947  alive   -         1         -\n" +
 		"  router-old  10.0.0.9:7946  -              failed  -         0         -\n" +
+		"router-c holds 500000 claims (index.capacity), this node 1000000: every node keeps only what the smallest index can; set the same on every node\n" +
 		"router-d is not a peer: it derives claim keys as k1.b32.c512, this node as k1.b16.c512: set the same index.block_tokens and index.checkpoint_tokens on every node\n" +
 		MembersLegend + "\n"
 	if buf.String() != want {

@@ -28,6 +28,19 @@ const (
 // notPeerReasons lists the reasons above, for metrics.
 var notPeerReasons = []string{notPeerProtocol, notPeerKeys, notPeerNoQUIC}
 
+// otherCapacity says, for a member announcing tags, that its index holds
+// another number of claims (index.capacity), or "" when it holds the same
+// or does not say. Such a member is still a peer, but eviction raises a
+// floor every replica adopts (crdt), so the mesh keeps only what the
+// smallest index can: a node given less silently shrinks every other.
+func (n *Node) otherCapacity(tags map[string]string) string {
+	c, own := tags[TagCapacity], strconv.Itoa(n.ix.Config().Capacity)
+	if c == "" || c == own {
+		return ""
+	}
+	return fmt.Sprintf("holds %s claims (index.capacity), this node %s: every node keeps only what the smallest index can; set the same on every node", c, own)
+}
+
 // notPeer says why this node cannot replicate claims with a member
 // announcing tags: "" when it can, else one of the notPeer reasons and a
 // sentence for operators. A member without TagKeys (a version before it)

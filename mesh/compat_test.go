@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,8 +22,8 @@ func (s oneBooking) LocalLoad(fn func(id tree.BackendID, units, requests, inFlig
 }
 func (oneBooking) Routed() uint64 { return 1 }
 
-// gaugeOf reads an unlabelled-but-one metric from a node's registry:
-// name{label=value}; -1 when it is not exported.
+// gaugeOf reads a metric from a node's registry: name{label=value}, or
+// an unlabelled one with label ""; -1 when it is not exported.
 func gaugeOf(t *testing.T, tn *testNode, name, label, value string) float64 {
 	t.Helper()
 	mfs, err := tn.reg.Gather()
@@ -34,6 +35,9 @@ func gaugeOf(t *testing.T, tn *testNode, name, label, value string) float64 {
 			continue
 		}
 		for _, m := range mf.Metric {
+			if label == "" {
+				return metricNumber(m)
+			}
 			for _, lp := range m.Label {
 				if lp.GetName() == label && lp.GetValue() == value {
 					return metricNumber(m)
@@ -247,5 +251,36 @@ func TestPeerListed(t *testing.T) {
 	}
 	if listed, complete := a.n.PeerListed(gone); listed || !complete {
 		t.Fatalf("gone: listed %v, complete %v; want false, true", listed, complete)
+	}
+}
+
+// A member whose index holds another number of claims is still a peer, but
+// it is listed with a warning and counted: the smallest index's evictions
+// hold for every node.
+func TestOtherCapacityIsAPeerWithAWarning(t *testing.T) {
+	c := newTestCluster(t, nil)
+	c.startN(2)
+	c.icfg.Capacity *= 2
+	big := c.start("n02")
+	a := c.node("n00")
+	c.waitMesh(time.Minute)
+	want := fmt.Sprintf("holds %d claims (index.capacity), this node %d", c.icfg.Capacity, c.icfg.Capacity/2)
+	for _, m := range a.n.Members() {
+		switch m.Name {
+		case "n01":
+			if m.Warning != "" {
+				t.Fatalf("n01 (the same capacity): warning %q", m.Warning)
+			}
+		case "n02":
+			if !m.Peer || m.NotPeer != "" || !strings.Contains(m.Warning, want) {
+				t.Fatalf("n02: peer %v, not-peer %q, warning %q; want a peer warned of %q", m.Peer, m.NotPeer, m.Warning, want)
+			}
+		}
+	}
+	if got := gaugeOf(t, a, "kvmesh_mesh_other_capacity_members", "", ""); got != 1 {
+		t.Fatalf("kvmesh_mesh_other_capacity_members = %v on n00, want 1", got)
+	}
+	if got := gaugeOf(t, big, "kvmesh_mesh_other_capacity_members", "", ""); got != 2 {
+		t.Fatalf("kvmesh_mesh_other_capacity_members = %v on n02, want 2", got)
 	}
 }

@@ -15,7 +15,8 @@ import (
 // marked with '*', members it replicates with with '+' (the legend under
 // the table says so); the header lines up with the names, past the mark
 // column. An alive member this node cannot replicate claims with gets a
-// line under the table saying why (Member.NotPeer).
+// line under the table saying why (Member.NotPeer), and one whose
+// settings degrade the mesh a line saying which (Member.Warning).
 func FormatMembers(w io.Writer, members []Member) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  NAME\tADDRESS\tQUIC\tSTATUS\tHEARD\tPROTOCOL\tTAGS")
@@ -35,6 +36,11 @@ func FormatMembers(w io.Writer, members []Member) error {
 	for _, m := range members {
 		if m.NotPeer != "" && m.Status == "alive" {
 			if _, err := fmt.Fprintf(w, "%s is not a peer: it %s\n", m.Name, m.NotPeer); err != nil {
+				return err
+			}
+		}
+		if m.Warning != "" && m.Status == "alive" {
+			if _, err := fmt.Fprintf(w, "%s %s\n", m.Name, m.Warning); err != nil {
 				return err
 			}
 		}

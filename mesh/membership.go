@@ -36,6 +36,10 @@ type Member struct {
 	// (another protocol, another key scheme, no QUIC address), for any
 	// member but this one; empty when it can.
 	NotPeer string `json:"not_peer,omitempty"`
+	// Warning says what of the member's settings differs from this
+	// node's and degrades the mesh without keeping it from being a peer
+	// (another index.capacity); empty when nothing does.
+	Warning string `json:"warning,omitempty"`
 	// HeardAgoMs is, for a peer in an admin view, how long before the view
 	// its last replication message arrived (ms, on this node's clock); -1
 	// when none has: a link that does not work (a certificate of another
@@ -60,9 +64,10 @@ func (n *Node) Members() []Member {
 	for _, m := range ms {
 		proto, _ := strconv.Atoi(m.Tags[TagProtocol])
 		self := m.Name == n.cfg.Name
-		var why string
+		var why, warning string
 		if !self {
 			_, why = n.notPeer(m.Tags)
+			warning = n.otherCapacity(m.Tags)
 		}
 		out = append(out, Member{
 			Name:     m.Name,
@@ -74,6 +79,7 @@ func (n *Node) Members() []Member {
 			Self:     self,
 			Peer:     peers[m.Name],
 			NotPeer:  why,
+			Warning:  warning,
 		})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
@@ -139,7 +145,8 @@ func (n *Node) createSerf() (*serf.Serf, error) {
 
 	sc := serf.DefaultConfig()
 	sc.NodeName = n.cfg.Name
-	sc.Tags = map[string]string{TagQUIC: n.quicAddr(), TagProtocol: strconv.Itoa(ProtocolVersion), TagKeys: n.scheme}
+	sc.Tags = map[string]string{TagQUIC: n.quicAddr(), TagProtocol: strconv.Itoa(ProtocolVersion), TagKeys: n.scheme,
+		TagCapacity: strconv.Itoa(n.ix.Config().Capacity)}
 	if n.cfg.PreciseStreams != "" {
 		sc.Tags[TagPrecise] = n.cfg.PreciseStreams
 	}
@@ -188,6 +195,11 @@ func (n *Node) refresh() {
 		}
 		addrs[m.Name] = dialAddr(m.Tags[TagQUIC], m.Addr)
 		members = append(members, m.Name)
+		if w := n.otherCapacity(m.Tags); w != "" && n.warnedCapacity[m.Name] != m.Tags[TagCapacity] {
+			n.warnedCapacity[m.Name] = m.Tags[TagCapacity]
+			n.log.Warn().Str("member", m.Name).Str("capacity", m.Tags[TagCapacity]).Int("this_node", n.ix.Config().Capacity).
+				Msgf("mesh: %s %s", m.Name, w)
+		}
 		if reason == notPeerKeys {
 			foreign[m.Name] = struct{}{}
 			if n.warnedForeign[m.Name] != m.Tags[TagKeys] {
@@ -202,6 +214,11 @@ func (n *Node) refresh() {
 	for name := range n.warnedForeign {
 		if _, ok := foreign[name]; !ok {
 			delete(n.warnedForeign, name) // gone or agreeing now: warned about again if it returns with another scheme
+		}
+	}
+	for name := range n.warnedCapacity {
+		if _, ok := addrs[name]; !ok {
+			delete(n.warnedCapacity, name) // gone: warned about again if it returns with another capacity
 		}
 	}
 	n.foreign.Store(&foreign) // before known: a member new in both is never known and not yet foreign

@@ -163,6 +163,7 @@ var (
 	descLoadBytes  = prometheus.NewDesc("kvmesh_mesh_load_bytes_total", "Load-channel bytes by peer and direction.", []string{"peer", "direction"}, nil)
 	descLoadAge    = prometheus.NewDesc("kvmesh_mesh_load_age_seconds", "Time since the peer's last load-channel message applied (late or stale ones do not count; its bookings count less from LoadFresh and are dropped at LoadMaxAge).", []string{"peer"}, nil)
 	descLoadShare  = prometheus.NewDesc("kvmesh_mesh_load_share_ratio", "This node's share of the requests the mesh routes, from the routing rates the nodes report (1 alone).", nil, nil)
+	descCapacity   = prometheus.NewDesc("kvmesh_mesh_other_capacity_members", "Alive peers whose index.capacity differs from this node's: every node keeps only what the smallest index can (eviction floors are shared).", nil, nil)
 	descNotPeers   = prometheus.NewDesc("kvmesh_mesh_incompatible_members", "Alive members this node cannot replicate claims with, by reason: another replication protocol (protocol), another key scheme, i.e. index.block_tokens or checkpoint_tokens (key_scheme), no QUIC address (no_quic).", []string{"reason"}, nil)
 )
 
@@ -199,7 +200,7 @@ var replicaCounters = []struct {
 
 func (c *meshCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMembers, descPeers, descOverlay, descBacklog, descConverged, descInFullSync, descLastHeard,
-		descLoadMsgs, descLoadBytes, descLoadAge, descLoadShare, descNotPeers} {
+		descLoadMsgs, descLoadBytes, descLoadAge, descLoadShare, descNotPeers, descCapacity} {
 		ch <- d
 	}
 	for _, rc := range replicaCounters {
@@ -210,6 +211,7 @@ func (c *meshCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *meshCollector) Collect(ch chan<- prometheus.Metric) {
 	n := c.n
 	states := map[string]int{"alive": 0, "leaving": 0, "left": 0, "failed": 0}
+	otherCap := 0
 	notPeers := make(map[string]int, len(notPeerReasons))
 	for _, r := range notPeerReasons {
 		notPeers[r] = 0
@@ -220,6 +222,8 @@ func (c *meshCollector) Collect(ch chan<- prometheus.Metric) {
 			if m.Status == serf.StatusAlive && m.Name != n.cfg.Name {
 				if r, _ := n.notPeer(m.Tags); r != "" {
 					notPeers[r]++
+				} else if n.otherCapacity(m.Tags) != "" {
+					otherCap++
 				}
 			}
 		}
@@ -230,6 +234,7 @@ func (c *meshCollector) Collect(ch chan<- prometheus.Metric) {
 	for r, k := range notPeers {
 		ch <- prometheus.MustNewConstMetric(descNotPeers, prometheus.GaugeValue, float64(k), r)
 	}
+	ch <- prometheus.MustNewConstMetric(descCapacity, prometheus.GaugeValue, float64(otherCap))
 	v := n.view.Load()
 	ch <- prometheus.MustNewConstMetric(descPeers, prometheus.GaugeValue, float64(len(v.peers)))
 	ch <- prometheus.MustNewConstMetric(descOverlay, prometheus.GaugeValue, b2f(v.overlay))

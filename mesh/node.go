@@ -75,6 +75,10 @@ const (
 	// the key version, block size and checkpoints). Members announcing another
 	// scheme are not peers (compat.go).
 	TagKeys = "keys"
+	// TagCapacity is the most claims the member's index holds
+	// (index.capacity). Members announcing another stay peers, with a
+	// warning (compat.go).
+	TagCapacity = "cap"
 )
 
 // Node is one kvmesh router node's side of the mesh: serf membership, the
@@ -130,6 +134,8 @@ type Node struct {
 	// warnedForeign: the foreign members warned about, with the scheme
 	// each announced (a member that changes it is warned about again).
 	warnedForeign map[string]string
+	// warnedCapacity: the same for members of another index.capacity.
+	warnedCapacity map[string]string
 
 	// applyQ carries claim-protocol messages from the receive loop to the
 	// apply loop; the receive loop closes it when it ends.
@@ -229,6 +235,7 @@ func New(cfg Config, deps Deps) (*Node, error) {
 	n.foreign.Store(&none)
 	n.scheme = n.ix.Config().KeyScheme()
 	n.warnedForeign = make(map[string]string)
+	n.warnedCapacity = make(map[string]string)
 	n.view.Store(&topologyView{})
 	if n.m, err = newMetrics(n, deps.Registerer); err != nil {
 		return nil, fmt.Errorf("mesh: register metrics: %w", err)

@@ -12,7 +12,8 @@ import (
 // Every node of a mesh must use the same BlockTokens, CheckpointTokens and
 // Capacity: keys and eviction must agree across replicas. The first two
 // make the KeyScheme, which nodes announce: members of another scheme do
-// not share claims (package mesh).
+// not share claims (package mesh). Nodes announce Capacity too: one of
+// another capacity stays a peer, with a warning.
 type Config struct {
 	// BlockTokens is the number of tokens in one block. 16 is vLLM's default
 	// KV block size, so a claim never points inside a block the backend could

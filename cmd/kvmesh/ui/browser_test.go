@@ -386,13 +386,17 @@ func (d *dynMesh) Status() mesh.Status {
 }
 
 // A member this node cannot replicate claims with shows why, with a warning
-// dot; once it is a peer the cell says so, without the dot.
+// dot; a peer of another capacity shows the warning with the dot; a peer
+// like this node shows "peer", without the dot.
 func TestBrowserMemberNotPeer(t *testing.T) {
 	t.Parallel()
-	var fixed atomic.Bool
+	var phase atomic.Int32
 	ms := &dynMesh{f: func(s *mesh.Status) {
 		r2 := mesh.Member{Name: "r2", Status: "alive", NotPeer: "derives claim keys as k1.b32.c512, this node as k1.b16.c512"}
-		if fixed.Load() {
+		switch phase.Load() {
+		case 1:
+			r2 = mesh.Member{Name: "r2", Status: "alive", Peer: true, Warning: "holds 2 claims (index.capacity), this node 1"}
+		case 2:
 			r2 = mesh.Member{Name: "r2", Status: "alive", Peer: true}
 		}
 		s.Topology = "full-mesh"
@@ -407,7 +411,11 @@ func TestBrowserMemberNotPeer(t *testing.T) {
 	r.waitFor("the reason r2 is not a peer", func() bool {
 		return cell() == "dot warn|not a peer: it derives claim keys as k1.b32.c512, this node as k1.b16.c512"
 	})
-	fixed.Store(true)
+	phase.Store(1)
+	r.waitFor("r2 a peer with a warning", func() bool {
+		return cell() == "dot warn|peer; it holds 2 claims (index.capacity), this node 1"
+	})
+	phase.Store(2)
 	r.waitFor("r2 a peer", func() bool { return cell() == "-|peer" })
 }
 

@@ -123,6 +123,9 @@ type Member struct {
 	// NotPeer says why the node cannot replicate claims with the member
 	// (mesh.Member.NotPeer): another protocol or key scheme.
 	NotPeer string `json:"not_peer,omitempty"`
+	// Warning says what of a peer's settings degrades the mesh
+	// (mesh.Member.Warning): another index.capacity.
+	Warning string `json:"warning,omitempty"`
 }
 
 // Peer is one replication peer: the claim protocol's state and, when the
@@ -195,7 +198,7 @@ func meshState(ms *mesh.Status, now time.Time) *Mesh {
 		ClaimsSent: ms.Replica.ClaimsSent, ClaimsReceived: ms.Replica.ClaimsReceived,
 		ClaimsApplied: ms.Replica.ClaimsApplied, FullSyncs: ms.Replica.FullSyncsReceived}
 	for _, mb := range ms.Members {
-		m.Members = append(m.Members, Member{Name: mb.Name, Addr: mb.Addr, Status: mb.Status, Self: mb.Self, Peer: mb.Peer, NotPeer: mb.NotPeer})
+		m.Members = append(m.Members, Member{Name: mb.Name, Addr: mb.Addr, Status: mb.Status, Self: mb.Self, Peer: mb.Peer, NotPeer: mb.NotPeer, Warning: mb.Warning})
 	}
 	age := func(t time.Time) *int64 {
 		if t.IsZero() {

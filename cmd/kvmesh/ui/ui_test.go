@@ -63,7 +63,8 @@ func TestStateMapsTheSources(t *testing.T) {
 		}}}
 	ms := fakeMesh{AdminView: mesh.AdminView{Topology: "full-mesh", Incarnation: 9,
 		Members: []mesh.Member{{Name: "r1", Status: "alive", Self: true}, {Name: "r2", Status: "alive", Peer: true}, {Name: "r3", Status: "failed"},
-			{Name: "r5", Status: "alive", NotPeer: "derives claim keys as k1.b32.c512, this node as k1.b16.c512"}},
+			{Name: "r5", Status: "alive", NotPeer: "derives claim keys as k1.b32.c512, this node as k1.b16.c512"},
+			{Name: "r6", Status: "alive", Peer: true, Warning: "holds 2 claims (index.capacity), this node 1"}},
 		Peers: []mesh.PeerView{{Name: "r2", Backlog: 4, Converged: true, LastHeard: now.Add(-250 * time.Millisecond)}},
 		Load: mesh.LoadView{Sharing: true, Share: 0.5, Peers: []mesh.LoadPeerView{
 			{Peer: "r2", AgeMs: 12, Weight: 1, RoutedPerSecond: 3}, {Peer: "r4", AgeMs: 40, Weight: 0.5}}}},
@@ -99,10 +100,11 @@ func TestStateMapsTheSources(t *testing.T) {
 		t.Errorf("index: %+v", st.Index)
 	}
 	m := st.Mesh
-	if m == nil || m.Incarnation != "9" || len(m.Members) != 4 || len(m.Peers) != 2 || m.ApplyLagCount != 10 || !m.Sharing {
+	if m == nil || m.Incarnation != "9" || len(m.Members) != 5 || len(m.Peers) != 2 || m.ApplyLagCount != 10 || !m.Sharing {
 		t.Fatalf("mesh: %+v", m)
 	}
-	if r5 := m.Members[3]; r5.Peer || r5.NotPeer != "derives claim keys as k1.b32.c512, this node as k1.b16.c512" || m.Members[1].NotPeer != "" {
+	if r5 := m.Members[3]; r5.Peer || r5.NotPeer != "derives claim keys as k1.b32.c512, this node as k1.b16.c512" || m.Members[1].NotPeer != "" ||
+		m.Members[4].Warning != "holds 2 claims (index.capacity), this node 1" || m.Members[3].Warning != "" {
 		t.Errorf("members: %+v", m.Members)
 	}
 	r2, r4 := m.Peers[0], m.Peers[1]

@@ -338,6 +338,9 @@
       if (mb.not_peer && mb.status === 'alive') {
         // It cannot share claims with this node: why, with a warning dot.
         status(tr.cells[3], 'not a peer: it ' + mb.not_peer, 'warn');
+      } else if (mb.warning && mb.status === 'alive') {
+        // A peer whose settings degrade the mesh (another capacity).
+        status(tr.cells[3], (mb.peer ? 'peer; it ' : 'it ') + mb.warning, 'warn');
       } else {
         delete tr.cells[3].dataset.s; // status() may have set it
         cell(tr, 3, mb.self ? 'this node' : mb.peer ? 'peer' : '');
