@@ -91,10 +91,7 @@ func TestProcessMeshKillRestart(t *testing.T) {
 
 	// Every node ends with the same replicated state; r2 got what was
 	// learned while it was down.
-	waitFor(t, 30*time.Second, "the three nodes to converge", func() bool {
-		d := nodes[0].stateDigest()
-		return d != "" && d == nodes[1].stateDigest() && d == nodes[2].stateDigest()
-	})
+	waitFor(t, 30*time.Second, "the three nodes to converge", m.agree)
 	if victim.claims() == 0 || digestWhileDown == "" {
 		t.Fatalf("restarted node holds %d claims", victim.claims())
 	}
@@ -314,7 +311,18 @@ func (n *procNode) aliveMembers() int {
 }
 
 func (n *procNode) stateDigest() string { v, _ := n.view(); return v.StateDigest }
-func (n *procNode) claims() int         { v, _ := n.view(); return v.Index.Claims }
+
+// agree says whether every node answers with the same state digest.
+func (m *procMesh) agree() bool {
+	d := m.nodes[0].stateDigest()
+	for _, n := range m.nodes[1:] {
+		if d == "" || n.stateDigest() != d {
+			return false
+		}
+	}
+	return true
+}
+func (n *procNode) claims() int { v, _ := n.view(); return v.Index.Claims }
 
 func post(addr string, body []byte) int {
 	c := http.Client{Timeout: 30 * time.Second}

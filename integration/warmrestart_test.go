@@ -30,30 +30,10 @@ func TestProcessMeshWarmRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fleet.Close()
-	stateDir := t.TempDir()
-	m := startMeshWith(t, bin, 3, fleet.URLs(), func(n *procNode) []string {
-		return []string{"--state-dir", filepath.Join(stateDir, n.name), "--state-interval", "1h"} // only the shutdown write
-	})
+	system := strings.Repeat("You are the warm restart test's assistant; answer briefly and kindly. ", 60)
+	m, holder := stoppedAfterOneTurn(t, bin, fleet.URLs(), chatBody(system, "What is a KV cache?"))
 	defer m.stop()
 	nodes := m.nodes
-
-	system := strings.Repeat("You are the warm restart test's assistant; answer briefly and kindly. ", 60)
-	turn1 := chatBody(system, "What is a KV cache?")
-	code, route := postRoute(nodes[0].api, turn1)
-	if code != 200 {
-		t.Fatalf("first turn: %d", code)
-	}
-	holder := routeField(route, "backend")
-	// Every node holds the claims before the restart (each writes its own
-	// snapshot).
-	waitFor(t, 30*time.Second, "the three nodes to hold the same claims", func() bool {
-		d := nodes[0].stateDigest()
-		return d != "" && nodes[0].claims() > 0 && d == nodes[1].stateDigest() && d == nodes[2].stateDigest()
-	})
-
-	if killed := m.stop(); len(killed) > 0 { // SIGINT: every node writes its snapshot and exits
-		t.Fatalf("%v did not exit within two minutes of SIGINT (killed: no snapshot written)", killed)
-	}
 	for _, n := range nodes {
 		m.start(t, n)
 	}
@@ -65,7 +45,7 @@ func TestProcessMeshWarmRestart(t *testing.T) {
 	}
 
 	turn2 := chatBody(system, "What is a KV cache?", "It keeps attention keys and values.", "And why route by prefix?")
-	code, route = postRoute(nodes[2].api, turn2)
+	code, route := postRoute(nodes[2].api, turn2)
 	if code != 200 {
 		t.Fatalf("second turn: %d", code)
 	}
@@ -91,28 +71,11 @@ func TestProcessMeshRestartDropsUnlistedBackend(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fleet.Close()
-	stateDir := t.TempDir()
-	m := startMeshWith(t, bin, 3, fleet.URLs(), func(n *procNode) []string {
-		return []string{"--state-dir", filepath.Join(stateDir, n.name), "--state-interval", "1h",
-			"--backend-unlisted-grace", "1s", "--discovery-interval", "100ms"}
-	})
+	system := strings.Repeat("You are the unlisted backend test's assistant; answer briefly. ", 60)
+	m, holder := stoppedAfterOneTurn(t, bin, fleet.URLs(), chatBody(system, "What is a registry?"),
+		"--backend-unlisted-grace", "1s", "--discovery-interval", "100ms")
 	defer m.stop()
 	nodes := m.nodes
-
-	system := strings.Repeat("You are the unlisted backend test's assistant; answer briefly. ", 60)
-	turn1 := chatBody(system, "What is a registry?")
-	code, route := postRoute(nodes[0].api, turn1)
-	if code != 200 {
-		t.Fatalf("first turn: %d", code)
-	}
-	holder := routeField(route, "backend")
-	waitFor(t, 30*time.Second, "the three nodes to hold the same claims", func() bool {
-		d := nodes[0].stateDigest()
-		return d != "" && nodes[0].claims() > 0 && d == nodes[1].stateDigest() && d == nodes[2].stateDigest()
-	})
-	if killed := m.stop(); len(killed) > 0 {
-		t.Fatalf("%v did not exit within two minutes of SIGINT", killed)
-	}
 	// One backend that does not hold the conversation leaves while every
 	// node is down.
 	var kept []string
@@ -139,18 +102,40 @@ func TestProcessMeshRestartDropsUnlistedBackend(t *testing.T) {
 	if r := removed(); r > 3 {
 		t.Fatalf("%v removals counted for one backend over three nodes", r)
 	}
-	waitFor(t, 30*time.Second, "the nodes to agree again", func() bool {
-		d := nodes[0].stateDigest()
-		return d != "" && d == nodes[1].stateDigest() && d == nodes[2].stateDigest()
-	})
+	waitFor(t, 30*time.Second, "the nodes to agree again", m.agree)
 	turn2 := chatBody(system, "What is a registry?", "A list of names.", "Which ones stay?")
-	code, route = postRoute(nodes[1].api, turn2)
+	code, route := postRoute(nodes[1].api, turn2)
 	if code != 200 {
 		t.Fatalf("second turn: %d", code)
 	}
 	if got := routeField(route, "backend"); got != holder || routeField(route, "reason") != "prefix" {
 		t.Fatalf("after the sweep the next turn went %q, want backend=%s reason=prefix", route, holder)
 	}
+}
+
+// stoppedAfterOneTurn starts three nodes with --state-dir (and extra serve
+// flags) over backendURLs, sends turn to the first, waits until every node
+// holds the same claims, and stops them all, each writing its snapshot on
+// SIGINT. It returns the mesh, to start again, and the backend that holds
+// the turn's prefix.
+func stoppedAfterOneTurn(t *testing.T, bin string, backendURLs []string, turn []byte, extra ...string) (*procMesh, string) {
+	t.Helper()
+	stateDir := t.TempDir()
+	m := startMeshWith(t, bin, 3, backendURLs, func(n *procNode) []string {
+		// --state-interval 1h: only the shutdown write
+		return append([]string{"--state-dir", filepath.Join(stateDir, n.name), "--state-interval", "1h"}, extra...)
+	})
+	code, route := postRoute(m.nodes[0].api, turn)
+	if code != 200 {
+		t.Fatalf("first turn: %d", code)
+	}
+	// Every node holds the claims before the restart (each writes its own
+	// snapshot).
+	waitFor(t, 30*time.Second, "the three nodes to hold the same claims", func() bool { return m.nodes[0].claims() > 0 && m.agree() })
+	if killed := m.stop(); len(killed) > 0 { // SIGINT: every node writes its snapshot and exits
+		t.Fatalf("%v did not exit within two minutes of SIGINT (killed: no snapshot written)", killed)
+	}
+	return m, routeField(route, "backend")
 }
 
 // chatBody is a chat request: a system prompt and alternating user and
