@@ -19,7 +19,7 @@ func (ix *Index) ClaimTime(ch *Chain, depth int32, b BackendID, now int64) (Time
 	key, floor := uint64(ch.Keys[depth-1]), ix.floor.Load()
 	n, ok := 0, false
 	for try := 0; try < maxRetries && !ok; try++ {
-		n, ok = ix.probe(&ix.t, key, now, floor, &buf, &times)
+		n, ok = ix.probe(ix.tab.Load(), key, now, floor, &buf, &times)
 	}
 	if !ok {
 		n = ix.probeLocked(key, now, floor, &buf, &times)

@@ -21,14 +21,19 @@ type Index struct {
 	cfg   Config
 	keyer Keyer
 
-	mu      sync.Mutex
-	t       table
-	reg     registry
-	inUse   []func(name string) bool // AddInUse; guarded by mu
-	count   int                      // occupied slots, including dead claims not yet swept
-	cursor  uint64                   // incremental sweep position
-	hist    []int32
-	changed []Claim // scratch for Learn
+	mu sync.Mutex
+	// t is the table writers use (under mu); tab publishes the same table
+	// to lookups, which take no lock. They differ only while grow builds
+	// a new one (grow.go).
+	t        *table
+	tab      atomic.Pointer[table]
+	maxSlots int // the table's size once the Index may hold Capacity claims
+	reg      registry
+	inUse    []func(name string) bool // AddInUse; guarded by mu
+	count    int                      // occupied slots, including dead claims not yet swept
+	cursor   uint64                   // incremental sweep position
+	hist     []int32
+	changed  []Claim // scratch for Learn
 
 	// floor is the eviction watermark in expiry milliseconds: claims expiring
 	// at or before it are gone. It only rises, and replicas share it.
@@ -81,19 +86,24 @@ func (o Outcome) String() string {
 	return fmt.Sprintf("Outcome(%d)", uint8(o))
 }
 
-// New returns an empty Index. It allocates the whole table up front
-// (32 bytes per slot, two slots per claim of capacity).
+// New returns an empty Index. Its table (32 bytes per slot, at most half
+// the slots occupied) starts at 65,536 slots and doubles as claims arrive,
+// up to two slots per claim of capacity rounded up to a power of two
+// (grow.go).
 func New(cfg Config) (*Index, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	maxSlots := tableSize(cfg.Capacity)
 	ix := &Index{
-		cfg:   cfg,
-		keyer: NewKeyer(cfg),
-		t:     newTable(tableSize(cfg.Capacity)),
-		reg:   newRegistry(cfg.MaxBackends),
-		hist:  make([]int32, histBuckets),
+		cfg:      cfg,
+		keyer:    NewKeyer(cfg),
+		t:        newTable(min(initialSlots, maxSlots)),
+		maxSlots: maxSlots,
+		reg:      newRegistry(cfg.MaxBackends),
+		hist:     make([]int32, histBuckets),
 	}
+	ix.tab.Store(ix.t)
 	ix.floor.Store(-1 << 62)
 	return ix, nil
 }

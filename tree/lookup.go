@@ -141,7 +141,7 @@ func (l *lookup) probeDepth(d int) int {
 	res.Probes++
 	n, ok := 0, false
 	for try := 0; try < maxRetries && !ok; try++ {
-		n, ok = ix.probe(&ix.t, key, l.now, l.floor, &l.buf, &l.times)
+		n, ok = ix.probe(ix.tab.Load(), key, l.now, l.floor, &l.buf, &l.times)
 	}
 	if !ok {
 		n = ix.probeLocked(key, l.now, l.floor, &l.buf, &l.times)
@@ -235,7 +235,7 @@ func (ix *Index) probe(t *table, key uint64, now, floor int64, buf *[16]uint64, 
 func (ix *Index) probeLocked(key uint64, now, floor int64, buf *[16]uint64, times *[16]Timestamp) int {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	t := &ix.t
+	t := ix.t
 	n := 0
 	for i := key >> t.shift; ; i = (i + 1) & t.mask {
 		s := &t.slots[i]

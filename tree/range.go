@@ -32,7 +32,7 @@ func (ix *Index) RangeKeys(lo, hi Key, now int64, fn func(c *Claim) bool) {
 	}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	t := &ix.t
+	t := ix.t
 	start, end := t.home(lo), t.home(hi)
 	// Every claim of the range sits at or after its home slot (in
 	// [start, end]) with no empty slot in between, so walking from start to

@@ -5,12 +5,15 @@ import "sync/atomic"
 type indexStats struct {
 	inserted, replaced, coalesced, rejected atomic.Uint64
 	swept, evicted, floorRaises, forgotten  atomic.Uint64
+	grown                                   atomic.Uint64
 }
 
 // Stats are cumulative counters of an Index, for metrics.
 type Stats struct {
 	Claims      int    `json:"claims"`       // occupied slots now
 	Capacity    int    `json:"capacity"`     // configured capacity
+	TableBytes  int    `json:"table_bytes"`  // the claim table's memory now (it grows with the claims held)
+	Grown       uint64 `json:"grown"`        // times the table doubled
 	Backends    int    `json:"backends"`     // registered backends (names holding an id; removed ones until forgotten)
 	Forgotten   int    `json:"forgotten"`    // removed names kept without an id (ForgetRemoved)
 	ForgotTotal uint64 `json:"forgot_total"` // names ForgetRemoved freed the id of
@@ -27,10 +30,10 @@ type Stats struct {
 // Stats returns a snapshot of the counters.
 func (ix *Index) Stats() Stats {
 	ix.mu.Lock()
-	n, nb, nf := ix.count, len(ix.reg.byName), len(ix.reg.forgotten)
+	n, nb, nf, slots := ix.count, len(ix.reg.byName), len(ix.reg.forgotten), len(ix.t.slots)
 	ix.mu.Unlock()
 	return Stats{
-		Claims: n, Capacity: ix.cfg.Capacity, Backends: nb, Forgotten: nf, ForgotTotal: ix.stats.forgotten.Load(),
+		Claims: n, Capacity: ix.cfg.Capacity, TableBytes: slots * slotBytes, Grown: ix.stats.grown.Load(), Backends: nb, Forgotten: nf, ForgotTotal: ix.stats.forgotten.Load(),
 		Inserted: ix.stats.inserted.Load(), Replaced: ix.stats.replaced.Load(),
 		Coalesced: ix.stats.coalesced.Load(), Rejected: ix.stats.rejected.Load(),
 		Swept: ix.stats.swept.Load(), Evicted: ix.stats.evicted.Load(),

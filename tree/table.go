@@ -3,6 +3,7 @@ package tree
 import (
 	"math/bits"
 	"sync/atomic"
+	"unsafe"
 )
 
 // table is an open-addressed hash table of claims with linear probing and
@@ -34,10 +35,13 @@ type slot struct {
 	meta atomic.Uint64 // origin<<32 | gen<<16 | backend
 }
 
+// slotBytes is the size of a slot.
+const slotBytes = int(unsafe.Sizeof(slot{}))
+
 const stripeShift = 6 // 64 slots (2 KiB) per stripe
 
-func newTable(size int) table {
-	return table{
+func newTable(size int) *table {
+	return &table{
 		slots:   make([]slot, size),
 		mask:    uint64(size - 1),
 		shift:   uint(64 - bits.TrailingZeros64(uint64(size))),

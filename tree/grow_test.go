@@ -1,0 +1,176 @@
+package tree
+
+import (
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// randomClaims returns n claims on b with random keys, expiring at exp.
+func randomClaims(r *rand.Rand, b BackendID, n int, now, exp int64) []Claim {
+	cs := make([]Claim, n)
+	for i := range cs {
+		cs[i] = Claim{Key: Key(r.Uint64() | 1), Backend: b, Time: MakeTimestamp(now, 0), Expires: exp, Origin: 1}
+	}
+	return cs
+}
+
+// has reports whether the lock-free probe finds key on b.
+func has(ix *Index, key Key, b BackendID, now int64) bool {
+	var (
+		buf   [16]uint64
+		times [16]Timestamp
+	)
+	n, ok := 0, false
+	for try := 0; try < maxRetries && !ok; try++ {
+		n, ok = ix.probe(ix.tab.Load(), uint64(key), now, ix.floor.Load(), &buf, &times)
+	}
+	if !ok {
+		n = ix.probeLocked(uint64(key), now, ix.floor.Load(), &buf, &times)
+	}
+	for _, m := range buf[:n] {
+		if BackendID(m) == b {
+			return true
+		}
+	}
+	return false
+}
+
+func TestTableGrowsWithTheClaims(t *testing.T) {
+	ix := newTestIndex(t, func(c *Config) { c.Capacity = 1_000_000 })
+	b := backends(t, ix, "a")[0]
+	if got := ix.Stats().TableBytes; got != initialSlots*slotBytes {
+		t.Fatalf("an empty index takes %d bytes, want %d", got, initialSlots*slotBytes)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	now := int64(1_000_000)
+	claims := randomClaims(r, b, 100_000, now, now+minute)
+	for i := 0; i < len(claims); i += 1000 {
+		ix.UpsertBatch(claims[i:i+1000], now, nil)
+	}
+	st := ix.Stats()
+	// 100,000 claims at a load of at most 1/2: 262,144 slots, two doublings.
+	if st.Claims != 100_000 || st.TableBytes != 262_144*slotBytes || st.Grown != 2 {
+		t.Fatalf("after 100,000 claims: %d claims, %d bytes, grown %d times; want 100000, %d, 2",
+			st.Claims, st.TableBytes, st.Grown, 262_144*slotBytes)
+	}
+	for _, c := range claims {
+		if !has(ix, c.Key, b, now) {
+			t.Fatalf("claim %x lost in the growth", c.Key)
+		}
+	}
+	var n int
+	ix.Range(now, func(*Claim) bool { n++; return true })
+	if n != len(claims) {
+		t.Fatalf("Range saw %d claims, want %d", n, len(claims))
+	}
+}
+
+// The table never outgrows what Capacity needs: past it, eviction makes
+// room, as before.
+func TestTableStopsGrowingAtCapacity(t *testing.T) {
+	ix := newTestIndex(t, func(c *Config) { c.Capacity = 40_000 })
+	b := backends(t, ix, "a")[0]
+	r := rand.New(rand.NewPCG(3, 4))
+	now := int64(1_000_000)
+	for i := 0; i < 60; i++ {
+		ix.UpsertBatch(randomClaims(r, b, 1000, now, now+minute+int64(i)), now, nil)
+	}
+	st := ix.Stats()
+	if st.TableBytes != tableSize(40_000)*slotBytes {
+		t.Fatalf("table of %d bytes, want %d", st.TableBytes, tableSize(40_000)*slotBytes)
+	}
+	if st.Claims > 40_000 || st.Evicted == 0 {
+		t.Fatalf("%d claims, %d evicted: eviction should have kept the index at its capacity", st.Claims, st.Evicted)
+	}
+}
+
+// A table full of dead claims is swept, not doubled: growing is for live
+// claims only.
+func TestTableSweepsBeforeGrowing(t *testing.T) {
+	ix := newTestIndex(t, func(c *Config) { c.Capacity = 1_000_000 })
+	b := backends(t, ix, "a")[0]
+	r := rand.New(rand.NewPCG(5, 6))
+	now := int64(1_000_000)
+	ix.UpsertBatch(randomClaims(r, b, initialSlots/2, now, now+1000), now, nil)
+	if st := ix.Stats(); st.Grown != 0 {
+		t.Fatalf("grew at %d claims in %d bytes", st.Claims, st.TableBytes)
+	}
+	later := now + 2000 // every claim so far has expired
+	ix.UpsertBatch(randomClaims(r, b, 1000, later, later+minute), later, nil)
+	st := ix.Stats()
+	if st.Grown != 0 || st.Claims != 1000 {
+		t.Fatalf("with every old claim expired: grown %d times, %d claims; want 0 and 1000", st.Grown, st.Claims)
+	}
+}
+
+// Lookups take no lock: while the table doubles under them, every claim
+// stored before stays visible to every probe (run with -race).
+func TestLookupsSeeEveryClaimWhileTheTableGrows(t *testing.T) {
+	ix := newTestIndex(t, func(c *Config) { c.Capacity = 1_000_000 })
+	b := backends(t, ix, "a")[0]
+	r := rand.New(rand.NewPCG(7, 8))
+	now := int64(1_000_000)
+	old := randomClaims(r, b, 2000, now, now+minute)
+	ix.UpsertBatch(old, now, nil)
+	more := randomClaims(r, b, 200_000, now, now+minute)
+
+	var stop atomic.Bool
+	var missed atomic.Int64
+	var probes atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 2; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; !stop.Load(); i++ {
+				if !has(ix, old[i%len(old)].Key, b, now) {
+					missed.Add(1)
+				}
+				probes.Add(1)
+			}
+		}()
+	}
+	for i := 0; i < len(more); i += 500 {
+		ix.UpsertBatch(more[i:i+500], now, nil)
+	}
+	stop.Store(true)
+	wg.Wait()
+	if st := ix.Stats(); st.Grown < 3 {
+		t.Fatalf("the table grew %d times, want at least 3 for the test to mean anything", st.Grown)
+	}
+	if missed.Load() != 0 {
+		t.Fatalf("%d of %d probes missed a claim stored before the table grew", missed.Load(), probes.Load())
+	}
+}
+
+// BenchmarkGrowLastDoubling copies 500,000 claims from a table of 1,048,576
+// slots into one of 2,097,152: the last doubling of an index of the default
+// capacity (1,000,000 claims), the longest the writers' lock is held for
+// growth. Lookups do not wait for it.
+func BenchmarkGrowLastDoubling(b *testing.B) {
+	ix := newTestIndex(b, func(c *Config) { c.Capacity = 1_000_000 })
+	id := backends(b, ix, "a")[0]
+	r := rand.New(rand.NewPCG(9, 10))
+	now := int64(1_000_000)
+	claims := randomClaims(r, id, 500_000, now, now+minute)
+	for i := 0; i < len(claims); i += 1000 {
+		ix.UpsertBatch(claims[i:i+1000], now, nil)
+	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	full := ix.t
+	if len(full.slots) != 1<<20 {
+		b.Fatalf("fixture has %d slots, want %d", len(full.slots), 1<<20)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		ix.t, ix.count = full, len(claims)
+		ix.grow(2*len(full.slots), now)
+	}
+	if ix.count != len(claims) {
+		b.Fatalf("kept %d claims of %d", ix.count, len(claims))
+	}
+	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/grow")
+}
