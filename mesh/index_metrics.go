@@ -18,7 +18,7 @@ var (
 	descIndexCapacity  = prometheus.NewDesc("kvmesh_index_capacity_claims", "Configured claim capacity.", nil, nil)
 	descIndexBackends  = prometheus.NewDesc("kvmesh_index_backends", "Backend names holding a registry id (of index.max 4,096): listed ones, and removed ones until index.forget_removed has passed.", nil, nil)
 	descIndexForgotten = prometheus.NewDesc("kvmesh_index_backends_forgotten", "Removed backend names kept without an id after index.forget_removed (so late copies of their entries are refused).", nil, nil)
-	descIndexTable     = prometheus.NewDesc("kvmesh_index_table_bytes", "Memory of the claim table: it starts at 2 MiB and doubles as claims arrive, up to 64 MiB per 1,000,000 claims of index.capacity.", nil, nil)
+	descIndexTable     = prometheus.NewDesc("kvmesh_index_table_bytes", "Memory of the claim table: it starts at 2 MiB and doubles as claims arrive, up to 32 bytes times the power of two at or above twice index.capacity (64 MiB at the default 1,000,000).", nil, nil)
 	descIndexFloor     = prometheus.NewDesc("kvmesh_index_floor_timestamp_seconds", "Eviction floor: claims expiring at or before it are gone (Unix seconds).", nil, nil)
 )
 

@@ -93,15 +93,63 @@ func TestTableSweepsBeforeGrowing(t *testing.T) {
 	b := backends(t, ix, "a")[0]
 	r := rand.New(rand.NewPCG(5, 6))
 	now := int64(1_000_000)
-	ix.UpsertBatch(randomClaims(r, b, initialSlots/2, now, now+1000), now, nil)
+	old := randomClaims(r, b, initialSlots/2, now, now+1000)
+	ix.UpsertBatch(old, now, nil)
 	if st := ix.Stats(); st.Grown != 0 {
 		t.Fatalf("grew at %d claims in %d bytes", st.Claims, st.TableBytes)
 	}
 	later := now + 2000 // every claim so far has expired
-	ix.UpsertBatch(randomClaims(r, b, 1000, later, later+minute), later, nil)
+	fresh := randomClaims(r, b, 1000, later, later+minute)
+	// The first new claim (whose insert finds the table at its load and
+	// sweeps it) has the home slot of an old one, so before the sweep its
+	// free slot lies past that home.
+	fresh[0].Key = old[0].Key ^ 2
+	ix.UpsertBatch(fresh, later, nil)
 	st := ix.Stats()
 	if st.Grown != 0 || st.Claims != 1000 {
 		t.Fatalf("with every old claim expired: grown %d times, %d claims; want 0 and 1000", st.Grown, st.Claims)
+	}
+	// The claim whose insert ran the sweep went where the swept table has
+	// room for it, not to the slot found before the sweep.
+	for _, c := range fresh {
+		if !has(ix, c.Key, b, later) {
+			t.Fatalf("claim %x stored after the sweep is not found", c.Key)
+		}
+	}
+}
+
+// A sweep that frees only a little does not spare the doubling: otherwise
+// every insert from then on would sweep the whole table again.
+func TestTableGrowsWhenTheSweepFreesLittle(t *testing.T) {
+	ix := newTestIndex(t, func(c *Config) { c.Capacity = 1_000_000 })
+	b := backends(t, ix, "a")[0]
+	r := rand.New(rand.NewPCG(11, 12))
+	now := int64(1_000_000)
+	// Half the table full, a sixteenth of its slots about to expire.
+	ix.UpsertBatch(randomClaims(r, b, initialSlots/16, now, now+1000), now, nil)
+	ix.UpsertBatch(randomClaims(r, b, initialSlots/2-initialSlots/16, now, now+minute), now, nil)
+	later := now + 2000
+	ix.UpsertBatch(randomClaims(r, b, 100, later, later+minute), later, nil)
+	if st := ix.Stats(); st.Grown != 1 || st.TableBytes != 2*initialSlots*slotBytes {
+		t.Fatalf("after a sweep that freed a sixteenth: grown %d times, %d bytes; want 1 and %d",
+			st.Grown, st.TableBytes, 2*initialSlots*slotBytes)
+	}
+}
+
+// With a capacity of a power of two the largest table is exactly twice the
+// capacity, so it reaches its load before the index is full: it must not
+// grow past the size the capacity needs.
+func TestTableOfAPowerOfTwoCapacityStopsGrowing(t *testing.T) {
+	ix := newTestIndex(t, func(c *Config) { c.Capacity = 1 << 16 })
+	b := backends(t, ix, "a")[0]
+	r := rand.New(rand.NewPCG(13, 14))
+	now := int64(1_000_000)
+	for i := 0; i < 80; i++ {
+		ix.UpsertBatch(randomClaims(r, b, 1000, now, now+minute+int64(i)), now, nil)
+	}
+	if st := ix.Stats(); st.TableBytes != tableSize(1<<16)*slotBytes || st.Claims > 1<<16 {
+		t.Fatalf("table of %d bytes holding %d claims; want %d bytes and at most %d claims",
+			st.TableBytes, st.Claims, tableSize(1<<16)*slotBytes, 1<<16)
 	}
 }
 
