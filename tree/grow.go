@@ -1,6 +1,7 @@
 package tree
 
-// The table starts small and doubles as claims arrive, up to the size that
+// The table starts small and doubles as claims arrive (when half full, or
+// when a claim lands far from its home: see maxProbe), up to the size that
 // Capacity needs (tableSize). A node that holds 100,000 claims then walks,
 // sweeps, digests and pages in a table sized for them rather than one of
 // 2,097,152 slots (64 MiB) sized for a full index: on a machine where random
@@ -29,18 +30,37 @@ const (
 	maxLoadDen = 2
 )
 
+// maxProbe is the distance from its home slot past which a new claim
+// doubles the table whatever its load. Claims often arrive in key order:
+// a full transfer from a peer and a repair come range by range, a snapshot
+// in slot order. Then one range of the table fills while the table as a
+// whole is far from its load, and without this every insert there would
+// walk one ever longer run. At a load of 1/2, linear probing almost never
+// goes this far by chance (and if it does, the table only grows sooner).
+const maxProbe = 64
+
 // full reports whether one more claim would take the table past its load.
 func (ix *Index) full() bool {
 	return (ix.count+1)*maxLoadDen > len(ix.t.slots)*maxLoadNum
 }
 
-// growForInsert runs before a new claim is stored while the table is at
-// its load. It first reclaims dead claims; if that freed less than a
-// quarter of what the table may hold, it doubles the table, so that a sweep
-// that frees little is not repeated on every insert. It reports whether
-// the table changed (the caller's slot index is then stale).
-func (ix *Index) growForInsert(now int64) bool {
-	if len(ix.t.slots) >= ix.maxSlots || !ix.full() {
+// growForInsert runs before a new claim with key k is stored at slot i
+// (the empty slot find returned). It doubles the table if i is more than
+// maxProbe slots past k's home. Otherwise, when the table is at its load,
+// it first reclaims dead claims and doubles the table if that freed less
+// than a quarter of what the table may hold, so that a sweep that frees
+// little is not repeated on every insert. It reports whether the table
+// changed (the caller's slot index is then stale).
+func (ix *Index) growForInsert(i uint64, k Key, now int64) bool {
+	if len(ix.t.slots) >= ix.maxSlots {
+		return false
+	}
+	if (i-ix.t.home(k))&ix.t.mask > maxProbe {
+		ix.t.done()
+		ix.grow(2*len(ix.t.slots), now)
+		return true
+	}
+	if !ix.full() {
 		return false
 	}
 	ix.t.done()

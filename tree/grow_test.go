@@ -1,7 +1,9 @@
 package tree
 
 import (
+	"cmp"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -221,4 +223,43 @@ func BenchmarkGrowLastDoubling(b *testing.B) {
 		b.Fatalf("kept %d claims of %d", ix.count, len(claims))
 	}
 	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/grow")
+}
+
+// longestProbe is the farthest any claim sits from its home slot.
+func longestProbe(ix *Index) uint64 {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	var most uint64
+	for j := range ix.t.slots {
+		if k := ix.t.slots[j].key.Load(); k != 0 {
+			most = max(most, (uint64(j)-ix.t.home(Key(k)))&ix.t.mask)
+		}
+	}
+	return most
+}
+
+// Claims that arrive in key order (a full transfer from a peer comes range
+// by range, a snapshot in slot order) fill one range of the table while the
+// table as a whole is far from its load: the table grows on a long probe
+// too, or every insert there would walk one ever longer run.
+func TestTableGrowsForClaimsInKeyOrder(t *testing.T) {
+	ix := newTestIndex(t, func(c *Config) { c.Capacity = 1_000_000 })
+	b := backends(t, ix, "a")[0]
+	r := rand.New(rand.NewPCG(15, 16))
+	now := int64(1_000_000)
+	claims := randomClaims(r, b, 200_000, now, now+minute)
+	slices.SortFunc(claims, func(x, y Claim) int { return cmp.Compare(x.Key, y.Key) })
+	for i := 0; i < len(claims); i += 4096 {
+		ix.UpsertBatch(claims[i:min(i+4096, len(claims))], now, nil)
+		// Checked after every batch: growing at the load alone spreads the
+		// run again at the next doubling, after each insert walked it.
+		if got := longestProbe(ix); got > 4*maxProbe {
+			t.Fatalf("after %d claims, one sits %d slots past its home (table of %d bytes)", i+4096, got, ix.Stats().TableBytes)
+		}
+	}
+	for _, c := range claims {
+		if !has(ix, c.Key, b, now) {
+			t.Fatalf("claim %x not found", c.Key)
+		}
+	}
 }

@@ -92,7 +92,7 @@ func (ix *Index) upsert(c *Claim, now int64, learned bool) Outcome {
 		ix.stats.replaced.Add(1)
 		return Replaced
 	}
-	if ix.growForInsert(now) {
+	if ix.growForInsert(i, c.Key, now) {
 		i, _ = ix.t.find(c.Key, c.Backend)
 	}
 	if ix.count >= ix.cfg.Capacity {
