@@ -18,6 +18,21 @@ func randomClaims(r *rand.Rand, b BackendID, n int, now, exp int64) []Claim {
 	return cs
 }
 
+// oneBackendIndex is an index of the given capacity with one backend, a
+// seeded source of claims and the time to write them at.
+func oneBackendIndex(tb testing.TB, capacity int, seed1, seed2 uint64) (*Index, BackendID, *rand.Rand, int64) {
+	tb.Helper()
+	ix := newTestIndex(tb, func(c *Config) { c.Capacity = capacity })
+	return ix, backends(tb, ix, "a")[0], rand.New(rand.NewPCG(seed1, seed2)), 1_000_000
+}
+
+// upsertInBatches writes claims into ix, size at a time.
+func upsertInBatches(ix *Index, claims []Claim, size int, now int64) {
+	for i := 0; i < len(claims); i += size {
+		ix.UpsertBatch(claims[i:min(i+size, len(claims))], now, nil)
+	}
+}
+
 // has reports whether the lock-free probe finds key on b.
 func has(ix *Index, key Key, b BackendID, now int64) bool {
 	var (
@@ -40,17 +55,12 @@ func has(ix *Index, key Key, b BackendID, now int64) bool {
 }
 
 func TestTableGrowsWithTheClaims(t *testing.T) {
-	ix := newTestIndex(t, func(c *Config) { c.Capacity = 1_000_000 })
-	b := backends(t, ix, "a")[0]
+	ix, b, r, now := oneBackendIndex(t, 1_000_000, 1, 2)
 	if got := ix.Stats().TableBytes; got != initialSlots*slotBytes {
 		t.Fatalf("an empty index takes %d bytes, want %d", got, initialSlots*slotBytes)
 	}
-	r := rand.New(rand.NewPCG(1, 2))
-	now := int64(1_000_000)
 	claims := randomClaims(r, b, 100_000, now, now+minute)
-	for i := 0; i < len(claims); i += 1000 {
-		ix.UpsertBatch(claims[i:i+1000], now, nil)
-	}
+	upsertInBatches(ix, claims, 1000, now)
 	st := ix.Stats()
 	// 100,000 claims at a load of at most 1/2: 262,144 slots, two doublings.
 	if st.Claims != 100_000 || st.TableBytes != 262_144*slotBytes || st.Grown != 2 {
@@ -72,10 +82,7 @@ func TestTableGrowsWithTheClaims(t *testing.T) {
 // The table never outgrows what Capacity needs: past it, eviction makes
 // room, as before.
 func TestTableStopsGrowingAtCapacity(t *testing.T) {
-	ix := newTestIndex(t, func(c *Config) { c.Capacity = 40_000 })
-	b := backends(t, ix, "a")[0]
-	r := rand.New(rand.NewPCG(3, 4))
-	now := int64(1_000_000)
+	ix, b, r, now := oneBackendIndex(t, 40_000, 3, 4)
 	for i := 0; i < 60; i++ {
 		ix.UpsertBatch(randomClaims(r, b, 1000, now, now+minute+int64(i)), now, nil)
 	}
@@ -91,10 +98,7 @@ func TestTableStopsGrowingAtCapacity(t *testing.T) {
 // A table full of dead claims is swept, not doubled: growing is for live
 // claims only.
 func TestTableSweepsBeforeGrowing(t *testing.T) {
-	ix := newTestIndex(t, func(c *Config) { c.Capacity = 1_000_000 })
-	b := backends(t, ix, "a")[0]
-	r := rand.New(rand.NewPCG(5, 6))
-	now := int64(1_000_000)
+	ix, b, r, now := oneBackendIndex(t, 1_000_000, 5, 6)
 	old := randomClaims(r, b, initialSlots/2, now, now+1000)
 	ix.UpsertBatch(old, now, nil)
 	if st := ix.Stats(); st.Grown != 0 {
@@ -123,10 +127,7 @@ func TestTableSweepsBeforeGrowing(t *testing.T) {
 // A sweep that frees only a little does not spare the doubling: otherwise
 // every insert from then on would sweep the whole table again.
 func TestTableGrowsWhenTheSweepFreesLittle(t *testing.T) {
-	ix := newTestIndex(t, func(c *Config) { c.Capacity = 1_000_000 })
-	b := backends(t, ix, "a")[0]
-	r := rand.New(rand.NewPCG(11, 12))
-	now := int64(1_000_000)
+	ix, b, r, now := oneBackendIndex(t, 1_000_000, 11, 12)
 	// Half the table full, a sixteenth of its slots about to expire.
 	ix.UpsertBatch(randomClaims(r, b, initialSlots/16, now, now+1000), now, nil)
 	ix.UpsertBatch(randomClaims(r, b, initialSlots/2-initialSlots/16, now, now+minute), now, nil)
@@ -142,10 +143,7 @@ func TestTableGrowsWhenTheSweepFreesLittle(t *testing.T) {
 // capacity, so it reaches its load before the index is full: it must not
 // grow past the size the capacity needs.
 func TestTableOfAPowerOfTwoCapacityStopsGrowing(t *testing.T) {
-	ix := newTestIndex(t, func(c *Config) { c.Capacity = 1 << 16 })
-	b := backends(t, ix, "a")[0]
-	r := rand.New(rand.NewPCG(13, 14))
-	now := int64(1_000_000)
+	ix, b, r, now := oneBackendIndex(t, 1 << 16, 13, 14)
 	for i := 0; i < 80; i++ {
 		ix.UpsertBatch(randomClaims(r, b, 1000, now, now+minute+int64(i)), now, nil)
 	}
@@ -158,10 +156,7 @@ func TestTableOfAPowerOfTwoCapacityStopsGrowing(t *testing.T) {
 // Lookups take no lock: while the table doubles under them, every claim
 // stored before stays visible to every probe (run with -race).
 func TestLookupsSeeEveryClaimWhileTheTableGrows(t *testing.T) {
-	ix := newTestIndex(t, func(c *Config) { c.Capacity = 1_000_000 })
-	b := backends(t, ix, "a")[0]
-	r := rand.New(rand.NewPCG(7, 8))
-	now := int64(1_000_000)
+	ix, b, r, now := oneBackendIndex(t, 1_000_000, 7, 8)
 	old := randomClaims(r, b, 2000, now, now+minute)
 	ix.UpsertBatch(old, now, nil)
 	more := randomClaims(r, b, 200_000, now, now+minute)
@@ -182,9 +177,7 @@ func TestLookupsSeeEveryClaimWhileTheTableGrows(t *testing.T) {
 			}
 		}()
 	}
-	for i := 0; i < len(more); i += 500 {
-		ix.UpsertBatch(more[i:i+500], now, nil)
-	}
+	upsertInBatches(ix, more, 500, now)
 	stop.Store(true)
 	wg.Wait()
 	if st := ix.Stats(); st.Grown < 3 {
@@ -200,14 +193,9 @@ func TestLookupsSeeEveryClaimWhileTheTableGrows(t *testing.T) {
 // capacity (1,000,000 claims), the longest the writers' lock is held for
 // growth. Lookups do not wait for it.
 func BenchmarkGrowLastDoubling(b *testing.B) {
-	ix := newTestIndex(b, func(c *Config) { c.Capacity = 1_000_000 })
-	id := backends(b, ix, "a")[0]
-	r := rand.New(rand.NewPCG(9, 10))
-	now := int64(1_000_000)
+	ix, id, r, now := oneBackendIndex(b, 1_000_000, 9, 10)
 	claims := randomClaims(r, id, 500_000, now, now+minute)
-	for i := 0; i < len(claims); i += 1000 {
-		ix.UpsertBatch(claims[i:i+1000], now, nil)
-	}
+	upsertInBatches(ix, claims, 1000, now)
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	full := ix.t
@@ -243,10 +231,7 @@ func longestProbe(ix *Index) uint64 {
 // table as a whole is far from its load: the table grows on a long probe
 // too, or every insert there would walk one ever longer run.
 func TestTableGrowsForClaimsInKeyOrder(t *testing.T) {
-	ix := newTestIndex(t, func(c *Config) { c.Capacity = 1_000_000 })
-	b := backends(t, ix, "a")[0]
-	r := rand.New(rand.NewPCG(15, 16))
-	now := int64(1_000_000)
+	ix, b, r, now := oneBackendIndex(t, 1_000_000, 15, 16)
 	claims := randomClaims(r, b, 200_000, now, now+minute)
 	slices.SortFunc(claims, func(x, y Claim) int { return cmp.Compare(x.Key, y.Key) })
 	for i := 0; i < len(claims); i += 4096 {
