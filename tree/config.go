@@ -32,8 +32,9 @@ type Config struct {
 	CheckpointTokens int
 
 	// Capacity is the most claims the Index holds. 1,000,000 claims take
-	// about 64 MiB (the table grows to that as claims arrive) and cover ~40,000 typical requests (25 claims each), more
-	// than a fleet's KV caches can hold. All replicas should use the same
+	// about 64 MiB (the table grows to that as claims arrive) and cover
+	// ~40,000 typical requests (25 claims each), more than a fleet's KV
+	// caches can hold. All replicas should use the same
 	// capacity: eviction raises a floor shared by every replica.
 	Capacity int
 

@@ -23,8 +23,8 @@ type Index struct {
 
 	mu sync.Mutex
 	// t is the table writers use (under mu); tab publishes the same table
-	// to lookups, which take no lock. They differ only while grow builds
-	// a new one (grow.go).
+	// to lookups, which take no lock. grow (grow.go) builds a new table
+	// aside, then sets both.
 	t        *table
 	tab      atomic.Pointer[table]
 	maxSlots int // the table's size once the Index may hold Capacity claims

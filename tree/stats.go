@@ -33,7 +33,8 @@ func (ix *Index) Stats() Stats {
 	n, nb, nf, slots := ix.count, len(ix.reg.byName), len(ix.reg.forgotten), len(ix.t.slots)
 	ix.mu.Unlock()
 	return Stats{
-		Claims: n, Capacity: ix.cfg.Capacity, TableBytes: slots * slotBytes, Grown: ix.stats.grown.Load(), Backends: nb, Forgotten: nf, ForgotTotal: ix.stats.forgotten.Load(),
+		Claims: n, Capacity: ix.cfg.Capacity, TableBytes: slots * slotBytes, Grown: ix.stats.grown.Load(),
+		Backends: nb, Forgotten: nf, ForgotTotal: ix.stats.forgotten.Load(),
 		Inserted: ix.stats.inserted.Load(), Replaced: ix.stats.replaced.Load(),
 		Coalesced: ix.stats.coalesced.Load(), Rejected: ix.stats.rejected.Load(),
 		Swept: ix.stats.swept.Load(), Evicted: ix.stats.evicted.Load(),
