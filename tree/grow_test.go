@@ -143,7 +143,7 @@ func TestTableGrowsWhenTheSweepFreesLittle(t *testing.T) {
 // capacity, so it reaches its load before the index is full: it must not
 // grow past the size the capacity needs.
 func TestTableOfAPowerOfTwoCapacityStopsGrowing(t *testing.T) {
-	ix, b, r, now := oneBackendIndex(t, 1 << 16, 13, 14)
+	ix, b, r, now := oneBackendIndex(t, 1<<16, 13, 14)
 	for i := 0; i < 80; i++ {
 		ix.UpsertBatch(randomClaims(r, b, 1000, now, now+minute+int64(i)), now, nil)
 	}
