@@ -58,7 +58,7 @@ func tickingWith(fill func(el float64, s *router.Status)) *dynRouter {
 type dynIndex struct{ floor atomic.Int64 }
 
 func (d *dynIndex) Stats() tree.Stats {
-	return tree.Stats{Claims: 5, Capacity: 10, Floor: d.floor.Load()}
+	return tree.Stats{Claims: 5, Capacity: 10, TableBytes: 3 << 20, Floor: d.floor.Load()}
 }
 
 // chromium finds a Chromium (ChromiumPath) or skips the test.
@@ -601,7 +601,7 @@ func TestBrowserDetails(t *testing.T) {
 	if h := r.text("mesh-hint"); !strings.Contains(h, "incarnation deadbeefcafebabe") {
 		t.Errorf("mesh hint: %q", h)
 	}
-	if f := r.text("index-facts"); !strings.Contains(f, "9,000,000,000,000,000 ms") {
+	if f := r.text("index-facts"); !strings.Contains(f, "9,000,000,000,000,000 ms") || !strings.Contains(f, "3.0 MiB") {
 		t.Errorf("index facts: %q", f)
 	}
 	if c := r.eval(`document.querySelector("#backends tbody tr").cells[7].className`); c != "num" {

@@ -81,6 +81,7 @@ type Backend struct {
 type Index struct {
 	Claims      int    `json:"claims"`
 	Capacity    int    `json:"capacity"`
+	TableBytes  int    `json:"table_bytes"` // the claim table's memory: it grows with the claims held
 	Backends    int    `json:"backends"`
 	Inserted    uint64 `json:"inserted"`
 	Evicted     uint64 `json:"evicted"`
@@ -183,7 +184,7 @@ func (st *State) fill(rs *router.Status, is tree.Stats, ms *mesh.Status, now tim
 		}
 		st.Backends = append(st.Backends, row)
 	}
-	st.Index = Index{Claims: is.Claims, Capacity: is.Capacity, Backends: is.Backends, Inserted: is.Inserted,
+	st.Index = Index{Claims: is.Claims, Capacity: is.Capacity, TableBytes: is.TableBytes, Backends: is.Backends, Inserted: is.Inserted,
 		Evicted: is.Evicted, Swept: is.Swept, Rejected: is.Rejected, FloorRaises: is.FloorRaises, FloorMs: max(is.Floor, 0)}
 	st.Mesh = nil
 	if ms != nil {

@@ -70,7 +70,7 @@ func TestStateMapsTheSources(t *testing.T) {
 			{Peer: "r2", AgeMs: 12, Weight: 1, RoutedPerSecond: 3}, {Peer: "r4", AgeMs: 40, Weight: 0.5}}}},
 		ApplyLagCount: 10, ApplyLagSum: 0.02}
 	h := New(Deps{Node: "r1", Version: "v1", TenantHeader: "X-Tenant-ID", Router: fr,
-		Index: fakeIndex{Claims: 10, Capacity: 100, Evicted: 3, Floor: math.MinInt64 / 2}, Mesh: ms, Now: func() time.Time { return now }})
+		Index: fakeIndex{Claims: 10, Capacity: 100, TableBytes: 2 << 20, Evicted: 3, Floor: math.MinInt64 / 2}, Mesh: ms, Now: func() time.Time { return now }})
 	w := get(t, mux(h), StatePath)
 	if w.Code != 200 || w.Header().Get("Content-Type") != "application/json" {
 		t.Fatalf("status %d, type %q: %s", w.Code, w.Header().Get("Content-Type"), w.Body)
@@ -96,7 +96,7 @@ func TestStateMapsTheSources(t *testing.T) {
 	if b1.Healthy || b1.EjectedForMs != 900 || b1.SignalAgeMs != nil || b1.KVUsage != nil || b1.PeerInFlight != 0 || b1.Models == nil {
 		t.Errorf("b1: %+v", b1)
 	}
-	if st.Index.Claims != 10 || st.Index.Evicted != 3 || st.Index.FloorMs != 0 {
+	if st.Index.Claims != 10 || st.Index.Evicted != 3 || st.Index.FloorMs != 0 || st.Index.TableBytes != 2<<20 {
 		t.Errorf("index: %+v", st.Index)
 	}
 	m := st.Mesh

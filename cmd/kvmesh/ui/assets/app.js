@@ -384,6 +384,7 @@
     const floor = !(ix.floor_ms > 0) ? 'none' : isNaN(fd) ? int(ix.floor_ms) + ' ms' : fd.toISOString().slice(11, 19) + ' UTC';
     facts('index-facts', [
       ['claims', int(ix.claims) + ' / ' + int(ix.capacity)],
+      ['table memory', (ix.table_bytes / 1048576).toFixed(1) + ' MiB'],
       ['backends registered', int(ix.backends)],
       ['inserted', int(ix.inserted)],
       ['evicted (capacity)', int(ix.evicted)],
