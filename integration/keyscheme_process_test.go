@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/kvmesh/kvmesh/integration/sim"
 )
 
 // TestProcessMeshKeySchemeMismatch: three real `kvmesh serve` processes
@@ -16,15 +14,7 @@ import (
 // members; the odd one is no peer: `kvmesh members` says why, and the
 // claims the others learn reach each other but not it.
 func TestProcessMeshKeySchemeMismatch(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs processes")
-	}
-	bin := buildKVMesh(t)
-	fleet, err := sim.StartFleet(2, simConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fleet.Close()
+	bin, fleet := processFleet(t, 2)
 	odd := filepath.Join(t.TempDir(), "odd.yaml")
 	if err := os.WriteFile(odd, []byte("index:\n  block_tokens: 32\n"), 0o600); err != nil {
 		t.Fatal(err)

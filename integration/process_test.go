@@ -31,15 +31,7 @@ import (
 // claims learned while it was down, and that all three converge to the same
 // replicated state.
 func TestProcessMeshKillRestart(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs processes")
-	}
-	bin := buildKVMesh(t)
-	fleet, err := sim.StartFleet(2, simConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fleet.Close()
+	bin, fleet := processFleet(t, 2)
 	m := startMesh(t, bin, 3, fleet.URLs())
 	defer m.stop()
 	nodes := m.nodes
@@ -333,6 +325,23 @@ func post(addr string, body []byte) int {
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// processFleet opens a test that runs real processes: skipped with -short,
+// the kvmesh binary built, and n simulated backends started, closed when
+// the test ends (after its deferred calls have stopped the nodes).
+func processFleet(t *testing.T, n int) (string, *sim.Fleet) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs processes")
+	}
+	bin := buildKVMesh(t)
+	fleet, err := sim.StartFleet(n, simConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fleet.Close() })
+	return bin, fleet
 }
 
 // buildKVMesh builds cmd/kvmesh into a temporary directory, with the race detector when this test binary has it

@@ -21,15 +21,7 @@ import (
 // prefix, matched by the restored claims, although no node kept anything
 // in memory and no peer had anything to send.
 func TestProcessMeshWarmRestart(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs processes")
-	}
-	bin := buildKVMesh(t)
-	fleet, err := sim.StartFleet(4, simConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fleet.Close()
+	bin, fleet := processFleet(t, 4)
 	system := strings.Repeat("You are the warm restart test's assistant; answer briefly and kindly. ", 60)
 	m, holder := stoppedAfterOneTurn(t, bin, fleet.URLs(), chatBody(system, "What is a KV cache?"))
 	defer m.stop()
@@ -62,15 +54,7 @@ func TestProcessMeshWarmRestart(t *testing.T) {
 // of the backends still listed are kept: the next turn of a conversation
 // still goes to its holder.
 func TestProcessMeshRestartDropsUnlistedBackend(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs processes")
-	}
-	bin := buildKVMesh(t)
-	fleet, err := sim.StartFleet(4, simConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fleet.Close()
+	bin, fleet := processFleet(t, 4)
 	system := strings.Repeat("You are the unlisted backend test's assistant; answer briefly. ", 60)
 	m, holder := stoppedAfterOneTurn(t, bin, fleet.URLs(), chatBody(system, "What is a registry?"),
 		"--backend-unlisted-grace", "1s", "--discovery-interval", "100ms")
