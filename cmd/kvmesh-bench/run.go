@@ -45,6 +45,22 @@ type runFlags struct {
 	label                       string
 	routerConfig                string
 	cpuProfile                  string
+	streamInterval              int
+}
+
+// defaultStreamInterval is -stream-interval's default: 8 tokens per event
+// after the first. At every token, writing, reading and flushing each
+// token at the backend, the router and the load generator took half the
+// CPU of an 8-node mesh run on Mooncake 3x, all of it in the one process on
+// two cores; at 8 the run took 23% less CPU (docs/bench/HISTORY.md, "The
+// harness's CPU"). Time to first token is the same.
+const defaultStreamInterval = 8
+
+// flagSet says whether the command line set the flag name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
@@ -66,6 +82,7 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
 	fs.IntVar(&f.cacheBlocks, "cache-blocks", 0, "KV blocks per backend (0 = chosen from -capacity-ratio)")
 	fs.Float64Var(&f.capacityRatio, "capacity-ratio", 0.25, "with -cache-blocks 0: fleet KV capacity / the workload's working set (below 1: the fleet cannot hold it), capped at 27,000 blocks (an H100) per backend")
 	fs.Float64Var(&f.timeScale, "time-scale", 10, "simulated seconds per real second (watch the max engine lag column)")
+	fs.IntVar(&f.streamInterval, "stream-interval", defaultStreamInterval, "tokens per streamed event after the first, at the in-process simulated backends (SGLang's --stream-interval; 1 = every token, as vLLM): time to first token is the same, and the process spends less CPU on each answer's stream")
 	fs.IntVar(&f.maxRunning, "max-running", sim.DefaultConfig().MaxRunning, "running sequences per backend (vLLM max_num_seqs)")
 	fs.StringVar(&f.arms, "arms", "round_robin,least_loaded,consistent_hash,sglang_cache_aware,kvmesh,oracle", "comma-separated arms: policy[:nodes[:mesh|claims|local]], oracle, oracle+scraped (the oracle pricing the router's scraped load instead of the engines' live load), or kvmesh-precise[:nodes[:mesh]] (precise mode: the backends publish KV events and tokenize)")
 	fs.IntVar(&f.nodes, "nodes", 0, "add the arm kvmesh:<nodes>:mesh (router nodes sharing claims through the mesh)")
@@ -106,6 +123,10 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
 		return nil, fmt.Errorf("-fronts needs -backend-urls (where the hits are counted)")
 	case f.fronts != "" && f.repeats > 1:
 		return nil, fmt.Errorf("-fronts needs -repeats 1: the running routers would keep one repeat's claims into the next while the backends restart empty (restart the routers between runs instead)")
+	case f.streamInterval < 1:
+		return nil, fmt.Errorf("-stream-interval must be at least 1")
+	case f.backendURLs != "" && flagSet(fs, "stream-interval"):
+		return nil, fmt.Errorf("-stream-interval sets the in-process backends; with -backend-urls start the kvmesh-sim processes with -stream-interval instead")
 	case f.retries < 0:
 		return nil, fmt.Errorf("-retries must be at least 0")
 	case f.explainHolders && !f.keepSamples:
@@ -126,6 +147,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	simCfg := sim.DefaultConfig()
 	simCfg.TimeScale = f.timeScale
 	simCfg.MaxRunning = f.maxRunning
+	simCfg.StreamInterval = f.streamInterval
 	if f.wl.maxInput == 0 && f.wl.kind == "mooncake" {
 		// Leave room for the trace's longest output (2,000 tokens).
 		f.wl.maxInput = simCfg.MaxModelLen - 2048
@@ -222,6 +244,9 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		Mode: cfg.Replay.Mode, Concurrency: cfg.Replay.Concurrency, Repeats: f.repeats,
 		ScaleRouterTimes: cfg.ScaleRouterTimes,
 		Notes:            fmt.Sprintf("%s Machine: %d CPUs, %s.", f.notes, runtime.NumCPU(), runtime.Version()),
+	}
+	if f.backendURLs == "" { // running processes stream as they were started
+		rep.Setup.StreamInterval = f.streamInterval
 	}
 	if err := bench.WriteMarkdown(stdout, rep); err != nil {
 		return err

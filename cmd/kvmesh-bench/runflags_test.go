@@ -29,3 +29,23 @@ func TestFrontsNeedOneRepeat(t *testing.T) {
 		t.Errorf("-fronts -repeats 1: %+v, %v", f, err)
 	}
 }
+
+// -stream-interval sets the in-process backends: at least 1, defaulting to
+// defaultStreamInterval, and refused with -backend-urls, whose processes
+// stream as they were started (the default there is no error).
+func TestStreamIntervalFlag(t *testing.T) {
+	f, err := parseRunFlags(nil, io.Discard)
+	if err != nil || f.streamInterval != defaultStreamInterval {
+		t.Fatalf("default: %+v, %v; want %d", f, err, defaultStreamInterval)
+	}
+	if _, err := parseRunFlags([]string{"-stream-interval", "0"}, io.Discard); err == nil || !strings.Contains(err.Error(), "at least 1") {
+		t.Fatalf("-stream-interval 0: %v", err)
+	}
+	ext := []string{"-backend-urls", "http://127.0.0.1:1", "-cache-blocks", "100"}
+	if _, err := parseRunFlags(ext, io.Discard); err != nil {
+		t.Fatalf("-backend-urls with the default interval: %v", err)
+	}
+	if _, err := parseRunFlags(append(ext, "-stream-interval", "1"), io.Discard); err == nil || !strings.Contains(err.Error(), "kvmesh-sim processes") {
+		t.Fatalf("-backend-urls with -stream-interval: %v", err)
+	}
+}

@@ -67,6 +67,7 @@ func parseFlags(args []string, out io.Writer) (sim.Config, options, error) {
 	fs.DurationVar(&cfg.Timing.StepOverhead, "step-overhead", cfg.Timing.StepOverhead, "simulated fixed cost of an engine step")
 	fs.DurationVar(&cfg.Timing.PrefillPerToken, "prefill-per-token", cfg.Timing.PrefillPerToken, "simulated cost of one uncached prompt token")
 	fs.DurationVar(&cfg.Timing.DecodePerSeq, "decode-per-seq", cfg.Timing.DecodePerSeq, "simulated cost of one decoding sequence per step")
+	fs.IntVar(&cfg.StreamInterval, "stream-interval", cfg.StreamInterval, "tokens per streamed event after the first (SGLang's --stream-interval; 1 = every token, as vLLM)")
 	fs.BoolVar(&cfg.ORCAOnStreaming, "orca-streaming", cfg.ORCAOnStreaming, "also send endpoint-load-metrics on streaming replies")
 	fs.Float64Var(&cfg.Faults.ErrorRate, "error-rate", cfg.Faults.ErrorRate, "probability of an injected HTTP 500")
 	fs.Float64Var(&cfg.Faults.SpikeRate, "spike-rate", cfg.Faults.SpikeRate, "probability of an injected latency spike")

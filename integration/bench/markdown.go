@@ -101,6 +101,9 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	if st.ScaleRouterTimes {
 		p(", router time settings divided by the time scale")
 	}
+	if st.StreamInterval > 1 {
+		p(", backends stream %d tokens per event after the first", st.StreamInterval)
+	}
 	p(". Latencies and rates are in simulated time; each cell is the median over repeats with (min–max).")
 	if st.Notes != "" {
 		p(" %s", st.Notes)

@@ -205,7 +205,11 @@ type Setup struct {
 	Concurrency      int     `json:"concurrency"`
 	Repeats          int     `json:"repeats"`
 	ScaleRouterTimes bool    `json:"scale_router_times"`
-	Notes            string  `json:"notes,omitempty"`
+	// StreamInterval is the backends' tokens per streamed event after the
+	// first (sim.Config.StreamInterval; 0 in reports from before it, which
+	// streamed every token).
+	StreamInterval int    `json:"stream_interval,omitempty"`
+	Notes          string `json:"notes,omitempty"`
 }
 
 // Report is a whole experiment: what ran, every run, and the summaries.

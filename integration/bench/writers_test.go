@@ -234,3 +234,20 @@ func TestThousands(t *testing.T) {
 		}
 	}
 }
+
+// The setup line names the backends' stream interval when they gathered
+// tokens, and says nothing of it for a report that streamed every token.
+func TestWriteMarkdownStreamInterval(t *testing.T) {
+	const line = "backends stream 8 tokens per event after the first"
+	for _, si := range []int{0, 1, 8} {
+		r := sampleReport()
+		r.Setup.StreamInterval = si
+		var b bytes.Buffer
+		if err := WriteMarkdown(&b, r); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(b.String(), line); got != (si == 8) {
+			t.Errorf("stream interval %d: setup names it %v", si, got)
+		}
+	}
+}

@@ -157,7 +157,9 @@ func (e *engine) apply() {
 		s.tokens = append(s.tokens, fillerID(s.generated))
 		s.generated++
 		e.ctr.genTokens.Add(1)
-		s.progress.Store(int64(s.generated))
+		if e.streams(s) {
+			s.progress.Store(int64(s.generated))
+		}
 	}
 
 	j := 0
@@ -181,15 +183,26 @@ func (e *engine) apply() {
 	// report no longer counts it.
 	e.publish()
 	for _, it := range e.plan {
-		it.s.wake()
+		if it.s.generated > 0 && e.streams(it.s) {
+			it.s.wake()
+		}
 	}
 	for _, s := range e.ended {
+		s.progress.Store(int64(s.generated)) // the rest, before done says it is final
 		close(s.done)
 	}
 	clear(e.plan)
 	e.plan = e.plan[:0]
 	clear(e.ended)
 	e.ended = e.ended[:0]
+}
+
+// streams says whether s's tokens so far go out now (Config.StreamInterval):
+// its first token, then every StreamInterval-th. Its last tokens go out
+// when it ends. Engine goroutine.
+func (e *engine) streams(s *seq) bool {
+	k := e.cfg.StreamInterval
+	return k <= 1 || s.generated == 1 || s.generated%k == 0
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }

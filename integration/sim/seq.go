@@ -83,6 +83,7 @@ func (s *seq) wake() {
 
 // end finishes the sequence with err (nil for success).
 func (s *seq) end(state seqState, err error) {
+	s.progress.Store(int64(s.generated)) // tokens held back by Config.StreamInterval
 	s.state = state
 	s.err = err
 	close(s.done)
