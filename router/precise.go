@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -363,6 +364,7 @@ func (rt *Router) preciseKeys(st *reqState, ep Endpoint, body []byte, tenant str
 	defer pc.release(sc)
 	var toks []uint32
 	var ends []int
+	prefixEnd := 0 // srcPrefix: where the rendering the tokens are of ends, in bytes
 	src := srcTokenized
 	if p.Format == FormatTokens {
 		st.tokens = DecodeTokenIDs(p.Units, st.tokens)
@@ -385,7 +387,9 @@ func (rt *Router) preciseKeys(st *reqState, ep Endpoint, body []byte, tenant str
 				src = srcCached
 			} else {
 				for k := last - 1; k >= 0 && toks == nil; k-- {
-					toks = pc.cache.get(sc.hashes[k])
+					if toks = pc.cache.get(sc.hashes[k]); toks != nil {
+						prefixEnd = p.Ends[k]
+					}
 				}
 				if toks != nil {
 					src = srcPrefix
@@ -409,8 +413,29 @@ func (rt *Router) preciseKeys(st *reqState, ep Endpoint, body []byte, tenant str
 	pc.m.keys[src].Inc()
 	st.seed = pc.seed(sc, p.Model, p.CacheSalt)
 	rt.ix.Keyer().Tokens(&st.chain, st.seed, toks, ends)
+	if src == srcPrefix {
+		st.chain.Units += tailTokens(len(toks), prefixEnd, len(p.Units))
+	}
 	alignLearn(&st.chain, pc.ratio)
 	return true
+}
+
+// tailTokens estimates the tokens of a prompt of total bytes beyond the
+// first prefix bytes, which the engine made prefixTokens tokens of: at
+// that prefix's own bytes per token. A turn keyed by its previous turn's
+// tokens (srcPrefix) has keys for the prefix only, but its chain's length
+// must be the whole prompt's: the policy prices what the backend computes
+// (the chain's units less what it holds) and the dispatch books it as the
+// backend's queued prefill. Counting the prefix alone, each such turn was
+// priced and booked as if its new messages, the very part the backend
+// computes, were not there, and the counts of what was written to each
+// backend fell short by as much (agent workload: 894 of 1,000 requests
+// were keyed from a prefix).
+func tailTokens(prefixTokens, prefix, total int) int {
+	if prefix <= 0 || total <= prefix || prefixTokens <= 0 {
+		return 0
+	}
+	return int(math.Round(float64(total-prefix) * float64(prefixTokens) / float64(prefix)))
 }
 
 // exact reports whether b's claims on st's keys are exact: st was keyed by

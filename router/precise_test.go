@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -191,6 +192,12 @@ func TestPreciseConversationPrefixCache(t *testing.T) {
 	if want := wantChain(t, g, "m1", "", engineTokens(t, []byte(turn1))); !sameKeys(ch2.Keys, want.Keys) {
 		t.Fatalf("turn 2: %d keys, want turn 1's %d", len(ch2.Keys), len(want.Keys))
 	}
+	// Its length is the whole prompt's, estimated past the prefix: the
+	// policy prices and books what the backend computes from it.
+	prefixToks, wholeToks := len(engineTokens(t, []byte(turn1))), len(engineTokens(t, []byte(turn2)))
+	if ch2.Units <= prefixToks || math.Abs(float64(ch2.Units-wholeToks)) > 0.1*float64(wholeToks-prefixToks)+4 {
+		t.Fatalf("turn 2 keyed by turn 1's %d tokens counts %d units, want about its own %d", prefixToks, ch2.Units, wholeToks)
+	}
 	if g.counter("kvmesh_router_precise_keys_total", "source", "prefix") != 1 {
 		t.Fatal("turn 2 not keyed by the prefix")
 	}
@@ -366,5 +373,20 @@ func TestPreciseTokenizeFollowsReload(t *testing.T) {
 	if a2.calls.Load() != 1 || a1.calls.Load() != 1 || ch.UnitsPerBlock != 16 {
 		t.Fatalf("after the move: %d calls to the new address, %d to the old, %d units per block",
 			a2.calls.Load(), a1.calls.Load(), ch.UnitsPerBlock)
+	}
+}
+
+func TestTailTokens(t *testing.T) {
+	for _, c := range []struct{ toks, prefix, total, want int }{
+		{1000, 4000, 6000, 500},    // the prefix's 4 bytes per token
+		{1000, 4000, 4000, 0},      // nothing past the prefix
+		{1000, 4000, 3000, 0},      // a shorter whole: nothing to add
+		{1000, 0, 6000, 0},         // no prefix to learn a ratio from
+		{0, 4000, 6000, 0},         // an empty tokenization
+		{7205, 40743, 48822, 1429}, // a customers turn
+	} {
+		if got := tailTokens(c.toks, c.prefix, c.total); got != c.want {
+			t.Errorf("tailTokens(%d, %d, %d) = %d, want %d", c.toks, c.prefix, c.total, got, c.want)
+		}
 	}
 }
