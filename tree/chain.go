@@ -14,7 +14,9 @@ type Chain struct {
 	// mode, bytes in byte mode.
 	UnitsPerBlock int
 	// Units is the prompt's length in units, including a trailing partial
-	// block that has no key.
+	// block that has no key. A caller that keyed only a prefix of the prompt
+	// may count the rest too (the router's precise mode, for a turn keyed by
+	// its previous turn's tokens): the keys then end before Units does.
 	Units int
 }
 
