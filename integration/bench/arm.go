@@ -53,6 +53,9 @@ type Arm struct {
 	// KV usage instead of the engines' live ones (Oracle.ScrapedLoad); the
 	// arm spec is "oracle+scraped".
 	ScrapedLoad bool `json:"scraped_load,omitempty"`
+	// Truth runs the kvmesh policy on the engines' true cache contents
+	// instead of its claims (truth.go); the arm spec is "kvmesh+truth".
+	Truth bool `json:"truth,omitempty"`
 }
 
 // ParseArm reads an arm spec: a policy name, optionally with "+words"
@@ -60,7 +63,7 @@ type Arm struct {
 // optionally followed by ":<nodes>" and ":mesh", ":claims" or ":local"
 // (default local), e.g. "kvmesh", "oracle", "kvmesh:8:mesh",
 // "kvmesh:8:claims", "kvmesh:3:local", "kvmesh+words", "kvmesh-precise",
-// "oracle+scraped" (Arm.ScrapedLoad).
+// "oracle+scraped" (Arm.ScrapedLoad), "kvmesh+truth" (Arm.Truth).
 func ParseArm(spec string) (Arm, error) {
 	parts := strings.Split(strings.TrimSpace(spec), ":")
 	a := Arm{Policy: parts[0], Nodes: 1}
@@ -72,6 +75,12 @@ func ParseArm(spec string) (Arm, error) {
 			return Arm{}, fmt.Errorf("bench: arm %q: +scraped is the oracle's (oracle+scraped)", spec)
 		}
 		a.Policy, a.ScrapedLoad = p, true
+	}
+	if p, ok := strings.CutSuffix(a.Policy, "+truth"); ok {
+		if p != router.PolicyKVMesh {
+			return Arm{}, fmt.Errorf("bench: arm %q: +truth is kvmesh's (kvmesh+truth)", spec)
+		}
+		a.Policy, a.Truth = p, true
 	}
 	if a.Policy == PolicyPrecise && !a.Tokens {
 		a.Policy, a.Precise = router.PolicyKVMesh, true
@@ -104,6 +113,9 @@ func ParseArm(spec string) (Arm, error) {
 	if a.Policy == PolicyOracle && a.Nodes != 1 {
 		return Arm{}, fmt.Errorf("bench: arm %q: the oracle runs on one node", spec)
 	}
+	if a.Truth && (a.Nodes != 1 || a.Tokens) {
+		return Arm{}, fmt.Errorf("bench: arm %q: kvmesh+truth runs on one node, in byte mode", spec)
+	}
 	a.Name = a.Policy
 	if a.Precise {
 		a.Name = PolicyPrecise
@@ -113,6 +125,9 @@ func ParseArm(spec string) (Arm, error) {
 	}
 	if a.ScrapedLoad {
 		a.Name += "+scraped"
+	}
+	if a.Truth {
+		a.Name += "+truth"
 	}
 	if a.Nodes > 1 || a.State == StateMesh || a.State == StateClaims {
 		a.Name = fmt.Sprintf("%s x%d %s", a.Name, a.Nodes, a.State)

@@ -18,13 +18,15 @@ func TestParseArm(t *testing.T) {
 		"kvmesh+words":         {Name: "kvmesh+words", Policy: "kvmesh", Nodes: 1, Tokens: true},
 		"kvmesh+words:2:mesh":  {Name: "kvmesh+words x2 mesh", Policy: "kvmesh", Nodes: 2, State: StateMesh, Tokens: true},
 		"oracle+scraped":       {Name: "oracle+scraped", Policy: PolicyOracle, Nodes: 1, ScrapedLoad: true},
+		"kvmesh+truth":         {Name: "kvmesh+truth", Policy: "kvmesh", Nodes: 1, Truth: true},
 	} {
 		got, err := ParseArm(spec)
 		if err != nil || got != want {
 			t.Errorf("ParseArm(%q) = %+v, %v; want %+v", spec, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", "fastest", "kvmesh:0", "kvmesh:x", "kvmesh:2:gossip", "oracle:2", "kvmesh:2:mesh:extra", "fastest+words", "kvmesh+scraped", "oracle+scraped:2"} {
+	for _, bad := range []string{"", "fastest", "kvmesh:0", "kvmesh:x", "kvmesh:2:gossip", "oracle:2", "kvmesh:2:mesh:extra", "fastest+words", "kvmesh+scraped", "oracle+scraped:2",
+		"oracle+truth", "kvmesh+truth:2:mesh", "kvmesh+words+truth"} {
 		if _, err := ParseArm(bad); err == nil {
 			t.Errorf("ParseArm(%q) accepted", bad)
 		}

@@ -158,7 +158,7 @@ func deploy(ctx context.Context, cfg *Config, arm Arm, fleet Fleet) (_ *deployme
 	}
 
 	var policy router.Policy
-	if arm.Policy == PolicyOracle {
+	if arm.Policy == PolicyOracle || arm.Truth {
 		view := fleet.Oracle()
 		if view == nil {
 			return nil, errors.New("bench: this fleet cannot answer the oracle")
@@ -169,6 +169,11 @@ func deploy(ctx context.Context, cfg *Config, arm Arm, fleet Fleet) (_ *deployme
 		}
 		d.oracle = NewOracle(rc.KVMesh, m)
 		d.oracle.ScrapedLoad = arm.ScrapedLoad
+		if arm.Truth {
+			if d.oracle.Truth, err = router.NewPolicy(arm.Policy, rc, indexes[0]); err != nil {
+				return nil, err
+			}
+		}
 		policy = d.oracle
 	}
 

@@ -63,6 +63,12 @@ type Oracle struct {
 	// engines' live ones: the arm "oracle+scraped", which measures what the
 	// live signals are worth. Set it before the first decision.
 	ScrapedLoad bool
+	// Truth, when set, decides instead of the oracle's own cost: the
+	// candidates' matches are the engines' true cache contents and Truth
+	// (the kvmesh policy, for the arm "kvmesh+truth") chooses with them
+	// (truth.go). Nothing is booked on the oracle's queues then: the
+	// router books as usual. Set it before the first decision.
+	Truth router.Policy
 }
 
 type oracleBackend struct {
@@ -122,6 +128,9 @@ func (o *Oracle) Choose(req *router.Request, cands []router.Candidate, scores []
 	r := o.find(req)
 	if r == nil {
 		o.misses.Add(1)
+	}
+	if o.Truth != nil {
+		return o.chooseTruth(req, cands, scores, r)
 	}
 	cfg := &o.cfg
 	avg := math.Float64frombits(o.avgPrompt.Load())
