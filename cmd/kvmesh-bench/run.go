@@ -84,7 +84,7 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
 	fs.Float64Var(&f.timeScale, "time-scale", 10, "simulated seconds per real second (watch the max engine lag column)")
 	fs.IntVar(&f.streamInterval, "stream-interval", defaultStreamInterval, "tokens per streamed event after the first, at the in-process simulated backends (SGLang's --stream-interval; 1 = every token, as vLLM): time to first token is the same, and the process spends less CPU on each answer's stream")
 	fs.IntVar(&f.maxRunning, "max-running", sim.DefaultConfig().MaxRunning, "running sequences per backend (vLLM max_num_seqs)")
-	fs.StringVar(&f.arms, "arms", "round_robin,least_loaded,consistent_hash,sglang_cache_aware,kvmesh,oracle", "comma-separated arms: policy[:nodes[:mesh|claims|local]], oracle, oracle+scraped (the oracle pricing the router's scraped load instead of the engines' live load), or kvmesh-precise[:nodes[:mesh]] (precise mode: the backends publish KV events and tokenize)")
+	fs.StringVar(&f.arms, "arms", "round_robin,least_loaded,consistent_hash,sglang_cache_aware,kvmesh,oracle", "comma-separated arms: policy[:nodes[:mesh|claims|local]], oracle, oracle+scraped (the oracle pricing the router's scraped load instead of the engines' live load), kvmesh+truth (the kvmesh policy deciding on the engines' true cache contents instead of its claims), or kvmesh-precise[:nodes[:mesh]] (precise mode: the backends publish KV events and tokenize)")
 	fs.IntVar(&f.nodes, "nodes", 0, "add the arm kvmesh:<nodes>:mesh (router nodes sharing claims through the mesh)")
 	fs.IntVar(&f.localNodes, "local-nodes", 0, "add the arm kvmesh:<local-nodes>:local (nodes with independent claims)")
 	fs.IntVar(&f.repeats, "repeats", 3, "runs per arm (arm order rotates between repeats)")
