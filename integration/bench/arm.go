@@ -113,8 +113,8 @@ func ParseArm(spec string) (Arm, error) {
 	if a.Policy == PolicyOracle && a.Nodes != 1 {
 		return Arm{}, fmt.Errorf("bench: arm %q: the oracle runs on one node", spec)
 	}
-	if a.Truth && (a.Nodes != 1 || a.Tokens) {
-		return Arm{}, fmt.Errorf("bench: arm %q: kvmesh+truth runs on one node, in byte mode", spec)
+	if a.Truth && (a.Tokens || a.Precise) {
+		return Arm{}, fmt.Errorf("bench: arm %q: kvmesh+truth runs in byte mode", spec)
 	}
 	a.Name = a.Policy
 	if a.Precise {

@@ -19,6 +19,7 @@ func TestParseArm(t *testing.T) {
 		"kvmesh+words:2:mesh":  {Name: "kvmesh+words x2 mesh", Policy: "kvmesh", Nodes: 2, State: StateMesh, Tokens: true},
 		"oracle+scraped":       {Name: "oracle+scraped", Policy: PolicyOracle, Nodes: 1, ScrapedLoad: true},
 		"kvmesh+truth":         {Name: "kvmesh+truth", Policy: "kvmesh", Nodes: 1, Truth: true},
+		"kvmesh+truth:8:mesh":  {Name: "kvmesh+truth x8 mesh", Policy: "kvmesh", Nodes: 8, State: StateMesh, Truth: true},
 	} {
 		got, err := ParseArm(spec)
 		if err != nil || got != want {
@@ -26,7 +27,7 @@ func TestParseArm(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "fastest", "kvmesh:0", "kvmesh:x", "kvmesh:2:gossip", "oracle:2", "kvmesh:2:mesh:extra", "fastest+words", "kvmesh+scraped", "oracle+scraped:2",
-		"oracle+truth", "kvmesh+truth:2:mesh", "kvmesh+words+truth"} {
+		"oracle+truth", "kvmesh-precise+truth", "kvmesh+words+truth"} {
 		if _, err := ParseArm(bad); err == nil {
 			t.Errorf("ParseArm(%q) accepted", bad)
 		}
@@ -107,6 +108,9 @@ func TestCheckFloors(t *testing.T) {
 	r := sampleReport()
 	r.Arms = append(r.Arms, ArmSummary{Arm: Arm{Name: "least_loaded", Policy: "least_loaded", Nodes: 1},
 		TTFTP99: Spread{Median: 1.2, N: 2}, TTFTP50: Spread{Median: 0.5, N: 2}})
+	// A diagnostic mesh arm on the engines' true caches has no floor of its own.
+	r.Arms = append(r.Arms, ArmSummary{Arm: Arm{Name: "kvmesh+truth x8 mesh", Policy: "kvmesh", Nodes: 8, State: StateMesh, Truth: true},
+		HitRate: Spread{Median: 0.1, N: 2}, TTFTP99: Spread{Median: 9, N: 2}, TTFTP50: Spread{Median: 9, N: 2}})
 	floors := CheckFloors(r)
 	got := map[string]bool{}
 	for _, f := range floors {

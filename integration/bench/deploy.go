@@ -47,8 +47,8 @@ type deployment struct {
 	fronts  []string // node base URLs
 	nodes   []*routerNode
 	indexes []*tree.Index // per node
-	oracle  *Oracle
-	closeFn func() error // shared state (mesh)
+	oracles []*Oracle     // per node: the oracle arm's, kvmesh+truth's
+	closeFn func() error  // shared state (mesh)
 	// shadow decides every request as one router seeing all the traffic
 	// would (multi-node arms).
 	shadow *shadowRouter
@@ -157,27 +157,35 @@ func deploy(ctx context.Context, cfg *Config, arm Arm, fleet Fleet) (_ *deployme
 		}
 	}
 
-	var policy router.Policy
+	// The oracle's view of the engines, for the oracle arm and for
+	// kvmesh+truth: each node gets an Oracle of its own (its policy's
+	// state, its registered bodies), all asking the same engines.
+	var engines map[string]OracleBackend
 	if arm.Policy == PolicyOracle || arm.Truth {
 		view := fleet.Oracle()
 		if view == nil {
 			return nil, errors.New("bench: this fleet cannot answer the oracle")
 		}
-		m := make(map[string]OracleBackend, len(view.Backends))
+		engines = make(map[string]OracleBackend, len(view.Backends))
 		for i, b := range view.Backends {
-			m[BackendName(i)] = b
+			engines[BackendName(i)] = b
 		}
-		d.oracle = NewOracle(rc.KVMesh, m)
-		d.oracle.ScrapedLoad = arm.ScrapedLoad
-		if arm.Truth {
-			if d.oracle.Truth, err = router.NewPolicy(arm.Policy, rc, indexes[0]); err != nil {
-				return nil, err
-			}
-		}
-		policy = d.oracle
 	}
 
 	for i := range arm.Nodes {
+		var policy router.Policy
+		var oracle *Oracle
+		if engines != nil {
+			oracle = NewOracle(rc.KVMesh, engines)
+			oracle.ScrapedLoad = arm.ScrapedLoad
+			if arm.Truth {
+				if oracle.Truth, err = router.NewPolicy(arm.Policy, rc, indexes[i]); err != nil {
+					return nil, err
+				}
+			}
+			d.oracles = append(d.oracles, oracle)
+			policy = oracle
+		}
 		reg := prometheus.NewRegistry()
 		deps := router.Deps{
 			Index:      indexes[i],
@@ -213,8 +221,8 @@ func deploy(ctx context.Context, cfg *Config, arm Arm, fleet Fleet) (_ *deployme
 			return nil, err
 		}
 		var api http.Handler = rt
-		if d.oracle != nil {
-			api = d.oracle.Handler(rt)
+		if oracle != nil {
+			api = oracle.Handler(rt)
 		}
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {

@@ -140,39 +140,54 @@ func TestOracleScrapedLoad(t *testing.T) {
 	}
 }
 
-// Through a real router and fleet: the oracle arm sends a request to the
-// backend whose engine holds its prefix, whatever the claims say (the
-// prefix was put there behind the router's back).
+// Through a real router and fleet: the oracle arm, and kvmesh+truth on one
+// node and on two, send a request to the backend whose engine holds its
+// prefix, whatever the claims say (the prefix was put there behind the
+// routers' backs). Each node of a truth arm asks its own Oracle.
 func TestOracleArmThroughTheRouter(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.TimeScale = 2000
-	cfg.Fleet = SimFleet(3, fastSimConfig())
-	cfg.LagSampleEvery = 0
-	arm, _ := ParseArm(PolicyOracle)
-	d, fleet, done := deployArm(t, &cfg, cfg.Fleet, arm)
-	defer done()
-	system := words("doc", 600)
-	resp, err := http.Post(fleet.URLs()[1]+sim.ChatPath, "application/json", strings.NewReader(string(chatBody(system, "warm", 1))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
+	for _, spec := range []string{PolicyOracle, "kvmesh+truth", "kvmesh+truth:2"} {
+		t.Run(spec, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.TimeScale = 2000
+			cfg.Fleet = SimFleet(3, fastSimConfig())
+			cfg.LagSampleEvery = 0
+			arm, err := ParseArm(spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, fleet, done := deployArm(t, &cfg, cfg.Fleet, arm)
+			defer done()
+			if len(d.oracles) != arm.Nodes {
+				t.Fatalf("%d oracles for %d nodes", len(d.oracles), arm.Nodes)
+			}
+			system := words("doc", 600)
+			resp, err := http.Post(fleet.URLs()[1]+sim.ChatPath, "application/json", strings.NewReader(string(chatBody(system, "warm", 1))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
 
-	c := newHTTPClient(2)
-	defer c.CloseIdleConnections()
-	var s Sample
-	body := chatBody(system, "now ask", 2)
-	send(context.Background(), c, d.fronts[0]+sim.ChatPath, func(b []byte) []byte { return append(b, body...) }, nil, &s)
-	if !s.OK() || s.Backend != "b1" {
-		t.Errorf("oracle routed to %q (%v), want b1", s.Backend, &s)
-	}
-	if d.oracle.Misses() != 0 {
-		t.Errorf("oracle misses %d: bodies are not reaching it", d.oracle.Misses())
-	}
-	for name, b := range d.oracle.backends {
-		if q := b.queued.Load(); q != 0 {
-			t.Errorf("%s still has %d tokens queued after the answer", name, q)
-		}
+			c := newHTTPClient(2)
+			defer c.CloseIdleConnections()
+			for i, front := range d.fronts {
+				var s Sample
+				body := chatBody(system, fmt.Sprintf("now ask %d", i), 2)
+				send(context.Background(), c, front+sim.ChatPath, func(b []byte) []byte { return append(b, body...) }, nil, &s)
+				if !s.OK() || s.Backend != "b1" {
+					t.Errorf("node %d routed to %q (%v), want b1", i, s.Backend, &s)
+				}
+			}
+			for i, o := range d.oracles {
+				if o.Misses() != 0 {
+					t.Errorf("node %d: oracle misses %d: bodies are not reaching it", i, o.Misses())
+				}
+				for name, b := range o.backends {
+					if q := b.queued.Load(); q != 0 {
+						t.Errorf("node %d: %s still has %d tokens queued after the answer", i, name, q)
+					}
+				}
+			}
+		})
 	}
 }
 

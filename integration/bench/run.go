@@ -108,8 +108,8 @@ func RunOnce(ctx context.Context, cfg *Config, w *workload.Workload, arm Arm, re
 	res.Decisions = d.decisions()
 	res.Beliefs = d.beliefs()
 	res.LoadBytesPerRequestPeer = d.loadBytesPerRequestPeer()
-	if d.oracle != nil {
-		res.OracleMisses = d.oracle.Misses()
+	for _, o := range d.oracles {
+		res.OracleMisses += o.Misses()
 	}
 	d.Close()
 	if rerr != nil {
