@@ -56,6 +56,10 @@ type Arm struct {
 	// Truth runs the kvmesh policy on the engines' true cache contents
 	// instead of its claims (truth.go); the arm spec is "kvmesh+truth".
 	Truth bool `json:"truth,omitempty"`
+	// TrueLoad, with Truth on a mesh arm, gives each node its peers' exact
+	// bookings at each decision instead of the load channel's
+	// (Oracle.Peers); the arm spec is "kvmesh+truth+load:N:mesh".
+	TrueLoad bool `json:"true_load,omitempty"`
 }
 
 // ParseArm reads an arm spec: a policy name, optionally with "+words"
@@ -75,6 +79,9 @@ func ParseArm(spec string) (Arm, error) {
 			return Arm{}, fmt.Errorf("bench: arm %q: +scraped is the oracle's (oracle+scraped)", spec)
 		}
 		a.Policy, a.ScrapedLoad = p, true
+	}
+	if p, ok := strings.CutSuffix(a.Policy, "+load"); ok {
+		a.Policy, a.TrueLoad = p, true
 	}
 	if p, ok := strings.CutSuffix(a.Policy, "+truth"); ok {
 		if p != router.PolicyKVMesh {
@@ -116,6 +123,9 @@ func ParseArm(spec string) (Arm, error) {
 	if a.Truth && (a.Tokens || a.Precise) {
 		return Arm{}, fmt.Errorf("bench: arm %q: kvmesh+truth runs in byte mode", spec)
 	}
+	if a.TrueLoad && (!a.Truth || a.State != StateMesh) {
+		return Arm{}, fmt.Errorf("bench: arm %q: +load is for kvmesh+truth on a mesh (kvmesh+truth+load:N:mesh)", spec)
+	}
 	a.Name = a.Policy
 	if a.Precise {
 		a.Name = PolicyPrecise
@@ -128,6 +138,9 @@ func ParseArm(spec string) (Arm, error) {
 	}
 	if a.Truth {
 		a.Name += "+truth"
+	}
+	if a.TrueLoad {
+		a.Name += "+load"
 	}
 	if a.Nodes > 1 || a.State == StateMesh || a.State == StateClaims {
 		a.Name = fmt.Sprintf("%s x%d %s", a.Name, a.Nodes, a.State)

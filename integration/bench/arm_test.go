@@ -20,6 +20,8 @@ func TestParseArm(t *testing.T) {
 		"oracle+scraped":       {Name: "oracle+scraped", Policy: PolicyOracle, Nodes: 1, ScrapedLoad: true},
 		"kvmesh+truth":         {Name: "kvmesh+truth", Policy: "kvmesh", Nodes: 1, Truth: true},
 		"kvmesh+truth:8:mesh":  {Name: "kvmesh+truth x8 mesh", Policy: "kvmesh", Nodes: 8, State: StateMesh, Truth: true},
+		"kvmesh+truth+load:8:mesh": {Name: "kvmesh+truth+load x8 mesh", Policy: "kvmesh", Nodes: 8, State: StateMesh,
+			Truth: true, TrueLoad: true},
 	} {
 		got, err := ParseArm(spec)
 		if err != nil || got != want {
@@ -27,7 +29,8 @@ func TestParseArm(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "fastest", "kvmesh:0", "kvmesh:x", "kvmesh:2:gossip", "oracle:2", "kvmesh:2:mesh:extra", "fastest+words", "kvmesh+scraped", "oracle+scraped:2",
-		"oracle+truth", "kvmesh-precise+truth", "kvmesh+words+truth"} {
+		"oracle+truth", "kvmesh-precise+truth", "kvmesh+words+truth",
+		"kvmesh+truth+load", "kvmesh+truth+load:2", "kvmesh+load:2:mesh"} {
 		if _, err := ParseArm(bad); err == nil {
 			t.Errorf("ParseArm(%q) accepted", bad)
 		}

@@ -242,6 +242,9 @@ func deploy(ctx context.Context, cfg *Config, arm Arm, fleet Fleet) (_ *deployme
 		}()
 		d.fronts = append(d.fronts, "http://"+ln.Addr().String())
 	}
+	if arm.TrueLoad {
+		d.linkTrueLoad()
+	}
 	if arm.Precise {
 		if err := d.startPrecise(ctx, cfg, TreeConfig(cfg), arm, fleet, learners); err != nil {
 			return nil, err
@@ -359,4 +362,16 @@ func labelValue(m *dto.Metric, name string) string {
 		}
 	}
 	return ""
+}
+
+// linkTrueLoad gives each node's Oracle the other nodes' routers (the arm
+// "kvmesh+truth+load"), once every node exists and before any request.
+func (d *deployment) linkTrueLoad() {
+	for i, o := range d.oracles {
+		for j, n := range d.nodes {
+			if j != i {
+				o.Peers = append(o.Peers, n.rt)
+			}
+		}
+	}
 }

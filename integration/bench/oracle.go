@@ -69,6 +69,10 @@ type Oracle struct {
 	// (truth.go). Nothing is booked on the oracle's queues then: the
 	// router books as usual. Set it before the first decision.
 	Truth router.Policy
+	// Peers, with Truth, are the other router nodes of a mesh arm whose
+	// bookings replace the peer load in each candidate, read at the moment
+	// of the decision (truth.go; the arm "kvmesh+truth+load").
+	Peers []LocalLoader
 }
 
 type oracleBackend struct {

@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/kvmesh/kvmesh/router"
+	"github.com/kvmesh/kvmesh/tree"
 )
 
 // The truth arm ("kvmesh+truth"): the kvmesh policy, every term of its
@@ -25,6 +26,43 @@ import (
 // known. The dispatch then books what the chosen backend really lacks, as
 // the oracle does, and the claims the router learns are kept as usual (the
 // policy does not read them).
+//
+// On several nodes ("kvmesh+truth:8:mesh") each node decides on the true
+// caches with the load its mesh shares. "kvmesh+truth+load:8:mesh" also
+// replaces the peers' bookings in each candidate with the other nodes'
+// exact ones at the moment of the decision (Oracle.Peers): what is left
+// of the mesh's gap to one node is then neither the claims nor the load
+// channel's delay, but when and in what order the nodes decide.
+
+// PeerLoad is what Oracle.PeerLoad answers for one backend: the other
+// nodes' bookings there, as the mesh's load channel carries them
+// (router.LoadView's Peer fields).
+type PeerLoad struct{ Units, Requests, InFlight float64 }
+
+// LocalLoader is a router node's own bookings at each backend
+// (*router.Router, which the mesh's load channel reads the same way).
+type LocalLoader interface {
+	LocalLoad(fn func(id tree.BackendID, units, requests, inFlight, written int64))
+}
+
+// peerLoad sums the bookings at each backend of every node in others at
+// the moment of the call: the mesh's load channel with no delay. out is
+// indexed by backend id; it is grown as needed and returned.
+func peerLoad(others []LocalLoader, out []PeerLoad) []PeerLoad {
+	clear(out)
+	for _, rt := range others {
+		rt.LocalLoad(func(id tree.BackendID, units, requests, inFlight, _ int64) {
+			for int(id) >= len(out) {
+				out = append(out, PeerLoad{})
+			}
+			p := &out[id]
+			p.Units += float64(units)
+			p.Requests += float64(requests)
+			p.InFlight += float64(inFlight)
+		})
+	}
+	return out
+}
 
 // chooseTruth is Choose for an oracle with Truth set: the candidates'
 // matches from the engines, then Truth decides. r is the registered body
@@ -50,6 +88,16 @@ func (o *Oracle) chooseTruth(req *router.Request, cands []router.Candidate, scor
 		deepest = max(deepest, c.Matched)
 	}
 	req.Deepest = deepest
+	if len(o.Peers) > 0 {
+		loads := peerLoad(o.Peers, nil)
+		for i := range cands {
+			l, id := &cands[i].Load, int(cands[i].ID)
+			l.PeerPendingPrefill, l.PeerPendingRequests, l.PeerInFlight = 0, 0, 0
+			if id < len(loads) {
+				l.PeerPendingPrefill, l.PeerPendingRequests, l.PeerInFlight = loads[id].Units, loads[id].Requests, loads[id].InFlight
+			}
+		}
+	}
 	return o.Truth.Choose(req, cands, scores)
 }
 

@@ -75,3 +75,43 @@ func TestTruthBlocks(t *testing.T) {
 		t.Errorf("no chain: %d, want 0", got)
 	}
 }
+
+// fakeLoader reports fixed bookings per backend id.
+type fakeLoader map[tree.BackendID][3]int64
+
+func (f fakeLoader) LocalLoad(fn func(id tree.BackendID, units, requests, inFlight, written int64)) {
+	for id, l := range f {
+		fn(id, l[0], l[1], l[2], 0)
+	}
+}
+
+// With Peers ("kvmesh+truth+load") each candidate's peer load is the other
+// nodes' exact bookings, whatever the load channel had said: here it said
+// b1 was swamped, the peers have 9,000 units pending at b0 and 100 at b1,
+// and both hold the same, so the request goes to b1.
+func TestTruthPeersReplaceTheLoadChannel(t *testing.T) {
+	same := &fakeOracleBackend{cached: 1000, prompt: 4000}
+	o := NewOracle(router.DefaultKVMeshConfig(), map[string]OracleBackend{"b0": same, "b1": same})
+	kv, err := router.NewPolicy(router.PolicyKVMesh, router.DefaultConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Truth = kv
+	o.Peers = []LocalLoader{fakeLoader{0: {5000, 1, 1}, 1: {100, 1, 1}}, fakeLoader{0: {4000, 1, 1}}}
+	req, unregister := truthRequest(t, o, 100)
+	defer unregister()
+	cands := []router.Candidate{
+		{Name: "b0", ID: 0, Weight: 1, Load: router.LoadView{SignalWeight: 1}},
+		{Name: "b1", ID: 1, Weight: 1, Load: router.LoadView{SignalWeight: 1, PeerPendingPrefill: 1e9, PeerPendingRequests: 50, PeerInFlight: 50}},
+	}
+	scores := make([]float64, 2)
+	if d := o.Choose(req, cands, scores); d.Index != 1 {
+		t.Fatalf("chose %s with scores %v, want b1: the peers' real bookings are at b0", cands[d.Index].Name, scores)
+	}
+	if l := cands[0].Load; l.PeerPendingPrefill != 9000 || l.PeerPendingRequests != 2 || l.PeerInFlight != 2 {
+		t.Errorf("b0's peer load = %+v, want the two peers' sums (9000 units, 2 requests, 2 in flight)", l)
+	}
+	if l := cands[1].Load; l.PeerPendingPrefill != 100 || l.PeerPendingRequests != 1 {
+		t.Errorf("b1's peer load = %+v, want 100 units and 1 request", l)
+	}
+}
