@@ -32,12 +32,12 @@ import (
 // replaces the peers' bookings in each candidate with the other nodes'
 // exact ones at the moment of the decision (Oracle.Peers): what is left
 // of the mesh's gap to one node is then neither the claims nor the load
-// channel's delay, but when and in what order the nodes decide.
+// channel's delay (README, the mesh section, has what was measured).
 
-// PeerLoad is what Oracle.PeerLoad answers for one backend: the other
-// nodes' bookings there, as the mesh's load channel carries them
-// (router.LoadView's Peer fields).
-type PeerLoad struct{ Units, Requests, InFlight float64 }
+// peerBookings is one backend's bookings summed over the other nodes
+// (peerLoad), as the mesh's load channel carries them (router.LoadView's
+// Peer fields).
+type peerBookings struct{ units, requests, inFlight float64 }
 
 // LocalLoader is a router node's own bookings at each backend
 // (*router.Router, which the mesh's load channel reads the same way).
@@ -48,17 +48,17 @@ type LocalLoader interface {
 // peerLoad sums the bookings at each backend of every node in others at
 // the moment of the call: the mesh's load channel with no delay. out is
 // indexed by backend id; it is grown as needed and returned.
-func peerLoad(others []LocalLoader, out []PeerLoad) []PeerLoad {
+func peerLoad(others []LocalLoader, out []peerBookings) []peerBookings {
 	clear(out)
 	for _, rt := range others {
 		rt.LocalLoad(func(id tree.BackendID, units, requests, inFlight, _ int64) {
 			for int(id) >= len(out) {
-				out = append(out, PeerLoad{})
+				out = append(out, peerBookings{})
 			}
 			p := &out[id]
-			p.Units += float64(units)
-			p.Requests += float64(requests)
-			p.InFlight += float64(inFlight)
+			p.units += float64(units)
+			p.requests += float64(requests)
+			p.inFlight += float64(inFlight)
 		})
 	}
 	return out
@@ -94,7 +94,7 @@ func (o *Oracle) chooseTruth(req *router.Request, cands []router.Candidate, scor
 			l, id := &cands[i].Load, int(cands[i].ID)
 			l.PeerPendingPrefill, l.PeerPendingRequests, l.PeerInFlight = 0, 0, 0
 			if id < len(loads) {
-				l.PeerPendingPrefill, l.PeerPendingRequests, l.PeerInFlight = loads[id].Units, loads[id].Requests, loads[id].InFlight
+				l.PeerPendingPrefill, l.PeerPendingRequests, l.PeerInFlight = loads[id].units, loads[id].requests, loads[id].inFlight
 			}
 		}
 	}
