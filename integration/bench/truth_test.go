@@ -7,6 +7,19 @@ import (
 	"github.com/kvmesh/kvmesh/tree"
 )
 
+// truthOracle is an Oracle over engines whose decisions the default
+// kvmesh policy makes on the true caches (kvmesh+truth).
+func truthOracle(t *testing.T, engines map[string]OracleBackend) *Oracle {
+	t.Helper()
+	o := NewOracle(router.DefaultKVMeshConfig(), engines)
+	kv, err := router.NewPolicy(router.PolicyKVMesh, router.DefaultConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Truth = kv
+	return o
+}
+
 // truthRequest is a registered request whose chain has blocks blocks of 64
 // units, as the router keys a prompt, for an oracle with Truth set.
 func truthRequest(t *testing.T, o *Oracle, blocks int) (*router.Request, func()) {
@@ -27,12 +40,7 @@ func truthRequest(t *testing.T, o *Oracle, blocks int) (*router.Request, func())
 func TestTruthReplacesClaimsWithTheEnginesCache(t *testing.T) {
 	cold := &fakeOracleBackend{cached: 0, prompt: 4000}
 	holder := &fakeOracleBackend{cached: 3000, prompt: 4000}
-	o := NewOracle(router.DefaultKVMeshConfig(), map[string]OracleBackend{"b0": cold, "b1": holder})
-	kv, err := router.NewPolicy(router.PolicyKVMesh, router.DefaultConfig(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o.Truth = kv
+	o := truthOracle(t, map[string]OracleBackend{"b0": cold, "b1": holder})
 	req, unregister := truthRequest(t, o, 100)
 	defer unregister()
 	cands := []router.Candidate{
@@ -91,12 +99,7 @@ func (f fakeLoader) LocalLoad(fn func(id tree.BackendID, units, requests, inFlig
 // and both hold the same, so the request goes to b1.
 func TestTruthPeersReplaceTheLoadChannel(t *testing.T) {
 	same := &fakeOracleBackend{cached: 1000, prompt: 4000}
-	o := NewOracle(router.DefaultKVMeshConfig(), map[string]OracleBackend{"b0": same, "b1": same})
-	kv, err := router.NewPolicy(router.PolicyKVMesh, router.DefaultConfig(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o.Truth = kv
+	o := truthOracle(t, map[string]OracleBackend{"b0": same, "b1": same})
 	o.Peers = []LocalLoader{fakeLoader{0: {5000, 1, 1}, 1: {100, 1, 1}}, fakeLoader{0: {4000, 1, 1}}}
 	req, unregister := truthRequest(t, o, 100)
 	defer unregister()
