@@ -120,7 +120,7 @@ func ParseArm(spec string) (Arm, error) {
 	if a.Policy == PolicyOracle && a.Nodes != 1 {
 		return Arm{}, fmt.Errorf("bench: arm %q: the oracle runs on one node", spec)
 	}
-	if a.Truth && (a.Tokens || a.Precise) {
+	if a.Truth && a.Tokens {
 		return Arm{}, fmt.Errorf("bench: arm %q: kvmesh+truth runs in byte mode", spec)
 	}
 	if a.TrueLoad && (!a.Truth || a.State != StateMesh) {

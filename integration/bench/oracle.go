@@ -96,6 +96,15 @@ type oracleReq struct {
 	settled bool
 }
 
+// match is the question the oracle asks the engines of r's body (none
+// for a nil r: an unregistered request matches nothing).
+func (r *oracleReq) match() promptMatch {
+	if r == nil {
+		return promptMatch{}
+	}
+	return newPromptMatch(r.body, r.path)
+}
+
 // NewOracle returns an oracle policy over backends (keyed by the names the
 // router's configuration gives them) with kvmesh's weights cfg.
 func NewOracle(cfg router.KVMeshConfig, backends map[string]OracleBackend) *Oracle {
@@ -140,11 +149,8 @@ func (o *Oracle) Choose(req *router.Request, cands []router.Candidate, scores []
 	avg := math.Float64frombits(o.avgPrompt.Load())
 	best, prompt := -1, 0
 	var bestUncached, bestQueued int64
-	var m promptMatch
-	if r != nil && r.path != "" {
-		m = newPromptMatch(r.body, r.path)
-		defer m.release()
-	}
+	m := r.match()
+	defer m.release()
 	for i := range cands {
 		c := &cands[i]
 		b := o.backends[c.Name]
@@ -153,10 +159,8 @@ func (o *Oracle) Choose(req *router.Request, cands []router.Candidate, scores []
 			continue
 		}
 		cached := 0
-		if r != nil && r.path != "" {
-			if ct, pt, err := m.at(b.b); err == nil {
-				cached, prompt = ct, pt
-			}
+		if ct, pt, ok := m.held(b.b); ok {
+			cached, prompt = ct, pt
 		}
 		running, kv := o.load(b, c)
 		queued := b.queued.Load()

@@ -49,3 +49,14 @@ func (m *promptMatch) release() {
 	}
 	m.p = nil
 }
+
+// held is at(b) for a request whose body the oracle has (ok false when it
+// has none, the endpoint is not one the engines generate on, or b could
+// not say): the one question both oracle policies ask of each candidate.
+func (m *promptMatch) held(b OracleBackend) (cached, prompt int, ok bool) {
+	if m.endpoint == "" {
+		return 0, 0, false
+	}
+	cached, prompt, err := m.at(b)
+	return cached, prompt, err == nil
+}

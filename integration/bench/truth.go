@@ -46,10 +46,10 @@ type LocalLoader interface {
 }
 
 // peerLoad sums the bookings at each backend of every node in others at
-// the moment of the call: the mesh's load channel with no delay. out is
-// indexed by backend id; it is grown as needed and returned.
-func peerLoad(others []LocalLoader, out []peerBookings) []peerBookings {
-	clear(out)
+// the moment of the call, indexed by backend id: the mesh's load channel
+// with no delay.
+func peerLoad(others []LocalLoader) []peerBookings {
+	var out []peerBookings
 	for _, rt := range others {
 		rt.LocalLoad(func(id tree.BackendID, units, requests, inFlight, _ int64) {
 			for int(id) >= len(out) {
@@ -68,17 +68,14 @@ func peerLoad(others []LocalLoader, out []peerBookings) []peerBookings {
 // matches from the engines, then Truth decides. r is the registered body
 // (nil: none, the matches are all 0).
 func (o *Oracle) chooseTruth(req *router.Request, cands []router.Candidate, scores []float64, r *oracleReq) router.Decision {
-	var m promptMatch
-	if r != nil && r.path != "" {
-		m = newPromptMatch(r.body, r.path)
-		defer m.release()
-	}
+	m := r.match()
+	defer m.release()
 	var deepest int32
 	for i := range cands {
 		c := &cands[i]
 		cached, prompt := 0, 0
-		if b := o.backends[c.Name]; b != nil && r != nil && r.path != "" {
-			if ct, pt, err := m.at(b.b); err == nil {
+		if b := o.backends[c.Name]; b != nil {
+			if ct, pt, ok := m.held(b.b); ok {
 				cached, prompt = ct, pt
 			}
 		}
@@ -89,7 +86,7 @@ func (o *Oracle) chooseTruth(req *router.Request, cands []router.Candidate, scor
 	}
 	req.Deepest = deepest
 	if len(o.Peers) > 0 {
-		loads := peerLoad(o.Peers, nil)
+		loads := peerLoad(o.Peers)
 		for i := range cands {
 			l, id := &cands[i].Load, int(cands[i].ID)
 			l.PeerPendingPrefill, l.PeerPendingRequests, l.PeerInFlight = 0, 0, 0
