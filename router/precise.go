@@ -64,6 +64,23 @@ type PreciseConfig struct {
 	// MaxPromptTokens bounds the token ids read from one answer. 1M is
 	// eight times the longest context of common models.
 	MaxPromptTokens int
+	// EvictionBackends names backends in eviction-link mode
+	// (evictlinks.go): requests stay keyed by bytes, with no tokenization
+	// on their path; after an answer the prompt is tokenized in the
+	// background and each claim it left on the backend is linked to the
+	// engine block holding its end, and the engine's KV events end the
+	// linked claims when that block is evicted. Disjoint from Backends.
+	EvictionBackends []string
+	// TrustEvictionLinks makes the claims on eviction-link backends exact,
+	// as precise backends' are: the belief's model of the backend's cache
+	// (belief.go) is not applied to them, their events saying what it
+	// evicted. true: the model guesses what the events know.
+	TrustEvictionLinks bool
+	// MaxEvictionLinks bounds the links held (about 40 bytes each); past
+	// it the oldest go, and their claims live out their TTL as in
+	// approximate mode. 256K is one link per engine block for 8 engines
+	// of 32K blocks, and links sit only at message ends.
+	MaxEvictionLinks int
 }
 
 // DefaultPreciseConfig returns the defaults documented on PreciseConfig,
@@ -75,6 +92,8 @@ func DefaultPreciseConfig() PreciseConfig {
 		MaxTokenizeInFlight: 64,
 		CacheTokens:         4 << 20,
 		MaxPromptTokens:     1 << 20,
+		TrustEvictionLinks:  true,
+		MaxEvictionLinks:    1 << 18,
 	}
 }
 
@@ -109,6 +128,15 @@ func (c *PreciseConfig) Validate(blockTokens int) error {
 			bad("backends[%d] %q: empty or listed twice", i, b)
 		}
 		seen[b] = true
+	}
+	for i, b := range c.EvictionBackends {
+		if b == "" || seen[b] {
+			bad("eviction_backends[%d] %q: empty, listed twice or also a precise backend", i, b)
+		}
+		seen[b] = true
+	}
+	if len(c.EvictionBackends) > 0 && c.MaxEvictionLinks < 1 {
+		bad("max_eviction_links must be at least 1, got %d", c.MaxEvictionLinks)
 	}
 	return errors.Join(errs...)
 }
@@ -178,6 +206,8 @@ func newPreciseMetrics(reg prometheus.Registerer, cacheTokens func() float64) (*
 type precise struct {
 	cfg    PreciseConfig
 	slots  []bool                           // by backend slot: in precise mode
+	linked []bool                           // by backend slot: in eviction-link mode (evictlinks.go)
+	links  *evictionLinks                   // nil without eviction-link backends
 	urls   []atomic.Pointer[tokenizeTarget] // by backend slot: its /tokenize, built at first use (tokenizeURL)
 	fixed  *url.URL                         // TokenizerURL's /tokenize, nil without
 	ratio  int32                            // engine block / index block
@@ -185,6 +215,7 @@ type precise struct {
 	cache  *tokenCache // nil when CacheTokens is 0
 	next   atomic.Uint64
 	m      *preciseMetrics
+	lm     *linkMetrics
 	rtrip  http.RoundTripper
 	states sync.Pool // *preciseScratch
 
@@ -221,7 +252,7 @@ func newPrecise(cfg PreciseConfig, backends []*backend, blockTokens int, rtrip h
 	if err := cfg.Validate(blockTokens); err != nil {
 		return nil, err
 	}
-	pc := &precise{cfg: cfg, slots: make([]bool, len(backends)), urls: make([]atomic.Pointer[tokenizeTarget], len(backends)),
+	pc := &precise{cfg: cfg, slots: make([]bool, len(backends)), linked: make([]bool, len(backends)), urls: make([]atomic.Pointer[tokenizeTarget], len(backends)),
 		ratio: int32(cfg.EngineBlockTokens / blockTokens), sem: make(chan struct{}, cfg.MaxTokenizeInFlight),
 		m: m, rtrip: rtrip, seeds: map[string]tree.Seed{}, refreshing: map[uint64]struct{}{}}
 	if cfg.CacheTokens > 0 {
@@ -239,6 +270,16 @@ func newPrecise(cfg PreciseConfig, backends []*backend, blockTokens int, rtrip h
 		}
 		pc.slots[i] = true
 	}
+	for _, name := range cfg.EvictionBackends {
+		i := slices.IndexFunc(backends, func(b *backend) bool { return b.name == name })
+		if i < 0 {
+			return nil, fmt.Errorf("precise: eviction backend %q is not among the router's backends", name)
+		}
+		pc.linked[i] = true
+	}
+	if len(cfg.EvictionBackends) > 0 {
+		pc.links = newEvictionLinks(cfg.MaxEvictionLinks)
+	}
 	pc.states.New = func() any { return &preciseScratch{reader: &closeReader{}} }
 	return pc, nil
 }
@@ -247,6 +288,9 @@ func newPrecise(cfg PreciseConfig, backends []*backend, blockTokens int, rtrip h
 // whose slot is past the tables, is not).
 func (pc *precise) on(b *backend) bool { return b.slot < len(pc.slots) && pc.slots[b.slot] }
 
+// linkedOn reports whether b is in eviction-link mode.
+func (pc *precise) linkedOn(b *backend) bool { return b.slot < len(pc.linked) && pc.linked[b.slot] }
+
 // close waits for the background tokenizations (each bounded by
 // TokenizeTimeout).
 func (pc *precise) close() {
@@ -254,6 +298,13 @@ func (pc *precise) close() {
 	pc.closed = true
 	pc.mu.Unlock()
 	pc.wg.Wait()
+}
+
+func (pc *precise) linksHeld() float64 {
+	if pc == nil || pc.links == nil {
+		return 0
+	}
+	return float64(pc.links.len())
 }
 
 func (pc *precise) cacheTokens() float64 {
@@ -285,7 +336,7 @@ func (pc *precise) target(rt *Router, model string) *url.URL {
 	start := pc.next.Add(1)
 	for i := uint64(0); i < n; i++ {
 		b := bs[(start+i)%n]
-		if pc.on(b) && b.healthy.Load() {
+		if (pc.on(b) || pc.linkedOn(b)) && b.healthy.Load() {
 			return pc.tokenizeURL(b)
 		}
 	}
@@ -439,10 +490,18 @@ func tailTokens(prefixTokens, prefix, total int) int {
 }
 
 // exact reports whether b's claims on st's keys are exact: st was keyed by
-// the engine's tokens and b is in precise mode, so its events end what it
+// the engine's tokens and b is in precise mode, or st by bytes and b in
+// eviction-link mode (with TrustEvictionLinks), so its events end what it
 // evicts and the belief's model of its cache (belief.go) is not applied.
 func (rt *Router) exact(st *reqState, b *backend) bool {
-	return st.precise && rt.precise.on(b)
+	pc := rt.precise
+	if pc == nil {
+		return false
+	}
+	if st.precise {
+		return pc.on(b)
+	}
+	return pc.cfg.TrustEvictionLinks && pc.linkedOn(b)
 }
 
 // tokenize asks the engine for the tokens of sc.body, appending them to
@@ -597,9 +656,16 @@ func (rt *Router) initPrecise(deps Deps) error {
 	if err != nil {
 		return fmt.Errorf("router: registering metrics: %w", err)
 	}
-	if deps.Precise == nil || len(deps.Precise.Backends) == 0 {
+	lm, err := newLinkMetrics(deps.Registerer, func() float64 { return rt.precise.linksHeld() })
+	if err != nil {
+		return fmt.Errorf("router: registering metrics: %w", err)
+	}
+	if deps.Precise == nil || len(deps.Precise.Backends)+len(deps.Precise.EvictionBackends) == 0 {
 		return nil
 	}
 	rt.precise, err = newPrecise(*deps.Precise, rt.backends(), rt.ix.Keyer().BlockTokens(), rt.transport, m)
+	if rt.precise != nil {
+		rt.precise.lm = lm
+	}
 	return err
 }

@@ -114,6 +114,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, st *reqState, 
 			if last.ok && learn {
 				rt.learnOn(b, &st.chain, rt.cfg.ConfirmedTTL)
 				rt.metrics.learned[1].Inc()
+				rt.linkAfter(st, b, ep) // evictlinks.go
 			}
 			return last.status
 		case outTimeout:

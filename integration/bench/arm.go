@@ -60,6 +60,11 @@ type Arm struct {
 	// bookings at each decision instead of the load channel's
 	// (Oracle.Peers); the arm spec is "kvmesh+truth+load:N:mesh".
 	TrueLoad bool `json:"true_load,omitempty"`
+	// Evictions runs kvmesh with every backend in eviction-link mode
+	// (router.PreciseConfig.EvictionBackends) against a fleet publishing
+	// KV events: requests keyed by bytes, claims ended by the engines'
+	// evictions (evict.go); the arm spec is "kvmesh+evict".
+	Evictions bool `json:"evictions,omitempty"`
 }
 
 // ParseArm reads an arm spec: a policy name, optionally with "+words"
@@ -67,7 +72,8 @@ type Arm struct {
 // optionally followed by ":<nodes>" and ":mesh", ":claims" or ":local"
 // (default local), e.g. "kvmesh", "oracle", "kvmesh:8:mesh",
 // "kvmesh:8:claims", "kvmesh:3:local", "kvmesh+words", "kvmesh-precise",
-// "oracle+scraped" (Arm.ScrapedLoad), "kvmesh+truth" (Arm.Truth).
+// "oracle+scraped" (Arm.ScrapedLoad), "kvmesh+truth" (Arm.Truth),
+// "kvmesh+evict" (Arm.Evictions).
 func ParseArm(spec string) (Arm, error) {
 	parts := strings.Split(strings.TrimSpace(spec), ":")
 	a := Arm{Policy: parts[0], Nodes: 1}
@@ -82,6 +88,12 @@ func ParseArm(spec string) (Arm, error) {
 	}
 	if p, ok := strings.CutSuffix(a.Policy, "+load"); ok {
 		a.Policy, a.TrueLoad = p, true
+	}
+	if p, ok := strings.CutSuffix(a.Policy, "+evict"); ok {
+		if p != router.PolicyKVMesh {
+			return Arm{}, fmt.Errorf("bench: arm %q: +evict is kvmesh's (kvmesh+evict)", spec)
+		}
+		a.Policy, a.Evictions = p, true
 	}
 	if p, ok := strings.CutSuffix(a.Policy, "+truth"); ok {
 		if p != router.PolicyKVMesh {
@@ -120,6 +132,9 @@ func ParseArm(spec string) (Arm, error) {
 	if a.Policy == PolicyOracle && a.Nodes != 1 {
 		return Arm{}, fmt.Errorf("bench: arm %q: the oracle runs on one node", spec)
 	}
+	if a.Evictions && (a.Tokens || a.Truth) {
+		return Arm{}, fmt.Errorf("bench: arm %q: kvmesh+evict runs in byte mode on claims", spec)
+	}
 	if a.Truth && a.Tokens {
 		return Arm{}, fmt.Errorf("bench: arm %q: kvmesh+truth runs in byte mode", spec)
 	}
@@ -141,6 +156,9 @@ func ParseArm(spec string) (Arm, error) {
 	}
 	if a.TrueLoad {
 		a.Name += "+load"
+	}
+	if a.Evictions {
+		a.Name += "+evict"
 	}
 	if a.Nodes > 1 || a.State == StateMesh || a.State == StateClaims {
 		a.Name = fmt.Sprintf("%s x%d %s", a.Name, a.Nodes, a.State)

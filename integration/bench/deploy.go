@@ -200,6 +200,9 @@ func deploy(ctx context.Context, cfg *Config, arm Arm, fleet Fleet) (_ *deployme
 		if arm.Precise {
 			deps.Precise = preciseRouterConfig(&rc, TreeConfig(cfg))
 		}
+		if arm.Evictions {
+			deps.Precise = evictRouterConfig(&rc, TreeConfig(cfg))
+		}
 		ls, sharing := learners[i].(loadSharer)
 		if sharing {
 			deps.Peers = ls
@@ -245,7 +248,7 @@ func deploy(ctx context.Context, cfg *Config, arm Arm, fleet Fleet) (_ *deployme
 	if arm.TrueLoad {
 		d.linkTrueLoad()
 	}
-	if arm.Precise {
+	if arm.Precise || arm.Evictions {
 		if err := d.startPrecise(ctx, cfg, TreeConfig(cfg), arm, fleet, learners); err != nil {
 			return nil, err
 		}

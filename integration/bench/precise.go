@@ -50,7 +50,7 @@ func (s *simFleet) KVEventEndpoints() (pub, replay []string) {
 
 // fleetFor is the fleet factory of arm's runs.
 func (c *Config) fleetFor(a Arm) (FleetFactory, error) {
-	if !a.Precise {
+	if !a.Precise && !a.Evictions {
 		return c.Fleet, nil
 	}
 	if c.PreciseFleet == nil {
@@ -65,6 +65,17 @@ func preciseRouterConfig(rc *router.Config, tc tree.Config) *router.PreciseConfi
 	pc := router.DefaultPreciseConfig()
 	for _, b := range rc.Backends {
 		pc.Backends = append(pc.Backends, b.Name)
+	}
+	pc.EngineBlockTokens = tc.BlockTokens
+	return &pc
+}
+
+// evictRouterConfig is eviction-link mode (kvmesh+evict) for every
+// backend, with engine blocks of the index's size.
+func evictRouterConfig(rc *router.Config, tc tree.Config) *router.PreciseConfig {
+	pc := router.DefaultPreciseConfig()
+	for _, b := range rc.Backends {
+		pc.EvictionBackends = append(pc.EvictionBackends, b.Name)
 	}
 	pc.EngineBlockTokens = tc.BlockTokens
 	return &pc
@@ -85,7 +96,9 @@ func preciseEventsConfig(cfg *Config, tc tree.Config) kvevents.Config {
 
 // startPrecise starts one event consumer per router node, writing into
 // the node's learner (learners[i]: a LocalLearner, or a mesh.Node whose
-// stream ownership follows its alive members).
+// stream ownership follows its alive members). In eviction-link mode
+// (kvmesh+evict) each node reads every stream into its router's
+// EvictionSink, which ends the byte claims that node linked.
 func (d *deployment) startPrecise(ctx context.Context, cfg *Config, tc tree.Config, arm Arm, fleet Fleet, learners []router.Learner) error {
 	kf, ok := fleet.(KVEventsFleet)
 	if !ok {
@@ -110,6 +123,10 @@ func (d *deployment) startPrecise(ctx context.Context, cfg *Config, tc tree.Conf
 	}
 	for i, l := range learners {
 		sink, ok := l.(kvevents.Sink)
+		if arm.Evictions {
+			sink = d.nodes[i].rt.EvictionSink()
+			ok = sink != nil
+		}
 		if !ok {
 			return fmt.Errorf("bench: node %d's learner (%T) cannot take KV events", i, l)
 		}
@@ -122,7 +139,7 @@ func (d *deployment) startPrecise(ctx context.Context, cfg *Config, tc tree.Conf
 		if err := m.Start(ctx); err != nil {
 			return err
 		}
-		if n, meshed := l.(*mesh.Node); meshed && arm.meshed() {
+		if n, meshed := l.(*mesh.Node); meshed && arm.meshed() && !arm.Evictions {
 			go m.FollowMembers(ctx, n.Name(), n.AliveMembers, 100*time.Millisecond)
 		} else {
 			m.SetOwned(m.Backends()) // alone (or with independent state): every stream

@@ -1,0 +1,307 @@
+package router
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvmesh/kvmesh/router/kvevents"
+	"github.com/kvmesh/kvmesh/tree"
+)
+
+// Eviction links (PreciseConfig.EvictionBackends, docs/precise.md): the
+// engines' evictions for claims keyed by bytes.
+//
+// Approximate mode's claims know what was sent to a backend, never what
+// its engine dropped. An engine that publishes KV events says exactly
+// which blocks it dropped, but they are blocks of its own tokens, and
+// keying every request by tokens costs a /tokenize round trip on its path
+// (precise mode). Here requests keep their byte keys and wait for nothing:
+// once a backend has answered, the router tokenizes the prompt in the
+// background (the same /tokenize) and links each claim the answer left
+// on that backend, at a message end, to the key of the engine block that
+// holds the message's last whole block of tokens. When the engine's
+// events remove that block, the linked byte claims on that backend end
+// (through the Learner: in a mesh, for every node).
+//
+// A message end in bytes is put in tokens at the prompt's own bytes per
+// token: the engine's chat template and the router's rendering are not
+// the same bytes, but both are the messages in order. A link one block
+// too deep ends its claim a little early (the engine frees a request's
+// blocks tail first); one block too shallow ends it a little late.
+//
+// Each node links the claims it learned from its own routes, and reads
+// every engine's events (links are not replicated; the tombstones are).
+
+// linkKey is an engine block of one backend.
+type linkKey struct {
+	backend tree.BackendID
+	block   tree.Key
+}
+
+// evictionLinks maps engine blocks to the byte claims they end. Safe for
+// concurrent use.
+type evictionLinks struct {
+	mu sync.Mutex
+	m  map[linkKey][]tree.Key
+	// ring holds the links in the order they were made, max of them; a new
+	// one past max drops the oldest.
+	ring []linkEntry
+	next int
+	n    int // links held
+}
+
+type linkEntry struct {
+	k     linkKey
+	claim tree.Key
+}
+
+func newEvictionLinks(limit int) *evictionLinks {
+	return &evictionLinks{m: make(map[linkKey][]tree.Key), ring: make([]linkEntry, 0, min(limit, 1<<12))}
+}
+
+// add links claim to engine block k. A link already held is kept where it
+// is in the ring.
+func (l *evictionLinks) add(k linkKey, claim tree.Key, limit int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	cs := l.m[k]
+	for _, c := range cs {
+		if c == claim {
+			return
+		}
+	}
+	e := linkEntry{k: k, claim: claim}
+	if len(l.ring) < limit {
+		l.ring = append(l.ring, e)
+	} else {
+		l.dropLocked(l.ring[l.next])
+		l.ring[l.next] = e
+		l.next = (l.next + 1) % len(l.ring)
+	}
+	l.m[k] = append(l.m[k], claim)
+	l.n++
+}
+
+// dropLocked removes the link e if it is still held.
+func (l *evictionLinks) dropLocked(e linkEntry) {
+	cs := l.m[e.k]
+	for i, c := range cs {
+		if c == e.claim {
+			cs[i] = cs[len(cs)-1]
+			cs = cs[:len(cs)-1]
+			l.n--
+			break
+		}
+	}
+	if len(cs) == 0 {
+		delete(l.m, e.k)
+	} else {
+		l.m[e.k] = cs
+	}
+}
+
+// take removes the links of backend's blocks and appends their claims to
+// dst.
+func (l *evictionLinks) take(backend tree.BackendID, blocks []tree.Key, dst []tree.Key) []tree.Key {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, b := range blocks {
+		k := linkKey{backend, b}
+		if cs, ok := l.m[k]; ok {
+			dst = append(dst, cs...)
+			l.n -= len(cs)
+			delete(l.m, k)
+		}
+	}
+	return dst
+}
+
+func (l *evictionLinks) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.n
+}
+
+// linkMetrics are registered with every router (zero without eviction
+// links).
+type linkMetrics struct {
+	jobs  [numLinkOutcomes]prometheus.Counter
+	ended prometheus.Counter
+}
+
+// What became of an answered prompt's links (kvmesh_router_eviction_link_prompts_total).
+const (
+	linkLinked  = iota // tokenized and linked
+	linkBusy           // MaxTokenizeInFlight tokenizations were running: not linked
+	linkFailed         // the tokenization failed or timed out: not linked
+	linkSkipped        // an endpoint or prompt shape /tokenize does not take
+	numLinkOutcomes
+)
+
+var linkOutcomeNames = [numLinkOutcomes]string{"linked", "busy", "failed", "unsupported"}
+
+func newLinkMetrics(reg prometheus.Registerer, held func() float64) (*linkMetrics, error) {
+	jobs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvmesh_router_eviction_link_prompts_total",
+		Help: "Answered prompts on eviction-link backends, by what became of their claims' links: linked, busy (too many tokenizations in flight), failed (the tokenization failed or timed out), unsupported (an endpoint /tokenize does not take)."},
+		[]string{"outcome"})
+	m := &linkMetrics{ended: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvmesh_router_eviction_link_claims_ended_total",
+		Help: "Byte-keyed claims ended because the engine's KV events removed the block they were linked to."})}
+	for i, n := range linkOutcomeNames {
+		m.jobs[i] = jobs.WithLabelValues(n)
+	}
+	if reg == nil {
+		return m, nil
+	}
+	gauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvmesh_router_eviction_links",
+		Help: "Links from engine blocks to byte-keyed claims held (precise.max_eviction_links bounds them)."}, held)
+	for _, c := range []prometheus.Collector{jobs, m.ended, gauge} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// linkJob is what the background tokenization of one answered prompt
+// needs, copied from the request's state.
+type linkJob struct {
+	backend     tree.BackendID
+	model, salt string
+	units       int        // the prompt's rendering, in bytes
+	upb         int        // bytes per byte block
+	depths      []int32    // the claims' depths, in byte blocks
+	claims      []tree.Key // the byte keys at those depths
+}
+
+// linkAfter starts linking the claims a request's answer left on b to
+// b's engine blocks, if b is in eviction-link mode. It is called once the
+// answer is complete; it copies what it needs from st and never waits.
+func (rt *Router) linkAfter(st *reqState, b *backend, ep Endpoint) {
+	pc := rt.precise
+	if pc == nil || pc.links == nil || st.precise || !st.routed || !pc.linkedOn(b) || len(st.chain.Learn) == 0 || st.prompt.Model == "" {
+		return
+	}
+	u := pc.target(rt, st.prompt.Model)
+	if u == nil {
+		pc.lm.jobs[linkFailed].Inc()
+		return
+	}
+	select {
+	case pc.sem <- struct{}{}:
+	default:
+		pc.lm.jobs[linkBusy].Inc()
+		return
+	}
+	sc := pc.scratch()
+	var err error
+	if sc.body, _, err = appendTokenizeBody(sc.body[:0], ep, st.body); err != nil {
+		<-pc.sem
+		pc.release(sc)
+		pc.lm.jobs[linkSkipped].Inc()
+		return
+	}
+	j := &linkJob{backend: b.id, model: st.prompt.Model, salt: st.prompt.CacheSalt, units: st.chain.Units, upb: st.chain.UnitsPerBlock}
+	for _, d := range st.chain.Learn {
+		if int(d) <= len(st.chain.Keys) {
+			j.depths = append(j.depths, d)
+			j.claims = append(j.claims, st.chain.Keys[d-1])
+		}
+	}
+	pc.mu.Lock()
+	if pc.closed {
+		pc.mu.Unlock()
+		<-pc.sem
+		pc.release(sc)
+		return
+	}
+	pc.wg.Add(1)
+	pc.mu.Unlock()
+	go func() {
+		defer pc.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), pc.cfg.TokenizeTimeout)
+		toks, err := pc.call(ctx, u, sc, nil)
+		cancel()
+		<-pc.sem
+		if err != nil {
+			pc.release(sc)
+			pc.lm.jobs[linkFailed].Inc()
+			return
+		}
+		seed := pc.seed(sc, j.model, j.salt)
+		pc.release(sc)
+		pc.link(rt.ix.Keyer(), seed, toks, j)
+		pc.lm.jobs[linkLinked].Inc()
+	}()
+}
+
+// link records j's links given the prompt's engine tokens.
+func (pc *precise) link(k tree.Keyer, seed tree.Seed, toks []uint32, j *linkJob) {
+	if j.units <= 0 || len(toks) == 0 {
+		return
+	}
+	var ch tree.Chain
+	k.Tokens(&ch, seed, toks, nil)
+	eb := pc.cfg.EngineBlockTokens
+	for i, d := range j.depths {
+		at := int(int64(d) * int64(j.upb) * int64(len(toks)) / int64(j.units)) // the message end, in tokens
+		blocks := min(at/eb, len(ch.Keys)/int(pc.ratio))                       // whole engine blocks before it
+		if blocks == 0 {
+			continue
+		}
+		// The index's key at that engine block's end: the key the engine's
+		// events name the block by (kvevents.Mapper).
+		pc.links.add(linkKey{j.backend, ch.Keys[blocks*int(pc.ratio)-1]}, j.claims[i], pc.cfg.MaxEvictionLinks)
+	}
+}
+
+// claimEnder ends claims: LocalLearner, a mesh node.
+type claimEnder interface {
+	End(keys []tree.Key, backend tree.BackendID)
+}
+
+// evictionSink is the kvevents.Sink of eviction-link backends' streams.
+type evictionSink struct {
+	pc  *precise
+	end claimEnder
+	mu  sync.Mutex
+	buf []tree.Key
+}
+
+// EvictionSink returns the sink for the KV-event streams of
+// PreciseConfig.EvictionBackends (router/kvevents.Deps.Sink): their
+// removals end the byte-keyed claims linked to the removed blocks,
+// through the router's Learner, which must be able to end claims
+// (LocalLearner, a mesh node). It keeps no token-keyed claims, and an
+// engine's cleared cache or a lost stream ends nothing (the health
+// checks and the metrics scrape find a restarted engine). nil without
+// eviction-link backends.
+func (rt *Router) EvictionSink() kvevents.Sink {
+	if rt.precise == nil || rt.precise.links == nil {
+		return nil
+	}
+	e, ok := rt.learner.(claimEnder)
+	if !ok {
+		return nil
+	}
+	return &evictionSink{pc: rt.precise, end: e}
+}
+
+// Learn keeps nothing: requests to these backends are keyed by bytes.
+func (s *evictionSink) Learn(*tree.Chain, tree.BackendID, time.Duration) {}
+
+// End ends the byte claims linked to the removed blocks.
+func (s *evictionSink) End(blocks []tree.Key, backend tree.BackendID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.buf = s.pc.links.take(backend, blocks, s.buf[:0])
+	if len(s.buf) > 0 {
+		s.end.End(s.buf, backend)
+		s.pc.lm.ended.Add(float64(len(s.buf)))
+	}
+}
+
+// Invalidate ends nothing: see EvictionSink.
+func (s *evictionSink) Invalidate(string, bool) {}
