@@ -63,6 +63,21 @@ type PreciseConfig struct {
 	// connection before anything is allocated. 32 MiB: see
 	// kvevents.Config.MaxMessageBytes.
 	MaxMessageBytes int `yaml:"max_message_bytes"`
+	// Mode is what the events do. "tokens" (the default): precise mode,
+	// requests keyed by the engines' tokens, each stream read by one node
+	// of the mesh. "evictions": requests stay keyed by bytes with no
+	// tokenization on their path; the events end the byte claims linked to
+	// the blocks the engines evict (router.PreciseConfig.EvictionBackends,
+	// docs/precise.md), and every node reads every stream (each ends the
+	// claims it linked), so each stream needs its endpoint.
+	Mode string `yaml:"mode"`
+	// TrustEvictionLinks (evictions mode) applies no belief model to the
+	// claims on those backends: the events say what the engines evicted.
+	// true; false keeps the model's doubts on top of the events.
+	TrustEvictionLinks bool `yaml:"trust_eviction_links"`
+	// MaxEvictionLinks bounds the links from engine blocks to byte claims
+	// a node holds (evictions mode; 256K, about 10 MiB).
+	MaxEvictionLinks int `yaml:"max_eviction_links"`
 	// OwnershipInterval is how often a node recomputes which streams it
 	// owns from the mesh's alive members. 1 s adds at most a second to
 	// serf's failure detection (7-10 s) before a failed owner's streams
@@ -81,8 +96,21 @@ func defaultPrecise() PreciseConfig {
 		LeaseTTL:            kc.LeaseTTL,
 		MaxMessageBytes:     kc.MaxMessageBytes,
 		OwnershipInterval:   time.Second,
+		Mode:                modeTokens,
+		TrustEvictionLinks:  rp.TrustEvictionLinks,
+		MaxEvictionLinks:    rp.MaxEvictionLinks,
 	}
 }
+
+// What the events do (PreciseConfig.Mode).
+const (
+	modeTokens    = "tokens"
+	modeEvictions = "evictions"
+)
+
+// evictions reports whether the streams end byte-keyed claims
+// (PreciseConfig.Mode evictions) rather than key requests by tokens.
+func (p *PreciseConfig) evictions() bool { return p.Mode == modeEvictions }
 
 // enabled reports whether precise mode is on.
 func (p *PreciseConfig) enabled() bool { return len(p.Streams) > 0 || p.Listen != "" }
@@ -94,8 +122,14 @@ func (p *PreciseConfig) routerConfig() *router.PreciseConfig {
 	}
 	rc := router.DefaultPreciseConfig()
 	for _, s := range p.Streams {
-		rc.Backends = append(rc.Backends, s.Backend)
+		if p.evictions() {
+			rc.EvictionBackends = append(rc.EvictionBackends, s.Backend)
+		} else {
+			rc.Backends = append(rc.Backends, s.Backend)
+		}
 	}
+	rc.TrustEvictionLinks = p.TrustEvictionLinks
+	rc.MaxEvictionLinks = p.MaxEvictionLinks
 	rc.EngineBlockTokens = p.EngineBlockTokens
 	rc.TokenizerURL = p.TokenizerURL
 	rc.TokenizeTimeout = p.TokenizeTimeout
@@ -151,6 +185,9 @@ func (p *PreciseConfig) digest(backends []router.BackendConfig) string {
 	if !p.enabled() {
 		return ""
 	}
+	if p.evictions() {
+		return "" // every node reads every stream: no owners to agree on
+	}
 	streams, _ := p.streams(backends) // validated already
 	lines := make([]string, len(streams))
 	for i, s := range streams {
@@ -197,6 +234,15 @@ func (p *PreciseConfig) validate(c *ServeConfig) error {
 			errs = append(errs, err)
 		}
 	}
+	switch p.Mode {
+	case modeTokens:
+	case modeEvictions:
+		if p.Listen != "" {
+			errs = append(errs, errors.New("precise: mode evictions reads every engine from every node: give each stream its endpoint instead of precise.listen"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("precise: mode must be %s or %s, got %q", modeTokens, modeEvictions, p.Mode))
+	}
 	if p.OwnershipInterval <= 0 {
 		errs = append(errs, fmt.Errorf("precise: ownership_interval must be positive, got %v", p.OwnershipInterval))
 	}
@@ -231,7 +277,7 @@ func startPrecise(ctx context.Context, cfg *ServeConfig, ix *tree.Index, sink kv
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	if members != nil {
+	if members != nil && !p.evictions() {
 		go func() {
 			defer close(done)
 			if len(cfg.Mesh.Join) > 0 {
@@ -240,7 +286,7 @@ func startPrecise(ctx context.Context, cfg *ServeConfig, ix *tree.Index, sink kv
 			m.FollowMembers(ctx, cfg.Node.Name, members, p.OwnershipInterval)
 		}()
 	} else {
-		m.SetOwned(m.Backends()) // a node alone owns every stream
+		m.SetOwned(m.Backends()) // a node alone, or in evictions mode, reads every stream
 		close(done)
 	}
 	log.Info().Int("streams", len(streams)).Str("listen", p.Listen).Bool("mesh", members != nil).Msg("precise mode: consuming KV events")
@@ -317,6 +363,7 @@ var preciseSettings = []setting{
 			}
 			return nil
 		}},
+	strSetting("kv-events-mode", "precise.mode", "what engines' KV events do: tokens (precise mode: requests keyed by the engines' tokens) or evictions (requests keyed by bytes; the events end the claims of evicted prefixes)", func(c *ServeConfig) *string { return &c.Precise.Mode }),
 	strSetting("kv-events-listen", "precise.listen", "bind a socket engines' KV-event publishers connect to, e.g. tcp://0.0.0.0:5557 (precise mode)", func(c *ServeConfig) *string { return &c.Precise.Listen }),
 	strSetting("kv-events-model", "precise.model", "the engines' base model name in requests, for streams that do not set one (precise mode)", func(c *ServeConfig) *string { return &c.Precise.Model }),
 	intSetting("engine-block-tokens", "precise.engine_block_tokens", "the engines' KV block size (vLLM --block-size), a multiple of index.block_tokens (precise mode)", func(c *ServeConfig) *int { return &c.Precise.EngineBlockTokens }),

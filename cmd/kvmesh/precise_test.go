@@ -102,6 +102,61 @@ func TestServePreciseAlone(t *testing.T) {
 	eventually(t, "the removal to end the last block's claim", func() bool { return matched() == nb-1 })
 }
 
+// A node alone in evictions mode keys requests by bytes, links an answered
+// prompt's claims to the engine's blocks, and ends them when the engine's
+// events remove those blocks.
+func TestServeEvictionsAlone(t *testing.T) {
+	be := tokenizingBackend(t)
+	pub, err := kvevents.NewPublisher(t.Context(), kvevents.PublisherConfig{Endpoint: "tcp://127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	s, cancel, done := startServe(t, "--backends", "b0="+be.URL, "--kv-events", "b0="+pub.Addr(),
+		"--kv-events-model", "m", "--kv-events-mode", "evictions")
+	defer func() { cancel(); <-done }()
+
+	content := strings.Repeat("the quick brown fox jumps over the lazy dog ", 12)
+	body := `{"model":"m","messages":[{"role":"user","content":"` + content + `"}]}`
+	toks := wordTokens(content)
+	nb := len(toks) / 16
+	stored := kvevents.Event{Kind: kvevents.Stored, Tokens: toks[:nb*16], BlockSize: 16, LoraID: -1, Group: -1}
+	var hashes []kvevents.Hash
+	for i := 0; i < nb; i++ {
+		hashes = append(hashes, kvevents.Hash(i+1))
+	}
+	stored.Hashes = hashes
+	matched := func() int {
+		resp, err := http.Post("http://"+s.Admin+"/debug/route", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var x router.RouteExplanation
+		if data, _ := io.ReadAll(resp.Body); json.Unmarshal(data, &x) != nil || x.Keys == "precise" || x.UnitsPerBlock != 64 {
+			t.Fatalf("%s: want a request keyed by bytes", data)
+		}
+		return x.Candidates[0].MatchedBlocks
+	}
+	resp, err := http.Post("http://"+s.API+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || matched() == 0 {
+		t.Fatalf("status %d, %d blocks claimed", resp.StatusCode, matched())
+	}
+	eventually(t, "the answered prompt's claims linked", func() bool {
+		return strings.Contains(get(t, "http://"+s.Admin+"/metrics"), `kvmesh_router_eviction_link_prompts_total{outcome="linked"} 1`)
+	})
+	eventually(t, "the engine's blocks mapped, then their removal to end the claims", func() bool {
+		pub.Publish(&kvevents.Batch{DPRank: -1, Events: []kvevents.Event{stored}})
+		pub.Publish(&kvevents.Batch{DPRank: -1, Events: []kvevents.Event{{Kind: kvevents.Removed, Hashes: hashes, Group: -1}}})
+		return matched() == 0
+	})
+}
+
 func TestPreciseFlags(t *testing.T) {
 	base := []string{"--backends", "a=http://10.0.0.1:8000,b=http://10.0.0.2:8000"}
 	cfg, err := loadServeConfig(append(base, "--kv-events", "a=tcp://10.0.0.1:5557,b", "--kv-events-replay", "a=tcp://10.0.0.1:5558",
@@ -127,6 +182,8 @@ func TestPreciseFlags(t *testing.T) {
 		{"--kv-events a --kv-events-model m", "no listen address"},
 		{"--kv-events a=tcp://x:1 --kv-events-model m --engine-block-tokens 24", "engine_block_tokens"},
 		{"--kv-events a=tcp://x:1 --kv-events-model m --tokenize-timeout 0s", "tokenize_timeout"},
+		{"--kv-events a=tcp://x:1 --kv-events-model m --kv-events-mode exact", "mode must be tokens or evictions"},
+		{"--kv-events a --kv-events-listen tcp://0.0.0.0:5557 --kv-events-model m --kv-events-mode evictions", "instead of precise.listen"},
 	} {
 		_, err := loadServeConfig(append(base, strings.Fields(c.args)...), env(nil), io.Discard)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -153,5 +210,8 @@ func TestPreciseDigest(t *testing.T) {
 	}
 	if d := (&PreciseConfig{}).digest(nil); d != "" {
 		t.Fatalf("no precise mode: digest %q", d)
+	}
+	if d := (&PreciseConfig{Streams: p1.Streams, Mode: modeEvictions}).digest(nil); d != "" {
+		t.Fatalf("evictions mode (no stream owners): digest %q", d)
 	}
 }

@@ -22,6 +22,8 @@ func TestParseArm(t *testing.T) {
 		"kvmesh+truth:8:mesh":  {Name: "kvmesh+truth x8 mesh", Policy: "kvmesh", Nodes: 8, State: StateMesh, Truth: true},
 		"kvmesh+truth+load:8:mesh": {Name: "kvmesh+truth+load x8 mesh", Policy: "kvmesh", Nodes: 8, State: StateMesh,
 			Truth: true, TrueLoad: true},
+		"kvmesh+evict":        {Name: "kvmesh+evict", Policy: "kvmesh", Nodes: 1, Evictions: true},
+		"kvmesh+evict:8:mesh": {Name: "kvmesh+evict x8 mesh", Policy: "kvmesh", Nodes: 8, State: StateMesh, Evictions: true},
 	} {
 		got, err := ParseArm(spec)
 		if err != nil || got != want {
@@ -30,7 +32,8 @@ func TestParseArm(t *testing.T) {
 	}
 	for _, bad := range []string{"", "fastest", "kvmesh:0", "kvmesh:x", "kvmesh:2:gossip", "oracle:2", "kvmesh:2:mesh:extra", "fastest+words", "kvmesh+scraped", "oracle+scraped:2",
 		"oracle+truth", "kvmesh-precise+truth", "kvmesh+words+truth",
-		"kvmesh+truth+load", "kvmesh+truth+load:2", "kvmesh+load:2:mesh"} {
+		"kvmesh+truth+load", "kvmesh+truth+load:2", "kvmesh+load:2:mesh",
+		"oracle+evict", "kvmesh+evict+words", "kvmesh+truth+evict", "kvmesh-precise+evict"} {
 		if _, err := ParseArm(bad); err == nil {
 			t.Errorf("ParseArm(%q) accepted", bad)
 		}

@@ -43,8 +43,9 @@ type shadowRouter struct {
 }
 
 // shadowLearn is one learn (chain set), retraction (ends set, ttl the
-// provisional TTL) or invalidation (backend set) for the shadow's index,
-// in the shadow's backend names.
+// provisional TTL), end (ends set, ttl 0: an engine's eviction through
+// kvmesh+evict's links) or invalidation (backend set) for the shadow's
+// index, in the shadow's backend names.
 type shadowLearn struct {
 	chain   *tree.Chain // a copy: the node's may be reused once Learn returns
 	ends    []tree.Key  // a copy, likewise
@@ -196,6 +197,8 @@ func (s *shadowRouter) applyLearns() {
 			switch {
 			case l.chain != nil:
 				s.learn.Learn(l.chain, l.id, l.ttl)
+			case l.ends != nil && l.ttl == 0:
+				s.learn.End(l.ends, l.id)
 			case l.ends != nil:
 				s.learn.Retract(l.ends, l.id, l.ttl)
 			default:
@@ -245,6 +248,21 @@ func (t *teeLearner) Retract(keys []tree.Key, backend tree.BackendID, ttl time.D
 	if e, ok := t.nodeIx.Backend(backend); ok && len(keys) > 0 {
 		if id, ok := t.shadow.ix.BackendByName(e.Name); ok {
 			t.shadow.enqueue(shadowLearn{ends: slices.Clone(keys), id: id, ttl: ttl})
+		}
+	}
+}
+
+// End passes on the claims a node ended (kvmesh+evict: its links to an
+// evicted engine block), when the node's learner ends claims.
+func (t *teeLearner) End(keys []tree.Key, backend tree.BackendID) {
+	if e, ok := t.Learner.(interface {
+		End([]tree.Key, tree.BackendID)
+	}); ok {
+		e.End(keys, backend)
+	}
+	if e, ok := t.nodeIx.Backend(backend); ok && len(keys) > 0 {
+		if id, ok := t.shadow.ix.BackendByName(e.Name); ok {
+			t.shadow.enqueue(shadowLearn{ends: slices.Clone(keys), id: id})
 		}
 	}
 }
