@@ -152,17 +152,22 @@ func newLinkMetrics(reg prometheus.Registerer, held func() float64) (*linkMetric
 	for i, n := range linkOutcomeNames {
 		m.jobs[i] = jobs.WithLabelValues(n)
 	}
-	if reg == nil {
-		return m, nil
-	}
 	gauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvmesh_router_eviction_links",
 		Help: "Links from engine blocks to byte-keyed claims held (precise.max_eviction_links bounds them)."}, held)
-	for _, c := range []prometheus.Collector{jobs, m.ended, gauge} {
+	return m, registerAll(reg, jobs, m.ended, gauge)
+}
+
+// registerAll registers cs with reg (nil: none).
+func registerAll(reg prometheus.Registerer, cs ...prometheus.Collector) error {
+	if reg == nil {
+		return nil
+	}
+	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return m, nil
+	return nil
 }
 
 // linkJob is what the background tokenization of one answered prompt

@@ -3,7 +3,6 @@ package router
 import (
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/kvmesh/kvmesh/router/kvevents"
 	"github.com/kvmesh/kvmesh/tree"
@@ -12,17 +11,11 @@ import (
 // evictRig is a router whose backends are in eviction-link mode, with
 // 32-token engine blocks (two index blocks).
 func evictRig(t testing.TB, mod func(*PreciseConfig), backends ...*fakeBackend) *testRig {
-	return newRig(t, func(c *Config, d *Deps) {
-		pc := DefaultPreciseConfig()
-		pc.EngineBlockTokens = 32
-		pc.TokenizeTimeout = 20 * time.Second // generous: the race detector on a loaded machine is slow
-		for _, b := range backends {
-			pc.EvictionBackends = append(pc.EvictionBackends, b.name)
-		}
+	return preciseRig(t, func(pc *PreciseConfig) {
+		pc.EvictionBackends, pc.Backends = pc.Backends, nil
 		if mod != nil {
-			mod(&pc)
+			mod(pc)
 		}
-		d.Precise = &pc
 	}, backends...)
 }
 

@@ -189,15 +189,10 @@ func newPreciseMetrics(reg prometheus.Registerer, cacheTokens func() float64) (*
 	for i, n := range fallbackNames {
 		m.fallbacks[i] = fbs.WithLabelValues(n)
 	}
-	if reg == nil {
-		return m, nil
-	}
 	cache := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvmesh_router_tokenize_cache_tokens",
 		Help: "Tokens held by the cache of recent prompts' engine tokens (precise mode)."}, cacheTokens)
-	for _, c := range []prometheus.Collector{keys, fbs, m.duration, cache} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	if err := registerAll(reg, keys, fbs, m.duration, cache); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

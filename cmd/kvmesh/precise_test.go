@@ -51,6 +51,20 @@ func tokenizingBackend(t *testing.T) *httptest.Server {
 	return srv
 }
 
+// storedPrompt is a chat body of one message and the event of the test
+// engine storing its whole blocks (hashes 1, 2, ...).
+func storedPrompt() (body string, stored kvevents.Event) {
+	content := strings.Repeat("the quick brown fox jumps over the lazy dog ", 12)
+	body = `{"model":"m","messages":[{"role":"user","content":"` + content + `"}]}`
+	toks := wordTokens(content)
+	nb := len(toks) / 16
+	stored = kvevents.Event{Kind: kvevents.Stored, Tokens: toks[:nb*16], BlockSize: 16, LoraID: -1, Group: -1}
+	for i := 0; i < nb; i++ {
+		stored.Hashes = append(stored.Hashes, kvevents.Hash(i+1))
+	}
+	return body, stored
+}
+
 // A node alone in precise mode consumes its engine's stream: the blocks the
 // engine reports stored become claims that a request with the same tokens
 // matches (its keys are the engine's tokens: 16 units per block), and a
@@ -66,14 +80,8 @@ func TestServePreciseAlone(t *testing.T) {
 		"--kv-events-replay", "b0="+pub.ReplayAddr(), "--kv-events-model", "m")
 	defer func() { cancel(); <-done }()
 
-	content := strings.Repeat("the quick brown fox jumps over the lazy dog ", 12)
-	body := `{"model":"m","messages":[{"role":"user","content":"` + content + `"}]}`
-	toks := wordTokens(content)
-	nb := len(toks) / 16
-	stored := kvevents.Event{Kind: kvevents.Stored, Tokens: toks[:nb*16], BlockSize: 16, LoraID: -1, Group: -1}
-	for i := 0; i < nb; i++ {
-		stored.Hashes = append(stored.Hashes, kvevents.Hash(i+1))
-	}
+	body, stored := storedPrompt()
+	nb := len(stored.Hashes)
 	explain := func() router.RouteExplanation {
 		var x router.RouteExplanation
 		resp, err := http.Post("http://"+s.Admin+"/debug/route", "application/json", bytes.NewReader([]byte(body)))
@@ -116,16 +124,8 @@ func TestServeEvictionsAlone(t *testing.T) {
 		"--kv-events-model", "m", "--kv-events-mode", "evictions")
 	defer func() { cancel(); <-done }()
 
-	content := strings.Repeat("the quick brown fox jumps over the lazy dog ", 12)
-	body := `{"model":"m","messages":[{"role":"user","content":"` + content + `"}]}`
-	toks := wordTokens(content)
-	nb := len(toks) / 16
-	stored := kvevents.Event{Kind: kvevents.Stored, Tokens: toks[:nb*16], BlockSize: 16, LoraID: -1, Group: -1}
-	var hashes []kvevents.Hash
-	for i := 0; i < nb; i++ {
-		hashes = append(hashes, kvevents.Hash(i+1))
-	}
-	stored.Hashes = hashes
+	body, stored := storedPrompt()
+	hashes := stored.Hashes
 	matched := func() int {
 		resp, err := http.Post("http://"+s.Admin+"/debug/route", "application/json", strings.NewReader(body))
 		if err != nil {

@@ -197,11 +197,8 @@ func deploy(ctx context.Context, cfg *Config, arm Arm, fleet Fleet) (_ *deployme
 		if arm.Tokens {
 			deps.Tokenizer = router.WordTokenizer{}
 		}
-		if arm.Precise {
-			deps.Precise = preciseRouterConfig(&rc, TreeConfig(cfg))
-		}
-		if arm.Evictions {
-			deps.Precise = evictRouterConfig(&rc, TreeConfig(cfg))
+		if arm.Precise || arm.Evictions {
+			deps.Precise = preciseRouterConfig(&rc, TreeConfig(cfg), arm.Evictions)
 		}
 		ls, sharing := learners[i].(loadSharer)
 		if sharing {

@@ -25,30 +25,7 @@ func TestEvictArmEndsClaimsMeshWide(t *testing.T) {
 	if code := postJSON(t, d.fronts[0]+"/v1/chat/completions", body); code != 200 {
 		t.Fatalf("status %d", code)
 	}
-	holders := func(node int) (map[string]int, int) {
-		resp, err := http.Post(d.fronts[node]+"/debug/route", "application/json", bytes.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var x struct {
-			UnitsPerBlock int `json:"units_per_block"`
-			Candidates    []struct {
-				Backend       string `json:"backend"`
-				MatchedBlocks int    `json:"matched_blocks"`
-			} `json:"candidates"`
-		}
-		if err := json.NewDecoder(resp.Body).Decode(&x); err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]int{}
-		for _, c := range x.Candidates {
-			if c.MatchedBlocks > 0 {
-				out[c.Backend] = c.MatchedBlocks
-			}
-		}
-		return out, x.UnitsPerBlock
-	}
+	holders := func(node int) (map[string]int, int) { return routeHolders(t, d.fronts[node], body) }
 	var owner string
 	waitUntil(t, "the prompt's claims on node 1", func() bool {
 		h, upb := holders(1)
@@ -81,6 +58,35 @@ func TestEvictArmEndsClaimsMeshWide(t *testing.T) {
 	if n := gauge(t, d, 0, "kvmesh_router_eviction_link_claims_ended_total"); n == 0 {
 		t.Fatal("node 0 ended no claim through its links")
 	}
+}
+
+// routeHolders asks a router front (POST /debug/route) how many blocks of
+// body's prompt each backend's claims hold, and in how many units per
+// block it keyed the prompt.
+func routeHolders(t *testing.T, front string, body []byte) (map[string]int, int) {
+	t.Helper()
+	resp, err := http.Post(front+"/debug/route", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var x struct {
+		UnitsPerBlock int `json:"units_per_block"`
+		Candidates    []struct {
+			Backend       string `json:"backend"`
+			MatchedBlocks int    `json:"matched_blocks"`
+		} `json:"candidates"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&x); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, c := range x.Candidates {
+		if c.MatchedBlocks > 0 {
+			out[c.Backend] = c.MatchedBlocks
+		}
+	}
+	return out, x.UnitsPerBlock
 }
 
 // waitUntil polls cond; the bound is for liveness only.

@@ -59,23 +59,17 @@ func (c *Config) fleetFor(a Arm) (FleetFactory, error) {
 	return c.PreciseFleet, nil
 }
 
-// preciseRouterConfig is the routers' precise mode: every backend, blocks
-// of the engines' size.
-func preciseRouterConfig(rc *router.Config, tc tree.Config) *router.PreciseConfig {
+// preciseRouterConfig is the routers' precise mode for every backend, or
+// with evictions eviction-link mode (kvmesh+evict), with engine blocks of
+// the index's size.
+func preciseRouterConfig(rc *router.Config, tc tree.Config, evictions bool) *router.PreciseConfig {
 	pc := router.DefaultPreciseConfig()
 	for _, b := range rc.Backends {
-		pc.Backends = append(pc.Backends, b.Name)
-	}
-	pc.EngineBlockTokens = tc.BlockTokens
-	return &pc
-}
-
-// evictRouterConfig is eviction-link mode (kvmesh+evict) for every
-// backend, with engine blocks of the index's size.
-func evictRouterConfig(rc *router.Config, tc tree.Config) *router.PreciseConfig {
-	pc := router.DefaultPreciseConfig()
-	for _, b := range rc.Backends {
-		pc.EvictionBackends = append(pc.EvictionBackends, b.Name)
+		if evictions {
+			pc.EvictionBackends = append(pc.EvictionBackends, b.Name)
+		} else {
+			pc.Backends = append(pc.Backends, b.Name)
+		}
 	}
 	pc.EngineBlockTokens = tc.BlockTokens
 	return &pc

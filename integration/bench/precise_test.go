@@ -3,12 +3,10 @@ package bench
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 )
 
 // The precise arm runs end to end: the routers key requests by the
@@ -100,33 +98,12 @@ func TestPreciseArmKeysByTokens(t *testing.T) {
 	if code := postJSON(t, fleet.URLs()[1]+"/v1/chat/completions", body); code != 200 {
 		t.Fatalf("b1: %d", code)
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		resp, err := http.Post(d.fronts[0]+"/debug/route", "application/json", bytes.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var x struct {
-			Candidates []struct {
-				Backend       string `json:"backend"`
-				MatchedBlocks int    `json:"matched_blocks"`
-			} `json:"candidates"`
-		}
-		err = json.NewDecoder(resp.Body).Decode(&x)
-		resp.Body.Close()
-		matched := 0
-		for _, c := range x.Candidates {
-			if c.Backend == "b1" {
-				matched = c.MatchedBlocks
-			}
-		}
-		if err == nil && matched >= 400/16 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("b1's events never made the prompt routable (%d blocks matched)", matched)
-		}
-	}
+	waitUntil(t, "b1's events to make the prompt routable", func() bool {
+		h, _ := routeHolders(t, d.fronts[0], body)
+		return h["b1"] >= 400/16
+	})
 }
+
 
 func postJSON(t *testing.T, url string, body []byte) int {
 	t.Helper()
