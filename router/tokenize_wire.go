@@ -139,6 +139,22 @@ func singleString(v []byte) []byte {
 // a member's name holds an escape (whose meaning would need decoding; the
 // renderer may have read it differently).
 func eachTopLevel(b []byte, fn func(name, value []byte)) bool {
+	return walkTopLevel(b, func(name []byte, b []byte, i int) int {
+		end, ok := skipValue(b, i)
+		if !ok {
+			return -1
+		}
+		fn(name, b[i:end])
+		return end
+	})
+}
+
+// walkTopLevel walks the members of the JSON object b as eachTopLevel
+// does, but leaves each value to fn: fn gets the member's name and the
+// value's start in b, and returns where the value ends, or -1 to stop the
+// walk as malformed. A caller that parses a large value anyway reads it
+// once instead of skipping it first.
+func walkTopLevel(b []byte, fn func(name []byte, b []byte, i int) int) bool {
 	i := skipJSONSpace(b, 0)
 	if i == len(b) || b[i] != '{' {
 		return false
@@ -164,11 +180,10 @@ func eachTopLevel(b []byte, fn func(name, value []byte)) bool {
 			return false
 		}
 		i = skipJSONSpace(b, i+1)
-		end, ok := skipValue(b, i)
-		if !ok {
+		end := fn(name, b, i)
+		if end < 0 {
 			return false
 		}
-		fn(name, b[i:end])
 		i = skipJSONSpace(b, end)
 		if i == len(b) {
 			return false
@@ -197,26 +212,36 @@ func parseTokenizeAnswer(b []byte, dst []uint32, maxTokens int) ([]uint32, error
 		count    = -1
 		innerErr error
 	)
-	ok := eachTopLevel(b, func(name, value []byte) {
+	ok := walkTopLevel(b, func(name []byte, b []byte, i int) int {
 		if innerErr != nil {
-			return
+			return -1
 		}
-		switch string(name) {
-		case "tokens":
+		if string(name) == "tokens" { // read once, not skipped first: it is nearly all of the answer
 			if have {
 				innerErr = errors.New("tokenize answer: two \"tokens\" members")
-				return
+				return -1
 			}
 			have = true
-			dst, innerErr = appendIDList(dst, value, maxTokens)
-		case "count":
-			n, ok := parseUint(value, 1<<31-1)
+			var end int
+			dst, end, innerErr = appendIDList(dst, b, i, maxTokens)
+			if innerErr != nil {
+				return -1
+			}
+			return end
+		}
+		end, ok := skipValue(b, i)
+		if !ok {
+			return -1
+		}
+		if string(name) == "count" {
+			n, ok := parseUint(b[i:end], 1<<31-1)
 			if !ok {
 				innerErr = errors.New("tokenize answer: \"count\" is not a whole number")
-				return
+				return -1
 			}
 			count = int(n)
 		}
+		return end
 	})
 	switch {
 	case innerErr != nil:
@@ -231,43 +256,44 @@ func parseTokenizeAnswer(b []byte, dst []uint32, maxTokens int) ([]uint32, error
 	return dst, nil
 }
 
-// appendIDList appends the ids of a JSON array of whole numbers in
-// [0, 2^32) to dst, at most max of them.
-func appendIDList(dst []uint32, v []byte, max int) ([]uint32, error) {
-	if len(v) == 0 || v[0] != '[' {
-		return dst, errors.New("tokenize answer: \"tokens\" is not an array")
+// appendIDList appends the ids of the JSON array of whole numbers in
+// [0, 2^32) at v[i] to dst, at most max of them, and returns where the
+// array ends.
+func appendIDList(dst []uint32, v []byte, i, max int) ([]uint32, int, error) {
+	if i >= len(v) || v[i] != '[' {
+		return dst, 0, errors.New("tokenize answer: \"tokens\" is not an array")
 	}
-	i := skipJSONSpace(v, 1)
+	i = skipJSONSpace(v, i+1)
 	if i < len(v) && v[i] == ']' {
-		return dst, nil
+		return dst, i + 1, nil
 	}
 	for {
-		j := i
-		for j < len(v) && v[j] >= '0' && v[j] <= '9' {
+		// The digits are read and summed in one pass (parseUint's rules:
+		// no sign, fraction or leading zero); ten digits at most, so the
+		// sum cannot overflow before the bound is checked.
+		j, id := i, uint64(0)
+		for j < len(v) && v[j] >= '0' && v[j] <= '9' && j-i < 11 {
+			id = id*10 + uint64(v[j]-'0')
 			j++
 		}
-		id, ok := parseUint(v[i:j], 1<<32-1)
-		if !ok {
-			return dst, errors.New("tokenize answer: a token id is not a whole number in [0, 2^32)")
+		if j == i || j-i > 10 || id > 1<<32-1 || (v[i] == '0' && j-i > 1) {
+			return dst, 0, errors.New("tokenize answer: a token id is not a whole number in [0, 2^32)")
 		}
 		if len(dst) >= max {
-			return dst, fmt.Errorf("tokenize answer: more than %d tokens", max)
+			return dst, 0, fmt.Errorf("tokenize answer: more than %d tokens", max)
 		}
 		dst = append(dst, uint32(id))
 		i = skipJSONSpace(v, j)
 		if i == len(v) {
-			return dst, errors.New("tokenize answer: unterminated \"tokens\"")
+			return dst, 0, errors.New("tokenize answer: unterminated \"tokens\"")
 		}
 		switch v[i] {
 		case ',':
 			i = skipJSONSpace(v, i+1)
 		case ']':
-			if skipJSONSpace(v, i+1) != len(v) {
-				return dst, errors.New("tokenize answer: bytes after \"tokens\"")
-			}
-			return dst, nil
+			return dst, i + 1, nil
 		default:
-			return dst, errors.New("tokenize answer: a token id is not a whole number in [0, 2^32)")
+			return dst, 0, errors.New("tokenize answer: a token id is not a whole number in [0, 2^32)")
 		}
 	}
 }

@@ -180,3 +180,25 @@ func TestTokenCache(t *testing.T) {
 		t.Fatal("the options are not in the hash")
 	}
 }
+
+// BenchmarkParseTokenizeAnswer reads the answer for a 10K-token prompt, as
+// eviction-link mode does after every answer.
+func BenchmarkParseTokenizeAnswer(b *testing.B) {
+	ans := []byte(`{"count":10000,"max_model_len":131072,"tokens":[`)
+	for i := range 10000 {
+		if i > 0 {
+			ans = append(ans, ',')
+		}
+		ans = strconv.AppendUint(ans, uint64(i)*429497+7, 10)
+	}
+	ans = append(ans, `],"token_strs":null}`...)
+	dst := make([]uint32, 0, 10000)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(ans)))
+	for b.Loop() {
+		var err error
+		if dst, err = parseTokenizeAnswer(ans, dst, 1<<20); err != nil || len(dst) != 10000 {
+			b.Fatal(err, len(dst))
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -234,4 +235,23 @@ func FuzzDecodeRequest(f *testing.F) {
 			_ = appendErrorBody(nil, badRequest("", "%s", body))
 		}
 	})
+}
+
+// The hand-written /tokenize answer is byte for byte what encoding/json
+// made of vLLM's answer shape.
+func TestTokenizeAnswerIsVLLMsJSON(t *testing.T) {
+	for _, toks := range [][]uint32{nil, {}, {0}, {1, 4294967295, 42}} {
+		want, err := json.Marshal(struct {
+			Count       int      `json:"count"`
+			MaxModelLen int      `json:"max_model_len"`
+			Tokens      []uint32 `json:"tokens"`
+			TokenStrs   []string `json:"token_strs"`
+		}{len(toks), 8192, append([]uint32{}, toks...), nil})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendTokenizeAnswer(nil, toks, 8192); string(got) != string(want)+"\n" {
+			t.Errorf("tokens %v: %s, want %s", toks, got, want)
+		}
+	}
 }
