@@ -104,7 +104,6 @@ func TestPreciseArmKeysByTokens(t *testing.T) {
 	})
 }
 
-
 func postJSON(t *testing.T, url string, body []byte) int {
 	t.Helper()
 	resp, err := http.Post(url, "application/json", bytes.NewReader(body))
