@@ -142,6 +142,11 @@ type Node struct {
 	applyQ chan transport.Message
 	// Owned by the apply loop.
 	lags []float64
+	// ended holds the tombstones the last received message applied, for
+	// OnEnded's function (precise.go); endedBuf is tellEnded's.
+	ended    []tree.Claim
+	endedBuf []tree.Key
+	onEnded  atomic.Pointer[EndedFunc]
 	// When each peer's last digest and last non-empty repair request were
 	// answered (ms; exchangeDueLocked). Guarded by mu.
 	lastDigest, lastRepairRequest map[string]int64

@@ -22,6 +22,51 @@ func (n *Node) End(keys []tree.Key, backend tree.BackendID) {
 	n.noteChanges(d)
 }
 
+// EndedFunc is told the claims a peer's message ended on this node: the
+// tombstones of keys on backend it applied.
+type EndedFunc func(keys []tree.Key, backend tree.BackendID)
+
+// OnEnded sets fn to be called, after each received message, with the
+// claims its tombstones ended here (nil: nobody is told). A router in
+// eviction-link mode (router.Router.EndLinked) ends the byte-keyed claims
+// it linked to engine blocks whose claims the stream's owner ended. fn runs
+// on the apply goroutine, without the node's lock; it may call End.
+func (n *Node) OnEnded(fn EndedFunc) {
+	if fn == nil {
+		n.onEnded.Store(nil)
+		return
+	}
+	n.onEnded.Store(&fn)
+}
+
+// tellEnded calls the OnEnded function with the tombstones among claims
+// (applied by the last Receive, copied by the caller), by backend.
+func (n *Node) tellEnded(claims []tree.Claim) {
+	fn := n.onEnded.Load()
+	if fn == nil {
+		return
+	}
+	keys := n.endedBuf[:0]
+	for len(claims) > 0 {
+		b := claims[0].Backend
+		keys = keys[:0]
+		rest := claims[:0]
+		for _, c := range claims {
+			switch {
+			case c.Backend != b:
+				rest = append(rest, c)
+			case c.Ended():
+				keys = append(keys, c.Key)
+			}
+		}
+		if len(keys) > 0 {
+			(*fn)(keys, b)
+		}
+		claims = rest
+	}
+	n.endedBuf = keys
+}
+
 // Retract ends the claims of keys on backend that expire no later than
 // claims learned now for ttl would (crdt.Replica.Retract): a router's
 // provisional claims for an attempt that failed (router/retract.go), not

@@ -2,8 +2,11 @@ package mesh
 
 import (
 	"slices"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvmesh/kvmesh/tree"
 )
 
 // TestEndAndInvalidateReachEveryNode: what an engine's KV events do to the
@@ -73,6 +76,47 @@ func TestAliveMembersConsumeTheSameStreams(t *testing.T) {
 	for name, w := range want {
 		if got := c.node(name).n.AliveMembers(); !slices.Equal(got, w) {
 			t.Errorf("%s: AliveMembers %v, want %v", name, got, w)
+		}
+	}
+}
+
+// OnEnded hands a node the tombstones its peers send, in its own backend
+// ids: the keys the owner ended, and no claim that merely arrived.
+func TestOnEndedTellsThePeersTombstones(t *testing.T) {
+	c := newTestCluster(t, nil)
+	c.startN(2)
+	c.waitMesh(time.Minute)
+	owner, peer := c.node(nodeName(0)), c.node(nodeName(1))
+	var mu sync.Mutex
+	told := map[tree.Key]tree.BackendID{}
+	peer.n.OnEnded(func(keys []tree.Key, b tree.BackendID) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, k := range keys {
+			told[k] = b
+		}
+	})
+	p := randomPrompt(newRand(5), 8)
+	keys := owner.learnEveryBlock(p, "e0", time.Minute)
+	waitFor(t, 20*time.Second, "the claims on the peer", func() bool { return peer.depth(p, "e0") == fullDepth(p) })
+	mu.Lock()
+	if len(told) != 0 {
+		t.Fatalf("told of %d ended claims before any was ended", len(told))
+	}
+	mu.Unlock()
+	id, _ := owner.ix.BackendByName("e0")
+	owner.n.End(keys[len(keys)-3:], id)
+	peerID, _ := peer.ix.BackendByName("e0")
+	waitFor(t, 20*time.Second, "the peer told of the 3 ended claims", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(told) == 3
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for _, k := range keys[len(keys)-3:] {
+		if b, ok := told[k]; !ok || b != peerID {
+			t.Errorf("key %x: told %v (backend %d), want backend %d", k, ok, b, peerID)
 		}
 	}
 }

@@ -285,7 +285,16 @@ func (n *Node) handle(m transport.Message) {
 			n.lags = append(n.lags, float64(max(now-c.Time.Millis(), 0))/1000)
 		}
 	}
+	n.ended = n.ended[:0]
+	if n.onEnded.Load() != nil {
+		for _, c := range n.rep.Applied() {
+			if c.Ended() {
+				n.ended = append(n.ended, c)
+			}
+		}
+	}
 	n.mu.Unlock()
+	n.tellEnded(n.ended)
 	n.m.received(msg.Type, len(m.Data))
 	for _, l := range n.lags {
 		n.m.applyLag.Observe(l)

@@ -51,6 +51,11 @@ type evictionLinks struct {
 	ring []linkEntry
 	next int
 	n    int // links held
+
+	// endMu serializes EndLinked's use of endBuf (the streams' consumers
+	// and the mesh's apply loop call it).
+	endMu  sync.Mutex
+	endBuf []tree.Key
 }
 
 type linkEntry struct {
@@ -269,44 +274,74 @@ type claimEnder interface {
 
 // evictionSink is the kvevents.Sink of eviction-link backends' streams.
 type evictionSink struct {
-	pc  *precise
-	end claimEnder
-	mu  sync.Mutex
-	buf []tree.Key
+	rt    *Router
+	inner kvevents.Sink // nil: the events' own claims are not kept
 }
 
 // EvictionSink returns the sink for the KV-event streams of
 // PreciseConfig.EvictionBackends (router/kvevents.Deps.Sink): their
-// removals end the byte-keyed claims linked to the removed blocks,
-// through the router's Learner, which must be able to end claims
-// (LocalLearner, a mesh node). It keeps no token-keyed claims, and an
-// engine's cleared cache or a lost stream ends nothing (the health
-// checks and the metrics scrape find a restarted engine). nil without
-// eviction-link backends.
-func (rt *Router) EvictionSink() kvevents.Sink {
+// removals end the byte-keyed claims linked to the removed blocks
+// (EndLinked), through the router's Learner, which must be able to end
+// claims (LocalLearner, a mesh node). nil without eviction-link backends.
+//
+// With inner nil (a router alone, or a mesh whose every node reads every
+// stream) the events make no claims of their own, and an engine's cleared
+// cache or a lost stream ends nothing (the health checks and the metrics
+// scrape find a restarted engine, as in approximate mode). With inner set
+// (the mesh node of the stream's owner) the events' claims on the engine's
+// own blocks are written through it as in precise mode, so that their
+// removals' tombstones reach every node, where mesh.Node.OnEnded hands them
+// to EndLinked: each node ends the byte claims it linked itself.
+// Invalidations are not passed on: they would end the byte claims too.
+func (rt *Router) EvictionSink(inner kvevents.Sink) kvevents.Sink {
 	if rt.precise == nil || rt.precise.links == nil {
 		return nil
 	}
-	e, ok := rt.learner.(claimEnder)
-	if !ok {
+	if _, ok := rt.learner.(claimEnder); !ok {
 		return nil
 	}
-	return &evictionSink{pc: rt.precise, end: e}
+	return &evictionSink{rt: rt, inner: inner}
 }
 
-// Learn keeps nothing: requests to these backends are keyed by bytes.
-func (s *evictionSink) Learn(*tree.Chain, tree.BackendID, time.Duration) {}
-
-// End ends the byte claims linked to the removed blocks.
-func (s *evictionSink) End(blocks []tree.Key, backend tree.BackendID) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.buf = s.pc.links.take(backend, blocks, s.buf[:0])
-	if len(s.buf) > 0 {
-		s.end.End(s.buf, backend)
-		s.pc.lm.ended.Add(float64(len(s.buf)))
+// Learn passes the events' claims to inner, if any: requests to these
+// backends are keyed by bytes and never match them.
+func (s *evictionSink) Learn(ch *tree.Chain, backend tree.BackendID, ttl time.Duration) {
+	if s.inner != nil {
+		s.inner.Learn(ch, backend, ttl)
 	}
+}
+
+// End ends the removed blocks' claims in inner, if any, and the byte
+// claims linked to them.
+func (s *evictionSink) End(blocks []tree.Key, backend tree.BackendID) {
+	if s.inner != nil {
+		s.inner.End(blocks, backend)
+	}
+	s.rt.EndLinked(blocks, backend)
 }
 
 // Invalidate ends nothing: see EvictionSink.
 func (s *evictionSink) Invalidate(string, bool) {}
+
+// EndLinked ends the byte-keyed claims this router linked to backend's
+// engine blocks (blocks: their keys, as the engine's events name them),
+// through its Learner. A mesh node calls it with the tombstones its peers
+// sent (mesh.Node.OnEnded); keys it never linked cost a map lookup each.
+func (rt *Router) EndLinked(blocks []tree.Key, backend tree.BackendID) {
+	pc := rt.precise
+	if pc == nil || pc.links == nil {
+		return
+	}
+	e, ok := rt.learner.(claimEnder)
+	if !ok {
+		return
+	}
+	pc.links.endMu.Lock()
+	defer pc.links.endMu.Unlock()
+	buf := pc.links.take(backend, blocks, pc.links.endBuf[:0])
+	pc.links.endBuf = buf
+	if len(buf) > 0 {
+		e.End(buf, backend)
+		pc.lm.ended.Add(float64(len(buf)))
+	}
+}

@@ -63,7 +63,7 @@ func TestEvictionLinksEndByteClaims(t *testing.T) {
 	if h := g.holders(EndpointChat, body, ""); h["a"] != deepest {
 		t.Fatalf("a holds %d blocks, want %d", h["a"], deepest)
 	}
-	sink := g.rt.EvictionSink()
+	sink := g.rt.EvictionSink(nil)
 	id := g.rt.set.Load().listed[0].id
 
 	// Blocks of another prompt end nothing.

@@ -32,6 +32,9 @@ type meshNode interface {
 	// the KV events of the streams it owns among the alive members.
 	End(keys []tree.Key, backend tree.BackendID)
 	AliveMembers() []string
+	// OnEnded serves evictions mode: the tombstones peers send are handed
+	// to the router's EndLinked.
+	OnEnded(fn mesh.EndedFunc)
 }
 
 // newMeshNode builds the QUIC transport (mutual TLS with the cluster CA)

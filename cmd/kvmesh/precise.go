@@ -64,12 +64,11 @@ type PreciseConfig struct {
 	// kvevents.Config.MaxMessageBytes.
 	MaxMessageBytes int `yaml:"max_message_bytes"`
 	// Mode is what the events do. "tokens" (the default): precise mode,
-	// requests keyed by the engines' tokens, each stream read by one node
-	// of the mesh. "evictions": requests stay keyed by bytes with no
-	// tokenization on their path; the events end the byte claims linked to
-	// the blocks the engines evict (router.PreciseConfig.EvictionBackends,
-	// docs/precise.md), and every node reads every stream (each ends the
-	// claims it linked), so each stream needs its endpoint.
+	// requests keyed by the engines' tokens. "evictions": requests stay
+	// keyed by bytes with no tokenization on their path; the events end
+	// the byte claims linked to the blocks the engines evict
+	// (router.PreciseConfig.EvictionBackends, docs/precise.md). Either way
+	// each stream is read by one node of the mesh.
 	Mode string `yaml:"mode"`
 	// TrustEvictionLinks (evictions mode) applies no belief model to the
 	// claims on those backends: the events say what the engines evicted.
@@ -185,9 +184,6 @@ func (p *PreciseConfig) digest(backends []router.BackendConfig) string {
 	if !p.enabled() {
 		return ""
 	}
-	if p.evictions() {
-		return "" // every node reads every stream: no owners to agree on
-	}
 	streams, _ := p.streams(backends) // validated already
 	lines := make([]string, len(streams))
 	for i, s := range streams {
@@ -195,6 +191,9 @@ func (p *PreciseConfig) digest(backends []router.BackendConfig) string {
 	}
 	slices.Sort(lines)
 	h := sha256.New() // not the listen address: it may differ node by node
+	if p.evictions() {
+		h.Write([]byte(modeEvictions)) // the other mode's owners make other claims
+	}
 	for _, l := range lines {
 		h.Write([]byte{'\n'})
 		h.Write([]byte(l))
@@ -237,9 +236,6 @@ func (p *PreciseConfig) validate(c *ServeConfig) error {
 	switch p.Mode {
 	case modeTokens:
 	case modeEvictions:
-		if p.Listen != "" {
-			errs = append(errs, errors.New("precise: mode evictions reads every engine from every node: give each stream its endpoint instead of precise.listen"))
-		}
 	default:
 		errs = append(errs, fmt.Errorf("precise: mode must be %s or %s, got %q", modeTokens, modeEvictions, p.Mode))
 	}
@@ -277,7 +273,7 @@ func startPrecise(ctx context.Context, cfg *ServeConfig, ix *tree.Index, sink kv
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	if members != nil && !p.evictions() {
+	if members != nil {
 		go func() {
 			defer close(done)
 			if len(cfg.Mesh.Join) > 0 {
@@ -286,7 +282,7 @@ func startPrecise(ctx context.Context, cfg *ServeConfig, ix *tree.Index, sink kv
 			m.FollowMembers(ctx, cfg.Node.Name, members, p.OwnershipInterval)
 		}()
 	} else {
-		m.SetOwned(m.Backends()) // a node alone, or in evictions mode, reads every stream
+		m.SetOwned(m.Backends()) // a node alone owns every stream
 		close(done)
 	}
 	log.Info().Int("streams", len(streams)).Str("listen", p.Listen).Bool("mesh", members != nil).Msg("precise mode: consuming KV events")
@@ -407,6 +403,22 @@ func awaitPeers(ctx context.Context, members func() []string, grace time.Duratio
 // preciseSink is where the events' claim changes go, and how a node finds
 // the mesh's alive members (nil alone): the mesh node replicates them
 // everywhere; a node alone writes through its router's learner.
+// evictionSink is the sink of evictions mode (router.Router.EvictionSink):
+// with a mesh, the events' claims go through the node, and the tombstones
+// its peers send end the byte claims this node linked.
+func evictionSink(rt *router.Router, node meshNode) (kvevents.Sink, error) {
+	var inner kvevents.Sink
+	if node != nil {
+		inner = node
+		node.OnEnded(rt.EndLinked)
+	}
+	sink := rt.EvictionSink(inner)
+	if sink == nil {
+		return nil, errors.New("precise: mode evictions: the router has no eviction-link backends")
+	}
+	return sink, nil
+}
+
 func preciseSink(node meshNode, local *router.LocalLearner) (kvevents.Sink, func() []string) {
 	if node != nil {
 		return node, node.AliveMembers

@@ -183,7 +183,6 @@ func TestPreciseFlags(t *testing.T) {
 		{"--kv-events a=tcp://x:1 --kv-events-model m --engine-block-tokens 24", "engine_block_tokens"},
 		{"--kv-events a=tcp://x:1 --kv-events-model m --tokenize-timeout 0s", "tokenize_timeout"},
 		{"--kv-events a=tcp://x:1 --kv-events-model m --kv-events-mode exact", "mode must be tokens or evictions"},
-		{"--kv-events a --kv-events-listen tcp://0.0.0.0:5557 --kv-events-model m --kv-events-mode evictions", "instead of precise.listen"},
 	} {
 		_, err := loadServeConfig(append(base, strings.Fields(c.args)...), env(nil), io.Discard)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -211,7 +210,7 @@ func TestPreciseDigest(t *testing.T) {
 	if d := (&PreciseConfig{}).digest(nil); d != "" {
 		t.Fatalf("no precise mode: digest %q", d)
 	}
-	if d := (&PreciseConfig{Streams: p1.Streams, Mode: modeEvictions}).digest(nil); d != "" {
-		t.Fatalf("evictions mode (no stream owners): digest %q", d)
+	if d := (&PreciseConfig{Streams: p1.Streams, Mode: modeEvictions}).digest(nil); d == "" || d == p1.digest(nil) {
+		t.Fatalf("evictions mode: digest %q, tokens mode's %q: the modes' owners must not mix", d, p1.digest(nil))
 	}
 }

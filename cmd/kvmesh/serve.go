@@ -273,8 +273,8 @@ func serveSignals(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, rea
 	if cfg.Precise.enabled() {
 		sink, members := preciseSink(node, local)
 		if cfg.Precise.evictions() {
-			if sink = rt.EvictionSink(); sink == nil {
-				return errors.New("precise: mode evictions: the router has no eviction-link backends")
+			if sink, err = evictionSink(rt, node); err != nil {
+				return err
 			}
 		}
 		stopPrecise, err := startPrecise(runCtx, cfg, ix, sink, members, log, reg)

@@ -91,8 +91,8 @@ func preciseEventsConfig(cfg *Config, tc tree.Config) kvevents.Config {
 // startPrecise starts one event consumer per router node, writing into
 // the node's learner (learners[i]: a LocalLearner, or a mesh.Node whose
 // stream ownership follows its alive members). In eviction-link mode
-// (kvmesh+evict) each node reads every stream into its router's
-// EvictionSink, which ends the byte claims that node linked.
+// (kvmesh+evict) the events go through the router's EvictionSink, which
+// ends the byte claims linked to evicted blocks.
 func (d *deployment) startPrecise(ctx context.Context, cfg *Config, tc tree.Config, arm Arm, fleet Fleet, learners []router.Learner) error {
 	kf, ok := fleet.(KVEventsFleet)
 	if !ok {
@@ -117,8 +117,19 @@ func (d *deployment) startPrecise(ctx context.Context, cfg *Config, tc tree.Conf
 	}
 	for i, l := range learners {
 		sink, ok := l.(kvevents.Sink)
+		n, meshed := l.(*mesh.Node)
+		meshed = meshed && arm.meshed()
 		if arm.Evictions {
-			sink = d.nodes[i].rt.EvictionSink()
+			// On a mesh the owner's events make claims of the engines'
+			// blocks, whose tombstones reach every node, which ends the byte
+			// claims it linked; alone, the events only end linked claims.
+			rt := d.nodes[i].rt
+			var inner kvevents.Sink
+			if meshed {
+				inner = n
+				n.OnEnded(rt.EndLinked)
+			}
+			sink = rt.EvictionSink(inner)
 			ok = sink != nil
 		}
 		if !ok {
@@ -133,7 +144,7 @@ func (d *deployment) startPrecise(ctx context.Context, cfg *Config, tc tree.Conf
 		if err := m.Start(ctx); err != nil {
 			return err
 		}
-		if n, meshed := l.(*mesh.Node); meshed && arm.meshed() && !arm.Evictions {
+		if meshed {
 			go m.FollowMembers(ctx, n.Name(), n.AliveMembers, 100*time.Millisecond)
 		} else {
 			m.SetOwned(m.Backends()) // alone (or with independent state): every stream
