@@ -242,18 +242,23 @@ func (rt *Router) linkAfter(st *reqState, b *backend, ep Endpoint) {
 		}
 		seed := pc.seed(sc, j.model, j.salt)
 		pc.release(sc)
-		pc.link(rt.ix.Keyer(), seed, toks, j)
+		ch := pc.link(rt.ix.Keyer(), seed, toks, j)
+		if ch != nil && len(ch.Learn) > 0 && pc.claimLinks.Load() {
+			// The linked blocks' own claims, for the stream's owner to end
+			// (EvictionSink): the tombstones tell the other nodes.
+			rt.learnOn(b, ch, rt.cfg.ConfirmedTTL)
+		}
 		pc.lm.jobs[linkLinked].Inc()
 	}()
 }
 
 // link records j's links given the prompt's engine tokens.
-func (pc *precise) link(k tree.Keyer, seed tree.Seed, toks []uint32, j *linkJob) {
+func (pc *precise) link(k tree.Keyer, seed tree.Seed, toks []uint32, j *linkJob) *tree.Chain {
 	if j.units <= 0 || len(toks) == 0 {
-		return
+		return nil
 	}
-	var ch tree.Chain
-	k.Tokens(&ch, seed, toks, nil)
+	ch := &tree.Chain{}
+	k.Tokens(ch, seed, toks, nil)
 	eb := pc.cfg.EngineBlockTokens
 	for i, d := range j.depths {
 		at := int(int64(d) * int64(j.upb) * int64(len(toks)) / int64(j.units)) // the message end, in tokens
@@ -263,8 +268,13 @@ func (pc *precise) link(k tree.Keyer, seed tree.Seed, toks []uint32, j *linkJob)
 		}
 		// The index's key at that engine block's end: the key the engine's
 		// events name the block by (kvevents.Mapper).
-		pc.links.add(linkKey{j.backend, ch.Keys[blocks*int(pc.ratio)-1]}, j.claims[i], pc.cfg.MaxEvictionLinks)
+		depth := int32(blocks) * pc.ratio
+		pc.links.add(linkKey{j.backend, ch.Keys[depth-1]}, j.claims[i], pc.cfg.MaxEvictionLinks)
+		if n := len(ch.Learn); n == 0 || ch.Learn[n-1] < depth {
+			ch.Learn = append(ch.Learn, depth)
+		}
 	}
+	return ch
 }
 
 // claimEnder ends claims: LocalLearner, a mesh node.
@@ -275,7 +285,7 @@ type claimEnder interface {
 // evictionSink is the kvevents.Sink of eviction-link backends' streams.
 type evictionSink struct {
 	rt    *Router
-	inner kvevents.Sink // nil: the events' own claims are not kept
+	owner claimEnder // nil: no mesh
 }
 
 // EvictionSink returns the sink for the KV-event streams of
@@ -283,39 +293,38 @@ type evictionSink struct {
 // removals end the byte-keyed claims linked to the removed blocks
 // (EndLinked), through the router's Learner, which must be able to end
 // claims (LocalLearner, a mesh node). nil without eviction-link backends.
+// The events make no claims of their own, and an engine's cleared cache or
+// a lost stream ends nothing (the health checks and the metrics scrape
+// find a restarted engine, as in approximate mode).
 //
-// With inner nil (a router alone, or a mesh whose every node reads every
-// stream) the events make no claims of their own, and an engine's cleared
-// cache or a lost stream ends nothing (the health checks and the metrics
-// scrape find a restarted engine, as in approximate mode). With inner set
-// (the mesh node of the stream's owner) the events' claims on the engine's
-// own blocks are written through it as in precise mode, so that their
-// removals' tombstones reach every node, where mesh.Node.OnEnded hands them
-// to EndLinked: each node ends the byte claims it linked itself.
-// Invalidations are not passed on: they would end the byte claims too.
-func (rt *Router) EvictionSink(inner kvevents.Sink) kvevents.Sink {
+// owner, for a router in a mesh, is its node: each engine's stream is read
+// by one node, which cannot see the other nodes' links. Every node then
+// also claims, in the engines' keys, the blocks it linked (a few per
+// answered prompt, replicated like any claim); the owner's removals end
+// those claims, and their tombstones reach every node, where
+// mesh.Node.OnEnded hands them to EndLinked. nil: the node reads every
+// stream itself.
+func (rt *Router) EvictionSink(owner claimEnder) kvevents.Sink {
 	if rt.precise == nil || rt.precise.links == nil {
 		return nil
 	}
 	if _, ok := rt.learner.(claimEnder); !ok {
 		return nil
 	}
-	return &evictionSink{rt: rt, inner: inner}
-}
-
-// Learn passes the events' claims to inner, if any: requests to these
-// backends are keyed by bytes and never match them.
-func (s *evictionSink) Learn(ch *tree.Chain, backend tree.BackendID, ttl time.Duration) {
-	if s.inner != nil {
-		s.inner.Learn(ch, backend, ttl)
+	if owner != nil {
+		rt.precise.claimLinks.Store(true)
 	}
+	return &evictionSink{rt: rt, owner: owner}
 }
 
-// End ends the removed blocks' claims in inner, if any, and the byte
-// claims linked to them.
+// Learn keeps nothing: requests to these backends are keyed by bytes.
+func (s *evictionSink) Learn(*tree.Chain, tree.BackendID, time.Duration) {}
+
+// End ends the linked blocks' claims through the owner, if any, and the
+// byte claims linked to them.
 func (s *evictionSink) End(blocks []tree.Key, backend tree.BackendID) {
-	if s.inner != nil {
-		s.inner.End(blocks, backend)
+	if s.owner != nil {
+		s.owner.End(blocks, backend)
 	}
 	s.rt.EndLinked(blocks, backend)
 }

@@ -200,19 +200,22 @@ func newPreciseMetrics(reg prometheus.Registerer, cacheTokens func() float64) (*
 // precise is a router's precise mode.
 type precise struct {
 	cfg    PreciseConfig
-	slots  []bool                           // by backend slot: in precise mode
-	linked []bool                           // by backend slot: in eviction-link mode (evictlinks.go)
-	links  *evictionLinks                   // nil without eviction-link backends
-	urls   []atomic.Pointer[tokenizeTarget] // by backend slot: its /tokenize, built at first use (tokenizeURL)
-	fixed  *url.URL                         // TokenizerURL's /tokenize, nil without
-	ratio  int32                            // engine block / index block
-	sem    chan struct{}
-	cache  *tokenCache // nil when CacheTokens is 0
-	next   atomic.Uint64
-	m      *preciseMetrics
-	lm     *linkMetrics
-	rtrip  http.RoundTripper
-	states sync.Pool // *preciseScratch
+	slots  []bool         // by backend slot: in precise mode
+	linked []bool         // by backend slot: in eviction-link mode (evictlinks.go)
+	links  *evictionLinks // nil without eviction-link backends
+	// claimLinks: claim the linked blocks in the engines' keys too (a
+	// mesh: EvictionSink).
+	claimLinks atomic.Bool
+	urls       []atomic.Pointer[tokenizeTarget] // by backend slot: its /tokenize, built at first use (tokenizeURL)
+	fixed      *url.URL                         // TokenizerURL's /tokenize, nil without
+	ratio      int32                            // engine block / index block
+	sem        chan struct{}
+	cache      *tokenCache // nil when CacheTokens is 0
+	next       atomic.Uint64
+	m          *preciseMetrics
+	lm         *linkMetrics
+	rtrip      http.RoundTripper
+	states     sync.Pool // *preciseScratch
 
 	seedMu sync.RWMutex
 	seeds  map[string]tree.Seed

@@ -404,15 +404,17 @@ func awaitPeers(ctx context.Context, members func() []string, grace time.Duratio
 // the mesh's alive members (nil alone): the mesh node replicates them
 // everywhere; a node alone writes through its router's learner.
 // evictionSink is the sink of evictions mode (router.Router.EvictionSink):
-// with a mesh, the events' claims go through the node, and the tombstones
-// its peers send end the byte claims this node linked.
+// with a mesh, the node ends the claims of linked blocks for the streams
+// it owns, and the tombstones its peers send end the byte claims this node
+// linked.
 func evictionSink(rt *router.Router, node meshNode) (kvevents.Sink, error) {
-	var inner kvevents.Sink
+	var sink kvevents.Sink
 	if node != nil {
-		inner = node
 		node.OnEnded(rt.EndLinked)
+		sink = rt.EvictionSink(node)
+	} else {
+		sink = rt.EvictionSink(nil)
 	}
-	sink := rt.EvictionSink(inner)
 	if sink == nil {
 		return nil, errors.New("precise: mode evictions: the router has no eviction-link backends")
 	}

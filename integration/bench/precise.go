@@ -120,16 +120,20 @@ func (d *deployment) startPrecise(ctx context.Context, cfg *Config, tc tree.Conf
 		n, meshed := l.(*mesh.Node)
 		meshed = meshed && arm.meshed()
 		if arm.Evictions {
-			// On a mesh the owner's events make claims of the engines'
-			// blocks, whose tombstones reach every node, which ends the byte
-			// claims it linked; alone, the events only end linked claims.
+			// On a mesh each stream's owner ends the claims the nodes made
+			// of the blocks they linked, whose tombstones tell every node
+			// to end the byte claims it linked (router.EvictionSink).
 			rt := d.nodes[i].rt
-			var inner kvevents.Sink
+			var owner *mesh.Node
 			if meshed {
-				inner = n
+				owner = n
 				n.OnEnded(rt.EndLinked)
 			}
-			sink = rt.EvictionSink(inner)
+			if owner != nil {
+				sink = rt.EvictionSink(owner)
+			} else {
+				sink = rt.EvictionSink(nil)
+			}
 			ok = sink != nil
 		}
 		if !ok {
