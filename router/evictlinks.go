@@ -231,7 +231,7 @@ func (rt *Router) linkAfter(st *reqState, b *backend, ep Endpoint) {
 	pc.mu.Unlock()
 	go func() {
 		defer pc.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), pc.cfg.TokenizeTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), pc.cfg.LinkTokenizeTimeout)
 		toks, err := pc.call(ctx, u, sc, nil)
 		cancel()
 		<-pc.sem
@@ -259,6 +259,7 @@ func (pc *precise) link(k tree.Keyer, seed tree.Seed, toks []uint32, j *linkJob)
 	}
 	ch := &tree.Chain{}
 	k.Tokens(ch, seed, toks, nil)
+	ch.Learn = ch.Learn[:0] // the linked blocks only (appended below)
 	eb := pc.cfg.EngineBlockTokens
 	for i, d := range j.depths {
 		at := int(int64(d) * int64(j.upb) * int64(len(toks)) / int64(j.units)) // the message end, in tokens

@@ -2,7 +2,9 @@ package router
 
 import (
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/kvmesh/kvmesh/router/kvevents"
 	"github.com/kvmesh/kvmesh/tree"
@@ -139,3 +141,48 @@ func TestEvictionConfigRefusals(t *testing.T) {
 }
 
 var _ kvevents.Sink = (*evictionSink)(nil)
+
+// recordingEnder records End calls (a mesh node owning the streams).
+type recordingEnder struct {
+	mu    sync.Mutex
+	ended []tree.Key
+}
+
+func (r *recordingEnder) End(keys []tree.Key, _ tree.BackendID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ended = append(r.ended, keys...)
+}
+
+// With an owner (a mesh), the router also claims the blocks it linked in
+// the engines' keys, for the owner's removals to end everywhere, and the
+// sink ends the removed blocks' claims through the owner.
+func TestEvictionLinksClaimTheLinkedBlocksForTheOwner(t *testing.T) {
+	a := newTokenizingBackend(t, "a")
+	g := evictRig(t, nil, a.fakeBackend)
+	owner := &recordingEnder{}
+	sink := g.rt.EvictionSink(owner)
+	body := chat("m1", longText("system", 3000), longText("question", 1500))
+	g.post(t, body, 200)
+	waitFor(t, "the answered prompt linked", func() bool {
+		return g.counter("kvmesh_router_eviction_link_prompts_total", "outcome", "linked") == 1
+	})
+	toks := engineTokens(t, []byte(body))
+	ch := wantChain(t, g, "m1", "", toks)
+	var res tree.Result
+	waitFor(t, "the linked blocks claimed in the engine's keys", func() bool {
+		g.ix.Lookup(&ch, time.Now().UnixMilli(), &res)
+		return len(res.Matches) == 1 && res.Matches[0].Blocks > 0
+	})
+	depth := int(res.Matches[0].Blocks)
+	if depth%2 != 0 || depth > len(ch.Keys) {
+		t.Fatalf("claimed %d blocks of %d: not at a whole 32-token engine block", depth, len(ch.Keys))
+	}
+	id := g.rt.set.Load().listed[0].id
+	sink.End([]tree.Key{ch.Keys[depth-1]}, id)
+	owner.mu.Lock()
+	defer owner.mu.Unlock()
+	if len(owner.ended) != 1 || owner.ended[0] != ch.Keys[depth-1] {
+		t.Fatalf("the owner ended %v, want the removed block", owner.ended)
+	}
+}

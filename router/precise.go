@@ -76,6 +76,14 @@ type PreciseConfig struct {
 	// (belief.go) is not applied to them, their events saying what it
 	// evicted. true: the model guesses what the events know.
 	TrustEvictionLinks bool
+	// LinkTokenizeTimeout bounds the background tokenization of an answered
+	// prompt for its links. It is off the request path, and a link may come
+	// late (the engine evicts a prompt's blocks no sooner than the next
+	// requests need the room), so it waits longer than a request would: 2 s.
+	// A prompt not linked in time keeps claims nothing ends but their TTL,
+	// trusted as the others are (kvmesh_router_eviction_link_prompts_total
+	// counts them as failed).
+	LinkTokenizeTimeout time.Duration
 	// MaxEvictionLinks bounds the links held (about 40 bytes each); past
 	// it the oldest go, and their claims live out their TTL as in
 	// approximate mode. 256K is one link per engine block for 8 engines
@@ -93,6 +101,7 @@ func DefaultPreciseConfig() PreciseConfig {
 		CacheTokens:         4 << 20,
 		MaxPromptTokens:     1 << 20,
 		TrustEvictionLinks:  true,
+		LinkTokenizeTimeout: 2 * time.Second,
 		MaxEvictionLinks:    1 << 18,
 	}
 }
@@ -137,6 +146,9 @@ func (c *PreciseConfig) Validate(blockTokens int) error {
 	}
 	if len(c.EvictionBackends) > 0 && c.MaxEvictionLinks < 1 {
 		bad("max_eviction_links must be at least 1, got %d", c.MaxEvictionLinks)
+	}
+	if len(c.EvictionBackends) > 0 && c.LinkTokenizeTimeout <= 0 {
+		bad("link_tokenize_timeout must be positive, got %v", c.LinkTokenizeTimeout)
 	}
 	return errors.Join(errs...)
 }

@@ -77,6 +77,10 @@ type PreciseConfig struct {
 	// MaxEvictionLinks bounds the links from engine blocks to byte claims
 	// a node holds (evictions mode; 256K, about 10 MiB).
 	MaxEvictionLinks int `yaml:"max_eviction_links"`
+	// LinkTokenizeTimeout bounds the background tokenization of an
+	// answered prompt for its links (evictions mode; 2 s: it is off the
+	// request path, and a late link is still in time).
+	LinkTokenizeTimeout time.Duration `yaml:"link_tokenize_timeout"`
 	// OwnershipInterval is how often a node recomputes which streams it
 	// owns from the mesh's alive members. 1 s adds at most a second to
 	// serf's failure detection (7-10 s) before a failed owner's streams
@@ -98,6 +102,7 @@ func defaultPrecise() PreciseConfig {
 		Mode:                modeTokens,
 		TrustEvictionLinks:  rp.TrustEvictionLinks,
 		MaxEvictionLinks:    rp.MaxEvictionLinks,
+		LinkTokenizeTimeout: rp.LinkTokenizeTimeout,
 	}
 }
 
@@ -129,6 +134,7 @@ func (p *PreciseConfig) routerConfig() *router.PreciseConfig {
 	}
 	rc.TrustEvictionLinks = p.TrustEvictionLinks
 	rc.MaxEvictionLinks = p.MaxEvictionLinks
+	rc.LinkTokenizeTimeout = p.LinkTokenizeTimeout
 	rc.EngineBlockTokens = p.EngineBlockTokens
 	rc.TokenizerURL = p.TokenizerURL
 	rc.TokenizeTimeout = p.TokenizeTimeout
