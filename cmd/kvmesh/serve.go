@@ -276,6 +276,9 @@ func serveSignals(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, rea
 			if sink, err = evictionSink(rt, node); err != nil {
 				return err
 			}
+			if node != nil {
+				log.Warn().Msg("precise: mode evictions on a mesh routed worse than approximate mode in the benchmark (docs/precise.md, \"Eviction links\"); it is meant for a node alone until that is resolved")
+			}
 		}
 		stopPrecise, err := startPrecise(runCtx, cfg, ix, sink, members, log, reg)
 		if err != nil {
