@@ -124,13 +124,9 @@ func (d *deployment) startPrecise(ctx context.Context, cfg *Config, tc tree.Conf
 			// of the blocks they linked, whose tombstones tell every node
 			// to end the byte claims it linked (router.EvictionSink).
 			rt := d.nodes[i].rt
-			var owner *mesh.Node
 			if meshed {
-				owner = n
 				n.OnEnded(rt.EndLinked)
-			}
-			if owner != nil {
-				sink = rt.EvictionSink(owner)
+				sink = rt.EvictionSink(n)
 			} else {
 				sink = rt.EvictionSink(nil)
 			}
