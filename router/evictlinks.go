@@ -32,8 +32,9 @@ import (
 // too deep ends its claim a little early (the engine frees a request's
 // blocks tail first); one block too shallow ends it a little late.
 //
-// Each node links the claims it learned from its own routes, and reads
-// every engine's events (links are not replicated; the tombstones are).
+// Each node links the claims it learned from its own routes; links are
+// not replicated, the ends are. In a mesh each engine's stream is read by
+// its owner (EvictionSink says how its ends reach the linking nodes).
 
 // linkKey is an engine block of one backend.
 type linkKey struct {
@@ -139,10 +140,10 @@ type linkMetrics struct {
 
 // What became of an answered prompt's links (kvmesh_router_eviction_link_prompts_total).
 const (
-	linkLinked  = iota // tokenized and linked
-	linkBusy           // MaxTokenizeInFlight tokenizations were running: not linked
-	linkFailed         // the tokenization failed or timed out: not linked
-	linkSkipped        // an endpoint or prompt shape /tokenize does not take
+	linkLinked      = iota // tokenized and linked
+	linkBusy               // MaxTokenizeInFlight tokenizations were running: not linked
+	linkFailed             // the tokenization failed or timed out: not linked
+	linkUnsupported        // an endpoint or prompt shape /tokenize does not take
 	numLinkOutcomes
 )
 
@@ -160,19 +161,6 @@ func newLinkMetrics(reg prometheus.Registerer, held func() float64) (*linkMetric
 	gauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvmesh_router_eviction_links",
 		Help: "Links from engine blocks to byte-keyed claims held (precise.max_eviction_links bounds them)."}, held)
 	return m, registerAll(reg, jobs, m.ended, gauge)
-}
-
-// registerAll registers cs with reg (nil: none).
-func registerAll(reg prometheus.Registerer, cs ...prometheus.Collector) error {
-	if reg == nil {
-		return nil
-	}
-	for _, c := range cs {
-		if err := reg.Register(c); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // linkJob is what the background tokenization of one answered prompt
@@ -210,7 +198,7 @@ func (rt *Router) linkAfter(st *reqState, b *backend, ep Endpoint) {
 	if sc.body, _, err = appendTokenizeBody(sc.body[:0], ep, st.body); err != nil {
 		<-pc.sem
 		pc.release(sc)
-		pc.lm.jobs[linkSkipped].Inc()
+		pc.lm.jobs[linkUnsupported].Inc()
 		return
 	}
 	j := &linkJob{backend: b.id, model: st.prompt.Model, salt: st.prompt.CacheSalt, units: st.chain.Units, upb: st.chain.UnitsPerBlock}

@@ -3,7 +3,6 @@ package router
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -15,199 +14,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/kvmesh/kvmesh/router/kvevents"
 	"github.com/kvmesh/kvmesh/tree"
 )
-
-// PreciseConfig puts backends in precise mode (docs/precise.md): their
-// engines publish KV-cache events that router/kvevents turns into claims
-// keyed by the engines' own tokens, so the router keys the requests of the
-// models they serve the same way: the prompt is tokenized by the engine
-// (POST /tokenize, its chat template applied: parity by construction) and
-// chained in blocks from kvevents.Seed(model, cache_salt). When that is not
-// possible in time the request is keyed by bytes as in approximate mode
-// (it then matches only approximate claims) and the fallback is counted.
-type PreciseConfig struct {
-	// Backends names the backends in precise mode. A request for a model
-	// any of them serves is keyed by tokens, for every backend of the model
-	// (the others then learn token-keyed claims from routing, as before).
-	Backends []string
-	// EngineBlockTokens is the engines' KV block size (vLLM --block-size,
-	// SGLang's page size), a multiple of the index's BlockTokens: the
-	// router learns claims only at whole engine blocks, the only ones an
-	// engine caches. 16 is vLLM's default.
-	EngineBlockTokens int
-	// TokenizerURL is the base URL of a server whose POST /tokenize
-	// tokenizes exactly as the engines do (the same model and chat
-	// template: any replica, or a CPU-only vLLM frontend). Empty: the
-	// precise backends serving the request's model, in turn.
-	TokenizerURL string
-	// TokenizeTimeout bounds one remote tokenization. Past it the request
-	// is keyed by bytes. 100 ms covers a 128K-token prompt in vLLM's fast
-	// tokenizer (a few hundred thousand tokens per second in its API
-	// process) plus the round trip; a longer wait would cost more than the
-	// cache hit it could win on a short prompt.
-	TokenizeTimeout time.Duration
-	// MaxTokenizeInFlight bounds concurrent remote tokenizations (each
-	// holds a request body and an engine's API worker); past it requests
-	// are keyed by bytes at once. 64 is far above what a node sends while
-	// engines answer in milliseconds, and keeps a stalled engine from
-	// holding thousands of goroutines.
-	MaxTokenizeInFlight int
-	// CacheTokens bounds the cache of recent prompts' tokens, by which a
-	// conversation's next turn is keyed without waiting for the engine
-	// (4 bytes a token). 4M tokens (16 MiB) hold the last turn of a thousand
-	// 4K-token conversations; 0 turns the cache off.
-	CacheTokens int
-	// MaxPromptTokens bounds the token ids read from one answer. 1M is
-	// eight times the longest context of common models.
-	MaxPromptTokens int
-	// EvictionBackends names backends in eviction-link mode
-	// (evictlinks.go): requests stay keyed by bytes, with no tokenization
-	// on their path; after an answer the prompt is tokenized in the
-	// background and each claim it left on the backend is linked to the
-	// engine block holding its end, and the engine's KV events end the
-	// linked claims when that block is evicted. Disjoint from Backends.
-	EvictionBackends []string
-	// TrustEvictionLinks makes the claims on eviction-link backends exact,
-	// as precise backends' are: the belief's model of the backend's cache
-	// (belief.go) is not applied to them, their events saying what it
-	// evicted. true: the model guesses what the events know.
-	TrustEvictionLinks bool
-	// LinkTokenizeTimeout bounds the background tokenization of an answered
-	// prompt for its links. It is off the request path, and a link may come
-	// late (the engine evicts a prompt's blocks no sooner than the next
-	// requests need the room), so it waits longer than a request would: 2 s.
-	// A prompt not linked in time keeps claims nothing ends but their TTL,
-	// trusted as the others are (kvmesh_router_eviction_link_prompts_total
-	// counts them as failed).
-	LinkTokenizeTimeout time.Duration
-	// MaxEvictionLinks bounds the links held (about 40 bytes each); past
-	// it the oldest go, and their claims live out their TTL as in
-	// approximate mode. 256K is one link per engine block for 8 engines
-	// of 32K blocks, and links sit only at message ends.
-	MaxEvictionLinks int
-}
-
-// DefaultPreciseConfig returns the defaults documented on PreciseConfig,
-// without backends.
-func DefaultPreciseConfig() PreciseConfig {
-	return PreciseConfig{
-		EngineBlockTokens:   16,
-		TokenizeTimeout:     100 * time.Millisecond,
-		MaxTokenizeInFlight: 64,
-		CacheTokens:         4 << 20,
-		MaxPromptTokens:     1 << 20,
-		TrustEvictionLinks:  true,
-		LinkTokenizeTimeout: 2 * time.Second,
-		MaxEvictionLinks:    1 << 18,
-	}
-}
-
-// Validate reports every setting that cannot work; blockTokens is the
-// index's block size.
-func (c *PreciseConfig) Validate(blockTokens int) error {
-	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("precise: "+format, args...)) }
-	if c.EngineBlockTokens <= 0 || blockTokens <= 0 || c.EngineBlockTokens%blockTokens != 0 {
-		bad("engine_block_tokens must be a positive multiple of the index's block_tokens (%d), got %d", blockTokens, c.EngineBlockTokens)
-	}
-	if c.TokenizerURL != "" {
-		if u, err := url.Parse(c.TokenizerURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			bad("tokenizer_url %q must be an http(s) base URL", c.TokenizerURL)
-		}
-	}
-	if c.TokenizeTimeout <= 0 {
-		bad("tokenize_timeout must be positive, got %v", c.TokenizeTimeout)
-	}
-	if c.MaxTokenizeInFlight < 1 {
-		bad("max_tokenize_in_flight must be at least 1, got %d", c.MaxTokenizeInFlight)
-	}
-	if c.CacheTokens < 0 {
-		bad("tokenize_cache_tokens must not be negative, got %d", c.CacheTokens)
-	}
-	if c.MaxPromptTokens < 1 {
-		bad("max_prompt_tokens must be at least 1, got %d", c.MaxPromptTokens)
-	}
-	seen := map[string]bool{}
-	for i, b := range c.Backends {
-		if b == "" || seen[b] {
-			bad("backends[%d] %q: empty or listed twice", i, b)
-		}
-		seen[b] = true
-	}
-	for i, b := range c.EvictionBackends {
-		if b == "" || seen[b] {
-			bad("eviction_backends[%d] %q: empty, listed twice or also a precise backend", i, b)
-		}
-		seen[b] = true
-	}
-	if len(c.EvictionBackends) > 0 && c.MaxEvictionLinks < 1 {
-		bad("max_eviction_links must be at least 1, got %d", c.MaxEvictionLinks)
-	}
-	if len(c.EvictionBackends) > 0 && c.LinkTokenizeTimeout <= 0 {
-		bad("link_tokenize_timeout must be positive, got %v", c.LinkTokenizeTimeout)
-	}
-	return errors.Join(errs...)
-}
-
-// How a precise request got its keys (kvmesh_router_precise_keys_total).
-const (
-	srcTokenized = iota // the engine tokenized it now
-	srcCached           // the same prompt was tokenized before
-	srcPrefix           // the conversation's previous turn was (the rest is refreshed in the background)
-	srcIDs              // the prompt came as token ids
-	numKeySources
-)
-
-var keySourceNames = [numKeySources]string{"tokenized", "cached", "prefix", "ids"}
-
-// Why a request of a precise model was keyed by bytes
-// (kvmesh_router_precise_fallbacks_total).
-const (
-	fbTimeout     = iota // the engine did not answer within TokenizeTimeout
-	fbError              // it answered with an error or garbage, or no tokenizer was up
-	fbBusy               // MaxTokenizeInFlight tokenizations were running
-	fbUnsupported        // an endpoint or prompt shape /tokenize does not take (responses, embeddings, prompt batches)
-	fbTenant             // a tenant without cache_salt: precise keys would be shared with other tenants, as the engine's cache is
-	numFallbacks
-)
-
-var fallbackNames = [numFallbacks]string{"timeout", "error", "busy", "unsupported", "tenant"}
-
-// preciseMetrics are registered with every router (zero without precise
-// mode), so dashboards and the README's list do not depend on the mode.
-type preciseMetrics struct {
-	keys      [numKeySources]prometheus.Counter
-	fallbacks [numFallbacks]prometheus.Counter
-	duration  prometheus.Histogram
-}
-
-func newPreciseMetrics(reg prometheus.Registerer, cacheTokens func() float64) (*preciseMetrics, error) {
-	keys := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvmesh_router_precise_keys_total",
-		Help: "Requests keyed by the engine's tokens (precise mode), by where the tokens came from: tokenized (the engine's /tokenize, waited for), cached (the same prompt before), prefix (the conversation's previous turn), ids (the prompt was token ids)."},
-		[]string{"source"})
-	fbs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvmesh_router_precise_fallbacks_total",
-		Help: "Requests of precise-mode models keyed by bytes instead (they match approximate claims only), by reason: timeout, error, busy, unsupported, tenant."},
-		[]string{"reason"})
-	m := &preciseMetrics{duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvmesh_router_tokenize_duration_seconds",
-		Help:    "Remote tokenizations (POST /tokenize), waited for or in the background, from request to parsed answer.",
-		Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .2, .5, 1}})}
-	for i, n := range keySourceNames {
-		m.keys[i] = keys.WithLabelValues(n)
-	}
-	for i, n := range fallbackNames {
-		m.fallbacks[i] = fbs.WithLabelValues(n)
-	}
-	cache := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvmesh_router_tokenize_cache_tokens",
-		Help: "Tokens held by the cache of recent prompts' engine tokens (precise mode)."}, cacheTokens)
-	if err := registerAll(reg, keys, fbs, m.duration, cache); err != nil {
-		return nil, err
-	}
-	return m, nil
-}
 
 // precise is a router's precise mode.
 type precise struct {
@@ -302,7 +111,7 @@ func (pc *precise) on(b *backend) bool { return b.slot < len(pc.slots) && pc.slo
 func (pc *precise) linkedOn(b *backend) bool { return b.slot < len(pc.linked) && pc.linked[b.slot] }
 
 // close waits for the background tokenizations (each bounded by
-// TokenizeTimeout).
+// TokenizeTimeout, or LinkTokenizeTimeout for eviction links).
 func (pc *precise) close() {
 	pc.mu.Lock()
 	pc.closed = true

@@ -1,0 +1,141 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+)
+
+// PreciseConfig puts backends in precise mode (docs/precise.md): their
+// engines publish KV-cache events that router/kvevents turns into claims
+// keyed by the engines' own tokens, so the router keys the requests of the
+// models they serve the same way: the prompt is tokenized by the engine
+// (POST /tokenize, its chat template applied: parity by construction) and
+// chained in blocks from kvevents.Seed(model, cache_salt). When that is not
+// possible in time the request is keyed by bytes as in approximate mode
+// (it then matches only approximate claims) and the fallback is counted.
+type PreciseConfig struct {
+	// Backends names the backends in precise mode. A request for a model
+	// any of them serves is keyed by tokens, for every backend of the model
+	// (the others then learn token-keyed claims from routing, as before).
+	Backends []string
+	// EngineBlockTokens is the engines' KV block size (vLLM --block-size,
+	// SGLang's page size), a multiple of the index's BlockTokens: the
+	// router learns claims only at whole engine blocks, the only ones an
+	// engine caches. 16 is vLLM's default.
+	EngineBlockTokens int
+	// TokenizerURL is the base URL of a server whose POST /tokenize
+	// tokenizes exactly as the engines do (the same model and chat
+	// template: any replica, or a CPU-only vLLM frontend). Empty: the
+	// precise backends serving the request's model, in turn.
+	TokenizerURL string
+	// TokenizeTimeout bounds one remote tokenization. Past it the request
+	// is keyed by bytes. 100 ms covers a 128K-token prompt in vLLM's fast
+	// tokenizer (a few hundred thousand tokens per second in its API
+	// process) plus the round trip; a longer wait would cost more than the
+	// cache hit it could win on a short prompt.
+	TokenizeTimeout time.Duration
+	// MaxTokenizeInFlight bounds concurrent remote tokenizations (each
+	// holds a request body and an engine's API worker); past it requests
+	// are keyed by bytes at once. 64 is far above what a node sends while
+	// engines answer in milliseconds, and keeps a stalled engine from
+	// holding thousands of goroutines.
+	MaxTokenizeInFlight int
+	// CacheTokens bounds the cache of recent prompts' tokens, by which a
+	// conversation's next turn is keyed without waiting for the engine
+	// (4 bytes a token). 4M tokens (16 MiB) hold the last turn of a thousand
+	// 4K-token conversations; 0 turns the cache off.
+	CacheTokens int
+	// MaxPromptTokens bounds the token ids read from one answer. 1M is
+	// eight times the longest context of common models.
+	MaxPromptTokens int
+	// EvictionBackends names backends in eviction-link mode
+	// (evictlinks.go): requests stay keyed by bytes, with no tokenization
+	// on their path; after an answer the prompt is tokenized in the
+	// background and each claim it left on the backend is linked to the
+	// engine block holding its end, and the engine's KV events end the
+	// linked claims when that block is evicted. Disjoint from Backends.
+	EvictionBackends []string
+	// TrustEvictionLinks makes the claims on eviction-link backends exact,
+	// as precise backends' are: the belief's model of the backend's cache
+	// (belief.go) is not applied to them, their events saying what it
+	// evicted. Default true: otherwise the model would guess what the
+	// events know.
+	TrustEvictionLinks bool
+	// LinkTokenizeTimeout bounds the background tokenization of an answered
+	// prompt for its links. It is off the request path, and a link may come
+	// late (the engine evicts a prompt's blocks no sooner than the next
+	// requests need the room), so it waits longer than a request would: 2 s.
+	// A prompt not linked in time keeps claims nothing ends but their TTL,
+	// trusted as the others are (kvmesh_router_eviction_link_prompts_total
+	// counts them as failed).
+	LinkTokenizeTimeout time.Duration
+	// MaxEvictionLinks bounds the links held (about 40 bytes each); past
+	// it the oldest go, and their claims live out their TTL as in
+	// approximate mode. 256K is one link per engine block for 8 engines
+	// of 32K blocks, and links sit only at message ends.
+	MaxEvictionLinks int
+}
+
+// DefaultPreciseConfig returns the defaults documented on PreciseConfig,
+// without backends.
+func DefaultPreciseConfig() PreciseConfig {
+	return PreciseConfig{
+		EngineBlockTokens:   16,
+		TokenizeTimeout:     100 * time.Millisecond,
+		MaxTokenizeInFlight: 64,
+		CacheTokens:         4 << 20,
+		MaxPromptTokens:     1 << 20,
+		TrustEvictionLinks:  true,
+		LinkTokenizeTimeout: 2 * time.Second,
+		MaxEvictionLinks:    1 << 18,
+	}
+}
+
+// Validate reports every setting that cannot work; blockTokens is the
+// index's block size.
+func (c *PreciseConfig) Validate(blockTokens int) error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("precise: "+format, args...)) }
+	if c.EngineBlockTokens <= 0 || blockTokens <= 0 || c.EngineBlockTokens%blockTokens != 0 {
+		bad("engine_block_tokens must be a positive multiple of the index's block_tokens (%d), got %d", blockTokens, c.EngineBlockTokens)
+	}
+	if c.TokenizerURL != "" {
+		if u, err := url.Parse(c.TokenizerURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("tokenizer_url %q must be an http(s) base URL", c.TokenizerURL)
+		}
+	}
+	if c.TokenizeTimeout <= 0 {
+		bad("tokenize_timeout must be positive, got %v", c.TokenizeTimeout)
+	}
+	if c.MaxTokenizeInFlight < 1 {
+		bad("max_tokenize_in_flight must be at least 1, got %d", c.MaxTokenizeInFlight)
+	}
+	if c.CacheTokens < 0 {
+		bad("tokenize_cache_tokens must not be negative, got %d", c.CacheTokens)
+	}
+	if c.MaxPromptTokens < 1 {
+		bad("max_prompt_tokens must be at least 1, got %d", c.MaxPromptTokens)
+	}
+	seen := map[string]bool{}
+	for i, b := range c.Backends {
+		if b == "" || seen[b] {
+			bad("backends[%d] %q: empty or listed twice", i, b)
+		}
+		seen[b] = true
+	}
+	for i, b := range c.EvictionBackends {
+		if b == "" || seen[b] {
+			bad("eviction_backends[%d] %q: empty, listed twice or also a precise backend", i, b)
+		}
+		seen[b] = true
+	}
+	if len(c.EvictionBackends) > 0 && c.MaxEvictionLinks < 1 {
+		bad("max_eviction_links must be at least 1, got %d", c.MaxEvictionLinks)
+	}
+	if len(c.EvictionBackends) > 0 && c.LinkTokenizeTimeout <= 0 {
+		bad("link_tokenize_timeout must be positive, got %v", c.LinkTokenizeTimeout)
+	}
+	return errors.Join(errs...)
+}
