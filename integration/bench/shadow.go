@@ -45,10 +45,16 @@ type shadowRouter struct {
 // shadowLearn is one learn (chain set), retraction (ends set, ttl the
 // provisional TTL), end (ends set, ttl 0: an engine's eviction through
 // kvmesh+evict's links) or invalidation (backend set) for the shadow's
-// index, in the shadow's backend names.
+// index. id is the backend's id in from, the node's index: applyLearns
+// puts it in the shadow's by name, off the node's request path (the two
+// registry reads take each index's lock, which a node's replication and
+// its streams' ends hold in turn: on the request path of
+// kvmesh+evict:8:mesh they waited 30 ms of wall time a request, by a block
+// profile of a Mooncake 3x run, the benchmark's own cost counted as TTFT).
 type shadowLearn struct {
 	chain   *tree.Chain // a copy: the node's may be reused once Learn returns
 	ends    []tree.Key  // a copy, likewise
+	from    *tree.Index
 	id      tree.BackendID
 	ttl     time.Duration
 	backend string
@@ -194,6 +200,9 @@ func (s *shadowRouter) applyLearns() {
 		case <-s.stop:
 			return
 		case l := <-s.learns:
+			if l.from != nil && !s.translate(&l) {
+				continue // a backend the shadow does not know
+			}
 			switch {
 			case l.chain != nil:
 				s.learn.Learn(l.chain, l.id, l.ttl)
@@ -208,6 +217,18 @@ func (s *shadowRouter) applyLearns() {
 	}
 }
 
+// translate puts l's backend id, from l.from's registry, in the shadow's
+// (by name); false when either does not know it. Ids are not reused while
+// a fleet runs, so the node's id still names the backend it learned on.
+func (s *shadowRouter) translate(l *shadowLearn) bool {
+	e, ok := l.from.Backend(l.id)
+	if !ok || e.Name == "" {
+		return false
+	}
+	l.id, ok = s.ix.BackendByName(e.Name)
+	return ok
+}
+
 // enqueue queues l for the shadow's index; it waits while the queue is
 // full (a shadow that drops learns would not see all the traffic) and
 // drops l once the shadow is closing.
@@ -219,7 +240,8 @@ func (s *shadowRouter) enqueue(l shadowLearn) {
 }
 
 // teeLearner passes a node's learns to its own learner and to the shadow's
-// index (translating the node's backend ids by name).
+// index (whose goroutine translates the node's backend ids by name). It
+// takes no lock of either index: it runs on the node's request path.
 type teeLearner struct {
 	router.Learner
 	nodeIx *tree.Index
@@ -228,13 +250,9 @@ type teeLearner struct {
 
 func (t *teeLearner) Learn(ch *tree.Chain, backend tree.BackendID, ttl time.Duration) {
 	t.Learner.Learn(ch, backend, ttl)
-	if e, ok := t.nodeIx.Backend(backend); ok {
-		if id, ok := t.shadow.ix.BackendByName(e.Name); ok {
-			c := *ch
-			c.Keys, c.Learn = slices.Clone(ch.Keys), slices.Clone(ch.Learn)
-			t.shadow.enqueue(shadowLearn{chain: &c, id: id, ttl: ttl})
-		}
-	}
+	c := *ch
+	c.Keys, c.Learn = slices.Clone(ch.Keys), slices.Clone(ch.Learn)
+	t.shadow.enqueue(shadowLearn{chain: &c, from: t.nodeIx, id: backend, ttl: ttl})
 }
 
 // Retract passes a node's retracted claims (a failed attempt's, router's
@@ -245,10 +263,8 @@ func (t *teeLearner) Retract(keys []tree.Key, backend tree.BackendID, ttl time.D
 	}); ok {
 		e.Retract(keys, backend, ttl)
 	}
-	if e, ok := t.nodeIx.Backend(backend); ok && len(keys) > 0 {
-		if id, ok := t.shadow.ix.BackendByName(e.Name); ok {
-			t.shadow.enqueue(shadowLearn{ends: slices.Clone(keys), id: id, ttl: ttl})
-		}
+	if len(keys) > 0 {
+		t.shadow.enqueue(shadowLearn{ends: slices.Clone(keys), from: t.nodeIx, id: backend, ttl: ttl})
 	}
 }
 
@@ -260,10 +276,8 @@ func (t *teeLearner) End(keys []tree.Key, backend tree.BackendID) {
 	}); ok {
 		e.End(keys, backend)
 	}
-	if e, ok := t.nodeIx.Backend(backend); ok && len(keys) > 0 {
-		if id, ok := t.shadow.ix.BackendByName(e.Name); ok {
-			t.shadow.enqueue(shadowLearn{ends: slices.Clone(keys), id: id})
-		}
+	if len(keys) > 0 {
+		t.shadow.enqueue(shadowLearn{ends: slices.Clone(keys), from: t.nodeIx, id: backend})
 	}
 }
 
