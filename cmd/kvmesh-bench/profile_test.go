@@ -4,15 +4,18 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
-// -cpuprofile writes a pprof file (gzip-compressed) when the run stops,
-// says which flag failed when the file cannot be made, and does nothing
-// without a path.
-func TestStartCPUProfile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "cpu.pprof")
-	stop, err := startCPUProfile(path)
+// -cpuprofile, -blockprofile and -mutexprofile write pprof files
+// (gzip-compressed) when the run stops, say which flag failed when a file
+// cannot be made, and do nothing without a path.
+func TestStartProfiles(t *testing.T) {
+	dir := t.TempDir()
+	p := profilePaths{cpu: filepath.Join(dir, "cpu.pprof"), block: filepath.Join(dir, "block.pprof"), mutex: filepath.Join(dir, "mutex.pprof")}
+	stop, err := startProfiles(p)
 	if err != nil && strings.Contains(err.Error(), "already in use") {
 		t.Skip("the test binary itself is being profiled (go test -cpuprofile)")
 	}
@@ -24,17 +27,48 @@ func TestStartCPUProfile(t *testing.T) {
 		x += i % 7
 	}
 	_ = x
+	// Something to block on, and a lock to contend for.
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	mu.Lock()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		mu.Lock()
+		mu.Unlock() //nolint:staticcheck // an empty critical section: the wait is the point
+	}()
+	time.Sleep(5 * time.Millisecond)
+	mu.Unlock()
+	wg.Wait()
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(path)
-	if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
-		t.Fatalf("profile file: %d bytes, err %v; want a gzip stream", len(b), err)
+	for _, path := range []string{p.cpu, p.block, p.mutex} {
+		b, err := os.ReadFile(path)
+		if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+			t.Errorf("%s: %d bytes, err %v; want a gzip stream", filepath.Base(path), len(b), err)
+		}
 	}
-	if _, err := startCPUProfile(filepath.Join(t.TempDir(), "no", "such", "dir", "cpu.pprof")); err == nil || !strings.Contains(err.Error(), "-cpuprofile") {
-		t.Fatalf("unwritable path: err %v, want one naming -cpuprofile", err)
+
+	bad := filepath.Join(t.TempDir(), "no", "such", "dir", "x.pprof")
+	for flag, paths := range map[string]profilePaths{
+		"-cpuprofile":   {cpu: bad},
+		"-blockprofile": {cpu: filepath.Join(dir, "cpu2.pprof"), block: bad},
+		"-mutexprofile": {mutex: bad},
+	} {
+		if _, err := startProfiles(paths); err == nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("unwritable %s path: err %v, want one naming it", flag, err)
+		}
 	}
-	stop, err = startCPUProfile("")
+	// A failed start leaves no CPU profile running: a new one starts.
+	stop, err = startProfiles(profilePaths{cpu: filepath.Join(dir, "cpu3.pprof")})
+	if err != nil {
+		t.Fatalf("after a failed start: %v", err)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	stop, err = startProfiles(profilePaths{})
 	if err != nil || stop() != nil {
 		t.Fatalf("no path: %v", err)
 	}

@@ -45,6 +45,8 @@ type runFlags struct {
 	label                       string
 	routerConfig                string
 	cpuProfile                  string
+	blockProfile                string
+	mutexProfile                string
 	streamInterval              int
 }
 
@@ -104,6 +106,8 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
 	fs.StringVar(&f.logLevel, "log-level", "warn", "log level: debug, info, warn, error, disabled")
 	fs.BoolVar(&f.noProgress, "no-progress", false, "no progress bar")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (routers, simulated backends and load generator share the process) to this file, for `go tool pprof`")
+	fs.StringVar(&f.blockProfile, "blockprofile", "", "write a profile of where the run's goroutines waited (channels, locks, selects; one event per 100 µs blocked) to this file when the run stops, for `go tool pprof`")
+	fs.StringVar(&f.mutexProfile, "mutexprofile", "", "write a profile of lock contention (which holders made others wait; 1 event in 10) to this file when the run stops, for `go tool pprof`")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -221,7 +225,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		cfg.Progress = bench.NewProgress(stderr)
 	}
 
-	stopProfile, err := startCPUProfile(f.cpuProfile)
+	stopProfile, err := startProfiles(profilePaths{cpu: f.cpuProfile, block: f.blockProfile, mutex: f.mutexProfile})
 	if err != nil {
 		return err
 	}
