@@ -44,8 +44,7 @@ func (p *pacedBody) Close() error { return p.body.Close() }
 
 // readClientBody is readBody for a request on the API listener: the body
 // is read under the pacing deadline (when the connection supports read
-// deadlines). net/http lifts the deadline itself once the body is in, when
-// it starts watching the idle client for a closed connection, so a long
+// deadlines). The deadline is lifted once the body is in, so a long
 // answer is never cut by it. A slow body gets 408 and the connection is
 // closed.
 func (rt *Router) readClientBody(w http.ResponseWriter, st *reqState, r *http.Request) ([]byte, *APIError) {
@@ -65,6 +64,14 @@ func (rt *Router) readClientBody(w http.ResponseWriter, st *reqState, r *http.Re
 	r.Body = orig
 	received := st.pace.n
 	st.pace = pacedBody{}
+	if aerr == nil {
+		// The body is in: its deadline must not outlive it. net/http lifts
+		// it when it sees the body's end, but not when a handler in front
+		// of the router read the body first (r.Body is then its copy): the
+		// read with which it watches the idle client would fail at the
+		// deadline and cancel the request, mid-answer.
+		_ = rc.SetReadDeadline(time.Time{})
+	}
 	if aerr == errBodyTooSlow {
 		w.Header().Set("Connection", "close")
 		return nil, &APIError{Status: http.StatusRequestTimeout, Type: TypeInvalidRequest, Code: "body_too_slow",

@@ -315,6 +315,11 @@ func readJSON(br *bufio.Reader, t0 time.Time, s *Sample) error {
 		// Cut, its usage may be missing or wrong: not an answer to count.
 		return &streamError{msg: fmt.Sprintf("an answer longer than %d bytes", maxJSONAnswer)}
 	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		// A 200 with nothing in it (a router that gave up on a request
+		// its server had cancelled): no answer to count.
+		return &streamError{msg: "an empty answer"}
+	}
 	usage := objectAt(body, usageName)
 	if usage < 0 && objectAt(body, errorName) >= 0 {
 		return &streamError{msg: "error object"}

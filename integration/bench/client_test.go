@@ -83,7 +83,8 @@ func TestReadStream(t *testing.T) {
 }
 
 // A non-streaming answer that is an error object fails, with or without
-// spaces around the colon; one with usage is an answer.
+// spaces around the colon, and so does an empty one; one with usage is an
+// answer.
 func TestReadJSONErrors(t *testing.T) {
 	for body, fails := range map[string]bool{
 		`{"error":{"message":"boom"}}`:                               true,
@@ -91,6 +92,8 @@ func TestReadJSONErrors(t *testing.T) {
 		`{"choices":[],"usage": {"completion_tokens": 3}}`:           false,
 		`{"choices":[{"message":{"content":"error: {x}"}}]}`:         false,
 		`{"error": {"message": "x"}, "usage": {"prompt_tokens": 1}}`: false,
+		``:     true,
+		" \n ": true,
 	} {
 		var s Sample
 		err := readJSON(bufio.NewReader(strings.NewReader(body)), time.Now(), &s)
