@@ -277,7 +277,7 @@ func serveSignals(ctx context.Context, cfg *ServeConfig, log zerolog.Logger, rea
 				return err
 			}
 			if node != nil {
-				log.Warn().Msg("precise: mode evictions on a mesh routed worse than approximate mode in the benchmark (docs/precise.md, \"Eviction links\"); it is meant for a node alone until that is resolved")
+				log.Info().Msg("precise: mode evictions on a mesh: each node replicates about twice approximate mode's claims (the links' own claims and their ends); give the nodes the CPU for it (docs/precise.md, \"On a mesh\")")
 			}
 		}
 		stopPrecise, err := startPrecise(runCtx, cfg, ix, sink, members, log, reg)
