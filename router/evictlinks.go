@@ -282,9 +282,8 @@ type evictionSink struct {
 // removals end the byte-keyed claims linked to the removed blocks
 // (EndLinked), through the router's Learner, which must be able to end
 // claims (LocalLearner, a mesh node). nil without eviction-link backends.
-// The events make no claims of their own, and an engine's cleared cache or
-// a lost stream ends nothing (the health checks and the metrics scrape
-// find a restarted engine, as in approximate mode).
+// The events make no claims of their own; an engine's cleared cache or its
+// restart invalidates the backend (Emptied), a lost stream ends nothing.
 //
 // owner, for a router in a mesh, is its node: each engine's stream is read
 // by one node, which cannot see the other nodes' links. Every node then
@@ -318,8 +317,20 @@ func (s *evictionSink) End(blocks []tree.Key, backend tree.BackendID) {
 	s.rt.EndLinked(blocks, backend)
 }
 
-// Invalidate ends nothing: see EvictionSink.
+// Invalidate ends nothing: a gap or a new stream loses track of the
+// engine's cache, it does not empty it (see Emptied).
 func (s *evictionSink) Invalidate(string, bool) {}
+
+// Emptied invalidates the backend through the router's Learner (on a
+// mesh, the stream's owner's node: every node then drops its claims): the
+// engine cleared its cache or restarted, and none of the byte claims
+// answers left there holds any more. Its links stay until the ring drops
+// them: a block the engine stores again is linked again, and ending a
+// claim of the new generation for an old link to the same block is what
+// that block's eviction means anyway.
+func (s *evictionSink) Emptied(backend string) {
+	s.rt.learner.Invalidate(backend, false)
+}
 
 // EndLinked ends the byte-keyed claims this router linked to backend's
 // engine blocks (blocks: their keys, as the engine's events name them),

@@ -186,3 +186,33 @@ func TestEvictionLinksClaimTheLinkedBlocksForTheOwner(t *testing.T) {
 		t.Fatalf("the owner ended %v, want the removed block", owner.ended)
 	}
 }
+
+// An engine that cleared its cache or restarted (kvevents.Emptier) leaves
+// no byte claim of its answers live; a stream that only lost track of it
+// (Invalidate) leaves them.
+func TestEvictionLinksEmptiedEngine(t *testing.T) {
+	a := newTokenizingBackend(t, "a")
+	g := evictRig(t, nil, a.fakeBackend)
+	body := chat("m1", longText("system", 3000), longText("a question", 1500))
+	g.post(t, body, 200)
+	waitFor(t, "the answered prompt linked", func() bool {
+		return g.counter("kvmesh_router_eviction_link_prompts_total", "outcome", "linked") == 1
+	})
+	held := g.holders(EndpointChat, body, "")["a"]
+	if held == 0 {
+		t.Fatal("the answer left no claim")
+	}
+	sink := g.rt.EvictionSink(nil)
+	sink.Invalidate("a", false)
+	if h := g.holders(EndpointChat, body, ""); h["a"] != held {
+		t.Fatalf("a lost stream left a holding %d blocks, want %d", h["a"], held)
+	}
+	e, ok := sink.(kvevents.Emptier)
+	if !ok {
+		t.Fatal("the eviction sink is no kvevents.Emptier")
+	}
+	e.Emptied("a")
+	if h := g.holders(EndpointChat, body, ""); h["a"] != 0 {
+		t.Fatalf("after the engine emptied its cache a holds %d blocks", h["a"])
+	}
+}

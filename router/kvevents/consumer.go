@@ -28,6 +28,16 @@ type Sink interface {
 	Invalidate(backend string, removed bool)
 }
 
+// Emptier is a Sink that is also told when an engine's cache is known to
+// be empty: it cleared it (AllBlocksCleared) or restarted (its sequence
+// went back). Invalidate is called too, right after; a sink whose claims
+// do not come from the events (eviction links: claims keyed by bytes,
+// learned from answers) invalidates the backend here, and not for a gap
+// or a new stream, which lose track of the cache without emptying it.
+type Emptier interface {
+	Emptied(backend string)
+}
+
 // Replayer asks an engine to resend messages from seq from on: fn gets each
 // (seq, payload) in order until the engine's end marker; fn returning false
 // stops early. An error means the replay did not complete.
@@ -316,7 +326,17 @@ func (c *consumer) invalidateLocked(reason string) {
 	c.c.invalidations[reason]++
 	c.mp.Forget()
 	c.seq.Reset()
+	if reason == reasonRestart {
+		c.emptiedLocked()
+	}
 	c.newGenerationLocked()
+}
+
+// emptiedLocked tells an Emptier sink that the engine's cache is empty.
+func (c *consumer) emptiedLocked() {
+	if e, ok := c.sink.(Emptier); ok {
+		e.Emptied(c.name)
+	}
 }
 
 // newGenerationLocked invalidates the backend through the sink and adopts
@@ -391,6 +411,7 @@ func (c *consumer) applyLocked(payload []byte) bool {
 func (c *consumer) flushLocked() {
 	if c.ops.Clear {
 		c.c.invalidations[reasonCleared]++
+		c.emptiedLocked()
 		c.newGenerationLocked()
 	}
 	if len(c.ops.End) > 0 {
