@@ -72,8 +72,9 @@ func sampleArms(r *Report) []Arm {
 	return arms
 }
 
-// The shadow learns off the nodes' request paths, from a copy: the node
-// may reuse its chain as soon as Learn returns.
+// The shadow learns off the nodes' request paths, from a copy (the node
+// may reuse its chain as soon as Learn returns), and translates the node's
+// backend ids there too (the registry reads take the indexes' locks).
 func TestTeeLearnerQueuesACopyInOrder(t *testing.T) {
 	nodeIx, err := tree.New(tree.DefaultConfig())
 	if err != nil {
@@ -96,8 +97,17 @@ func TestTeeLearnerQueuesACopyInOrder(t *testing.T) {
 	tee.Invalidate("b1", false)
 
 	l := <-s.learns
-	if l.chain == nil || l.id != sb || l.chain.Keys[1] != 12 || l.chain.Learn[0] != 2 || l.ttl != time.Minute {
-		t.Fatalf("queued learn %+v (chain %+v), want a copy of keys [11 12] for the shadow's b1", l, l.chain)
+	if l.chain == nil || l.from != nodeIx || l.id != nb || l.chain.Keys[1] != 12 || l.chain.Learn[0] != 2 || l.ttl != time.Minute {
+		t.Fatalf("queued learn %+v (chain %+v), want a copy of keys [11 12] for the node's b1", l, l.chain)
+	}
+	// The shadow's goroutine puts the id in its own registry, by name;
+	// a backend it does not know is dropped.
+	if !s.translate(&l) || l.id != sb {
+		t.Fatalf("translated to %d, want the shadow's b1 (%d)", l.id, sb)
+	}
+	nx, _ := nodeIx.EnsureBackend("b9")
+	if unknown := (shadowLearn{from: nodeIx, id: nx}); s.translate(&unknown) {
+		t.Fatal("a backend the shadow does not know was translated")
 	}
 	if l := <-s.learns; l.chain != nil || l.backend != "b1" {
 		t.Fatalf("second item %+v, want the invalidation of b1", l)
