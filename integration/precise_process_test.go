@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvmesh/kvmesh/integration/sim"
+	"github.com/kvmesh/kvmesh/router"
 	"github.com/kvmesh/kvmesh/router/kvevents"
 )
 
@@ -169,13 +170,7 @@ func (n *procNode) preciseMatch(t *testing.T, body []byte, backend string) int {
 		return 0
 	}
 	defer resp.Body.Close()
-	var x struct {
-		UnitsPerBlock int `json:"units_per_block"`
-		Candidates    []struct {
-			Backend       string `json:"backend"`
-			MatchedBlocks int    `json:"matched_blocks"`
-		} `json:"candidates"`
-	}
+	var x router.RouteExplanation
 	if json.NewDecoder(resp.Body).Decode(&x) != nil {
 		return 0
 	}

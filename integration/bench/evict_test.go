@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/kvmesh/kvmesh/router"
 )
 
 // kvmesh+evict on a mesh of two nodes: a prompt routed through node 0 is
@@ -70,13 +72,7 @@ func routeHolders(t *testing.T, front string, body []byte) (map[string]int, int)
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var x struct {
-		UnitsPerBlock int `json:"units_per_block"`
-		Candidates    []struct {
-			Backend       string `json:"backend"`
-			MatchedBlocks int    `json:"matched_blocks"`
-		} `json:"candidates"`
-	}
+	var x router.RouteExplanation
 	if err := json.NewDecoder(resp.Body).Decode(&x); err != nil {
 		t.Fatal(err)
 	}
