@@ -1,7 +1,6 @@
 package router
 
 import (
-	"context"
 	"sync"
 	"time"
 
@@ -174,9 +173,10 @@ type linkJob struct {
 	claims      []tree.Key // the byte keys at those depths
 }
 
-// linkAfter starts linking the claims a request's answer left on b to
-// b's engine blocks, if b is in eviction-link mode. It is called once the
-// answer is complete; it copies what it needs from st and never waits.
+// linkAfter queues the linking of the claims a request's answer left on
+// b to b's engine blocks, if b is in eviction-link mode (linkqueue.go).
+// It is called once the answer is complete; it copies what it needs from
+// st and never waits.
 func (rt *Router) linkAfter(st *reqState, b *backend, ep Endpoint) {
 	pc := rt.precise
 	if pc == nil || pc.links == nil || st.precise || !st.routed || !pc.linkedOn(b) || len(st.chain.Learn) == 0 || st.prompt.Model == "" {
@@ -187,16 +187,9 @@ func (rt *Router) linkAfter(st *reqState, b *backend, ep Endpoint) {
 		pc.lm.jobs[linkFailed].Inc()
 		return
 	}
-	select {
-	case pc.sem <- struct{}{}:
-	default:
-		pc.lm.jobs[linkBusy].Inc()
-		return
-	}
 	sc := pc.scratch()
 	var err error
 	if sc.body, _, err = appendTokenizeBody(sc.body[:0], ep, st.body); err != nil {
-		<-pc.sem
 		pc.release(sc)
 		pc.lm.jobs[linkUnsupported].Inc()
 		return
@@ -208,36 +201,7 @@ func (rt *Router) linkAfter(st *reqState, b *backend, ep Endpoint) {
 			j.claims = append(j.claims, st.chain.Keys[d-1])
 		}
 	}
-	pc.mu.Lock()
-	if pc.closed {
-		pc.mu.Unlock()
-		<-pc.sem
-		pc.release(sc)
-		return
-	}
-	pc.wg.Add(1)
-	pc.mu.Unlock()
-	go func() {
-		defer pc.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), pc.cfg.LinkTokenizeTimeout)
-		toks, err := pc.call(ctx, u, sc, nil)
-		cancel()
-		<-pc.sem
-		if err != nil {
-			pc.release(sc)
-			pc.lm.jobs[linkFailed].Inc()
-			return
-		}
-		seed := pc.seed(sc, j.model, j.salt)
-		pc.release(sc)
-		ch := pc.link(rt.ix.Keyer(), seed, toks, j)
-		if ch != nil && len(ch.Learn) > 0 && pc.claimLinks.Load() {
-			// The linked blocks' own claims, for the stream's owner to end
-			// (EvictionSink): the tombstones tell the other nodes.
-			rt.learnOn(b, ch, rt.cfg.ConfirmedTTL)
-		}
-		pc.lm.jobs[linkLinked].Inc()
-	}()
+	pc.enqueueLink(&linkTask{rt: rt, b: b, u: u, sc: sc, j: j}) // linkqueue.go
 }
 
 // link records j's links given the prompt's engine tokens.

@@ -24,6 +24,7 @@ type precise struct {
 	slots  []bool         // by backend slot: in precise mode
 	linked []bool         // by backend slot: in eviction-link mode (evictlinks.go)
 	links  *evictionLinks // nil without eviction-link backends
+	linkQ  chan *linkTask // answered prompts waiting for their links (linkqueue.go)
 	// claimLinks: claim the linked blocks in the engines' keys too (a
 	// mesh: EvictionSink).
 	claimLinks atomic.Bool
@@ -98,6 +99,7 @@ func newPrecise(cfg PreciseConfig, backends []*backend, blockTokens int, rtrip h
 	}
 	if len(cfg.EvictionBackends) > 0 {
 		pc.links = newEvictionLinks(cfg.MaxEvictionLinks)
+		pc.startLinkWorkers()
 	}
 	pc.states.New = func() any { return &preciseScratch{reader: &closeReader{}} }
 	return pc, nil
@@ -114,6 +116,9 @@ func (pc *precise) linkedOn(b *backend) bool { return b.slot < len(pc.linked) &&
 // TokenizeTimeout, or LinkTokenizeTimeout for eviction links).
 func (pc *precise) close() {
 	pc.mu.Lock()
+	if !pc.closed && pc.linkQ != nil {
+		close(pc.linkQ) // the link workers drop what is left and end
+	}
 	pc.closed = true
 	pc.mu.Unlock()
 	pc.wg.Wait()

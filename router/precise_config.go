@@ -76,6 +76,25 @@ type PreciseConfig struct {
 	// approximate mode. 256K is one link per engine block for 8 engines
 	// of 32K blocks, and links sit only at message ends.
 	MaxEvictionLinks int
+	// LinkWorkers is how many goroutines run the background tokenizations
+	// of answered prompts for their links (linkqueue.go), each one at a
+	// time; LinkQueue is how many answered prompts may wait for one (each
+	// holding its /tokenize body, about the size of its prompt); past it
+	// a prompt is not linked (kvmesh_router_eviction_link_prompts_total
+	// counts it busy). A worker also takes a place among
+	// MaxTokenizeInFlight.
+	//
+	// 1 and 256: the work is off the request path but on the router's
+	// cores, and one worker keeps it from competing with requests for more
+	// than one of them in a burst of answers, where a goroutine per answer
+	// ran up to MaxTokenizeInFlight at once. Against a goroutine per answer
+	// (kvmesh+evict, 8 backends, Mooncake 3x at time scale 10, 6 pairs of
+	// runs alternating; medians): TTFT p50 0.895 against 0.911 s (faster in
+	// 5 of 6), the engines' own p50 0.852 against 0.864 s, precision 99.30%
+	// against 99.20%, hit rate and p99 level. Bounding the goroutines at 2
+	// without a queue dropped the links of a burst (precision 95.6-97.7%).
+	LinkWorkers int
+	LinkQueue   int
 }
 
 // DefaultPreciseConfig returns the defaults documented on PreciseConfig,
@@ -90,6 +109,8 @@ func DefaultPreciseConfig() PreciseConfig {
 		TrustEvictionLinks:  true,
 		LinkTokenizeTimeout: 2 * time.Second,
 		MaxEvictionLinks:    1 << 18,
+		LinkWorkers:         1,
+		LinkQueue:           256,
 	}
 }
 
@@ -136,6 +157,12 @@ func (c *PreciseConfig) Validate(blockTokens int) error {
 	}
 	if len(c.EvictionBackends) > 0 && c.LinkTokenizeTimeout <= 0 {
 		bad("link_tokenize_timeout must be positive, got %v", c.LinkTokenizeTimeout)
+	}
+	if len(c.EvictionBackends) > 0 && (c.LinkWorkers < 1 || c.LinkWorkers > c.MaxTokenizeInFlight) {
+		bad("link_workers must be in [1, max_tokenize_in_flight (%d)], got %d", c.MaxTokenizeInFlight, c.LinkWorkers)
+	}
+	if len(c.EvictionBackends) > 0 && (c.LinkQueue < 1 || c.LinkQueue > 1<<16) {
+		bad("link_queue must be in [1, 65536], got %d", c.LinkQueue)
 	}
 	return errors.Join(errs...)
 }

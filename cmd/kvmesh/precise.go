@@ -81,6 +81,11 @@ type PreciseConfig struct {
 	// answered prompt for its links (evictions mode; 2 s: it is off the
 	// request path, and a late link is still in time).
 	LinkTokenizeTimeout time.Duration `yaml:"link_tokenize_timeout"`
+	// LinkWorkers and LinkQueue (evictions mode): the goroutines that run
+	// those tokenizations one at a time each, and the answered prompts
+	// that may wait for one (1 and 256: router.PreciseConfig.LinkWorkers).
+	LinkWorkers int `yaml:"link_workers"`
+	LinkQueue   int `yaml:"link_queue"`
 	// OwnershipInterval is how often a node recomputes which streams it
 	// owns from the mesh's alive members. 1 s adds at most a second to
 	// serf's failure detection (7-10 s) before a failed owner's streams
@@ -103,6 +108,8 @@ func defaultPrecise() PreciseConfig {
 		TrustEvictionLinks:  rp.TrustEvictionLinks,
 		MaxEvictionLinks:    rp.MaxEvictionLinks,
 		LinkTokenizeTimeout: rp.LinkTokenizeTimeout,
+		LinkWorkers:         rp.LinkWorkers,
+		LinkQueue:           rp.LinkQueue,
 	}
 }
 
@@ -135,6 +142,8 @@ func (p *PreciseConfig) routerConfig() *router.PreciseConfig {
 	rc.TrustEvictionLinks = p.TrustEvictionLinks
 	rc.MaxEvictionLinks = p.MaxEvictionLinks
 	rc.LinkTokenizeTimeout = p.LinkTokenizeTimeout
+	rc.LinkWorkers = p.LinkWorkers
+	rc.LinkQueue = p.LinkQueue
 	rc.EngineBlockTokens = p.EngineBlockTokens
 	rc.TokenizerURL = p.TokenizerURL
 	rc.TokenizeTimeout = p.TokenizeTimeout
