@@ -84,15 +84,20 @@ type PreciseConfig struct {
 	// counts it busy). A worker also takes a place among
 	// MaxTokenizeInFlight.
 	//
-	// 1 and 256: the work is off the request path but on the router's
-	// cores, and one worker keeps it from competing with requests for more
-	// than one of them in a burst of answers, where a goroutine per answer
-	// ran up to MaxTokenizeInFlight at once. Against a goroutine per answer
-	// (kvmesh+evict, 8 backends, Mooncake 3x at time scale 10, 6 pairs of
-	// runs alternating; medians): TTFT p50 0.895 against 0.911 s (faster in
-	// 5 of 6), the engines' own p50 0.852 against 0.864 s, precision 99.30%
-	// against 99.20%, hit rate and p99 level. Bounding the goroutines at 2
-	// without a queue dropped the links of a burst (precision 95.6-97.7%).
+	// 2 and 256: the work is off the request path but on the router's
+	// cores, and a goroutine per answered prompt ran up to
+	// MaxTokenizeInFlight of them beside a burst of requests. Against
+	// that (kvmesh+evict, 8 backends, time scale 10, runs alternating;
+	// medians, pairs won): Mooncake 3x, 4 pairs: TTFT p50 0.894 against
+	// 0.908 s (faster in 3, 1 level), the time outside the engines 0.039
+	// against 0.048 s (4 of 4), p99 5.94 against 6.06 s (3 of 4),
+	// precision 99.18% against 99.02%, hit rate level; customers, 3 pairs:
+	// p99 1.288 against 1.313 s (3 of 3), p50 level, hit rate 50.37%
+	// against 50.52% (ahead in 1). One worker: Mooncake 3x p50 0.895
+	// against 0.911 s (6 pairs, faster in 5) but customers behind in 3 of
+	// 3 on hit rate (50.28% against 50.65%) and p50 (0.376 against
+	// 0.366 s). Two goroutines without a queue dropped a burst's links
+	// (precision 95.6-97.7%).
 	LinkWorkers int
 	LinkQueue   int
 }
@@ -109,7 +114,7 @@ func DefaultPreciseConfig() PreciseConfig {
 		TrustEvictionLinks:  true,
 		LinkTokenizeTimeout: 2 * time.Second,
 		MaxEvictionLinks:    1 << 18,
-		LinkWorkers:         1,
+		LinkWorkers:         2,
 		LinkQueue:           256,
 	}
 }

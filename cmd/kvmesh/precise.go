@@ -83,7 +83,7 @@ type PreciseConfig struct {
 	LinkTokenizeTimeout time.Duration `yaml:"link_tokenize_timeout"`
 	// LinkWorkers and LinkQueue (evictions mode): the goroutines that run
 	// those tokenizations one at a time each, and the answered prompts
-	// that may wait for one (1 and 256: router.PreciseConfig.LinkWorkers).
+	// that may wait for one (2 and 256: router.PreciseConfig.LinkWorkers).
 	LinkWorkers int `yaml:"link_workers"`
 	LinkQueue   int `yaml:"link_queue"`
 	// OwnershipInterval is how often a node recomputes which streams it
