@@ -148,9 +148,9 @@ const (
 
 var linkOutcomeNames = [numLinkOutcomes]string{"linked", "busy", "failed", "unsupported"}
 
-func newLinkMetrics(reg prometheus.Registerer, held func() float64) (*linkMetrics, error) {
+func newLinkMetrics(reg prometheus.Registerer, held, queued func() float64) (*linkMetrics, error) {
 	jobs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvmesh_router_eviction_link_prompts_total",
-		Help: "Answered prompts on eviction-link backends, by what became of their claims' links: linked, busy (too many tokenizations in flight), failed (the tokenization failed or timed out), unsupported (an endpoint /tokenize does not take)."},
+		Help: "Answered prompts on eviction-link backends, by what became of their claims' links: linked, busy (the queue of prompts waiting to be linked was full, precise.link_queue), failed (the tokenization failed or timed out), unsupported (an endpoint /tokenize does not take)."},
 		[]string{"outcome"})
 	m := &linkMetrics{ended: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvmesh_router_eviction_link_claims_ended_total",
 		Help: "Byte-keyed claims ended because the engine's KV events removed the block they were linked to."})}
@@ -159,7 +159,9 @@ func newLinkMetrics(reg prometheus.Registerer, held func() float64) (*linkMetric
 	}
 	gauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvmesh_router_eviction_links",
 		Help: "Links from engine blocks to byte-keyed claims held (precise.max_eviction_links bounds them)."}, held)
-	return m, registerAll(reg, jobs, m.ended, gauge)
+	waiting := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvmesh_router_eviction_link_queue",
+		Help: "Answered prompts waiting for the background tokenization that links their claims (precise.link_queue bounds them; precise.link_workers run them)."}, queued)
+	return m, registerAll(reg, jobs, m.ended, gauge, waiting)
 }
 
 // linkJob is what the background tokenization of one answered prompt

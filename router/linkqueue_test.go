@@ -35,6 +35,7 @@ func TestLinkQueueOneWorkerWaitsThenDrops(t *testing.T) {
 	g.post(t, body(1), 200)
 	<-entered // the worker holds prompt 1
 	g.post(t, body(2), 200)
+	waitFor(t, "the second prompt queued", func() bool { return g.counter("kvmesh_router_eviction_link_queue") == 1 })
 	g.post(t, body(3), 200)
 	waitFor(t, "the third prompt dropped", func() bool {
 		return g.counter("kvmesh_router_eviction_link_prompts_total", "outcome", "busy") == 1
@@ -43,6 +44,9 @@ func TestLinkQueueOneWorkerWaitsThenDrops(t *testing.T) {
 	waitFor(t, "the first two prompts linked", func() bool {
 		return g.counter("kvmesh_router_eviction_link_prompts_total", "outcome", "linked") == 2
 	})
+	if q := g.counter("kvmesh_router_eviction_link_queue"); q != 0 {
+		t.Fatalf("%v prompts still queued after both were linked", q)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if maxConc != 1 || a.calls.Load() != 2 {

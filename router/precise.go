@@ -131,6 +131,14 @@ func (pc *precise) linksHeld() float64 {
 	return float64(pc.links.len())
 }
 
+// linksQueued is how many answered prompts wait for their links.
+func (pc *precise) linksQueued() float64 {
+	if pc == nil || pc.linkQ == nil {
+		return 0
+	}
+	return float64(len(pc.linkQ))
+}
+
 func (pc *precise) cacheTokens() float64 {
 	if pc == nil || pc.cache == nil {
 		return 0
@@ -480,7 +488,7 @@ func (rt *Router) initPrecise(deps Deps) error {
 	if err != nil {
 		return fmt.Errorf("router: registering metrics: %w", err)
 	}
-	lm, err := newLinkMetrics(deps.Registerer, func() float64 { return rt.precise.linksHeld() })
+	lm, err := newLinkMetrics(deps.Registerer, func() float64 { return rt.precise.linksHeld() }, func() float64 { return rt.precise.linksQueued() })
 	if err != nil {
 		return fmt.Errorf("router: registering metrics: %w", err)
 	}
