@@ -29,7 +29,8 @@
 // Tokens are the whitespace-separated words of the prompt after the chat
 // template: exactly the words Go's strings.Fields returns (Unicode
 // whitespace; invalid UTF-8 bytes are word bytes). A token's id is the 32-bit
-// FNV-1a hash of the word's bytes (TokenID).
+// FNV-1a hash of the word's bytes modulo VocabSize, 151,936 (TokenID): ids
+// of a real vocabulary's size, so a /tokenize answer has a real one's bytes.
 //
 // Chat (/v1/chat/completions), for each message in order:
 //
@@ -40,7 +41,8 @@
 //     array of parts, where a {"type":"text","text":...} part contributes its
 //     words and an {"type":"image_url","image_url":{"url":...}} part (or
 //     "image_url":"...") contributes 16 tokens, token k being the FNV-1a hash
-//     of the URL's bytes followed by the byte k; other part types are a 400;
+//     of the URL's bytes followed by the byte k, modulo VocabSize; other part
+//     types are a 400;
 //   - for each entry of an assistant's tool_calls: the words of
 //     function.name, then the words of function.arguments (the JSON string);
 //   - the token "<|end|>".

@@ -14,6 +14,14 @@ const (
 
 	// imageTokens is how many tokens one image_url content part becomes.
 	imageTokens = 16
+
+	// VocabSize bounds the ids: a word's FNV-1a hash is reduced modulo
+	// it. A real engine's ids are below its vocabulary's size (Qwen2's
+	// 151,936 here; Llama 3's is 128,256), five or six digits in a
+	// /tokenize answer. Unreduced 32-bit hashes have ten: an answer had 1.7
+	// times a real engine's bytes, and its encoding and parsing ran on the
+	// cores the benchmark's routers share with the sims.
+	VocabSize = 151936
 )
 
 // Special tokens of the chat template.
@@ -22,14 +30,15 @@ var (
 	tokAssistant = TokenID("<|assistant|>")
 )
 
-// TokenID returns the token id of one word: its 32-bit FNV-1a hash.
+// TokenID returns the token id of one word: its 32-bit FNV-1a hash modulo
+// VocabSize.
 func TokenID(word string) uint32 {
 	h := uint32(fnvOffset32)
 	for i := 0; i < len(word); i++ {
 		h ^= uint32(word[i])
 		h *= fnvPrime32
 	}
-	return h
+	return h % VocabSize
 }
 
 // asciiSpace marks the ASCII bytes unicode.IsSpace accepts.
@@ -82,7 +91,7 @@ func appendWords(dst []uint32, s []byte) []uint32 {
 			}
 			i += w
 		}
-		dst = append(dst, h)
+		dst = append(dst, h%VocabSize)
 	}
 	return dst
 }
@@ -105,11 +114,12 @@ func roleToken(role []byte) uint32 {
 	}
 	add('|')
 	add('>')
-	return h
+	return h % VocabSize
 }
 
 // appendImage appends the imageTokens ids standing for an image: token k is
-// the FNV-1a hash of the URL's bytes followed by the single byte k.
+// the FNV-1a hash of the URL's bytes followed by the single byte k, modulo
+// VocabSize.
 func appendImage(dst []uint32, url []byte) []uint32 {
 	h := uint32(fnvOffset32)
 	for _, c := range url {
@@ -117,7 +127,7 @@ func appendImage(dst []uint32, url []byte) []uint32 {
 		h *= fnvPrime32
 	}
 	for k := 0; k < imageTokens; k++ {
-		dst = append(dst, (h^uint32(k))*fnvPrime32)
+		dst = append(dst, (h^uint32(k))*fnvPrime32%VocabSize)
 	}
 	return dst
 }

@@ -43,11 +43,21 @@ func equalTokens(a, b []uint32) bool {
 	return true
 }
 
-func TestTokenIDIsFNV1a32(t *testing.T) {
-	// Reference values of 32-bit FNV-1a.
-	for w, want := range map[string]uint32{"": 0x811c9dc5, "a": 0xe40c292c, "foobar": 0xbf9cf968} {
-		if got := TokenID(w); got != want {
-			t.Errorf("TokenID(%q) = %#x, want %#x", w, got, want)
+func TestTokenIDIsFNV1a32InTheVocabulary(t *testing.T) {
+	// Reference values of 32-bit FNV-1a, reduced modulo VocabSize.
+	for w, fnv := range map[string]uint32{"": 0x811c9dc5, "a": 0xe40c292c, "foobar": 0xbf9cf968} {
+		if got, want := TokenID(w), fnv%VocabSize; got != want {
+			t.Errorf("TokenID(%q) = %d, want %d", w, got, want)
+		}
+	}
+	// Every id a prompt's words, roles and images make is below VocabSize.
+	toks := mustTokens(t, `{"messages":[{"role":"Tool","content":[{"type":"text","text":"zz \u00e9t\u00e9 foobar"},{"type":"image_url","image_url":{"url":"http://x/y.png"}}]}]}`, chatEndpoint)
+	if len(toks) != 1+3+imageTokens+2 {
+		t.Fatalf("%d tokens, want %d", len(toks), 1+3+imageTokens+2)
+	}
+	for i, id := range toks {
+		if id >= VocabSize {
+			t.Errorf("token %d is %d, not below VocabSize %d", i, id, VocabSize)
 		}
 	}
 }
