@@ -64,6 +64,18 @@ func newFrameGuard(lim frameLimits) frameGuard {
 // feed follows p, the next bytes read; it returns ErrFrameTooLarge once a
 // header declares more than the limits allow (and every call after).
 func (g *frameGuard) feed(p []byte) error {
+	_, err := g.feedValid(p)
+	return err
+}
+
+// feedValid is feed, also saying how many of p's bytes come before the
+// header that failed (all of them when none did): a reader may pass those
+// on, never the header, whose size the library would allocate.
+func (g *frameGuard) feedValid(p []byte) (int, error) {
+	if g.err != nil {
+		return 0, g.err
+	}
+	total, hdrAt := len(p), 0
 	for len(p) > 0 && g.err == nil {
 		if g.skip > 0 {
 			n := min(g.skip, uint64(len(p)))
@@ -74,6 +86,9 @@ func (g *frameGuard) feed(p []byte) error {
 				g.done++
 			}
 			continue
+		}
+		if g.hdrN == 0 {
+			hdrAt = total - len(p)
 		}
 		g.hdr[g.hdrN] = p[0]
 		g.hdrN++
@@ -110,10 +125,20 @@ func (g *frameGuard) feed(p []byte) error {
 			g.inFrame = true
 		}
 	}
-	return g.err
+	if g.err != nil {
+		return hdrAt, g.err
+	}
+	return total, nil
 }
 
 // guardedConn is a net.Conn whose reads go through a frameGuard.
+//
+// Once the handshake is through it also reads ahead: the library reads
+// each frame's header and then its body with a read of its own, so an
+// event batch (topic, sequence and payload frames) took six or more read
+// system calls. A read shorter than readAhead is served from a buffer
+// filled by one read of the connection, which takes in whatever the peer
+// has sent, usually the whole message.
 type guardedConn struct {
 	net.Conn
 	g         frameGuard
@@ -121,17 +146,51 @@ type guardedConn struct {
 	// unwatch, for a dialed connection, stops closing it when the dial's
 	// context ends (guardedTCP.Dial); called once the handshake is through.
 	unwatch func() bool
+
+	ahead    []byte // read from the connection (and guarded), not yet returned
+	aheadBuf []byte // ahead's storage, readAhead bytes, made at the first buffered read
+	aheadErr error  // the read that filled ahead failed after its bytes: returned once they are
 }
 
+// readAhead is the size of a connection's read-ahead buffer: a few event
+// batches of a busy engine; a read as long as it bypasses it.
+const readAhead = 32 << 10
+
 func (c *guardedConn) Read(p []byte) (int, error) {
+	if len(c.ahead) > 0 {
+		n := copy(p, c.ahead)
+		c.ahead = c.ahead[n:]
+		return n, nil
+	}
+	if err := c.aheadErr; err != nil {
+		c.aheadErr = nil
+		return 0, err
+	}
+	if c.handshake || len(p) >= readAhead {
+		return c.read(p)
+	}
+	if c.aheadBuf == nil {
+		c.aheadBuf = make([]byte, readAhead)
+	}
+	n, err := c.read(c.aheadBuf)
+	k := copy(p, c.aheadBuf[:n])
+	if k < n {
+		c.ahead, c.aheadErr = c.aheadBuf[k:n], err
+		return k, nil
+	}
+	return k, err
+}
+
+// read reads the connection through the frame guard.
+func (c *guardedConn) read(p []byte) (int, error) {
 	if c.g.err != nil {
 		return 0, c.g.err
 	}
 	n, err := c.Conn.Read(p)
-	if gerr := c.g.feed(p[:n]); gerr != nil {
+	if valid, gerr := c.g.feedValid(p[:n]); gerr != nil {
 		c.Conn.Close()
 		c.handshakeOver()
-		return 0, gerr
+		return valid, gerr
 	}
 	if c.handshake {
 		switch {

@@ -1,0 +1,132 @@
+package kvevents
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+)
+
+// countingConn serves a byte stream whose bytes have all arrived, counting
+// the reads it is asked for; its last read returns io.EOF with the last
+// bytes, as a connection the peer closed may.
+type countingConn struct {
+	net.Conn
+	r     *bytes.Reader
+	reads int
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	c.reads++
+	n, err := c.r.Read(p)
+	if err == nil && c.r.Len() == 0 {
+		err = io.EOF
+	}
+	return n, err
+}
+
+func (c *countingConn) SetReadDeadline(time.Time) error { return nil }
+func (c *countingConn) Close() error                    { return nil }
+
+// readFrames reads the stream as the ZMQ library does, a read for each
+// frame's header and one for its body, and returns the frames' bodies up
+// to the end of the stream (err nil) or the first failed read.
+func readFrames(r io.Reader) (frames [][]byte, err error) {
+	greeting := make([]byte, zmtpGreeting)
+	if _, err := io.ReadFull(r, greeting); err != nil {
+		return nil, err
+	}
+	for {
+		var hdr [2]byte
+		if _, err := io.ReadFull(r, hdr[:]); errors.Is(err, io.EOF) {
+			return frames, nil
+		} else if err != nil {
+			return frames, err
+		}
+		size := uint64(hdr[1])
+		if hdr[0]&zmtpLong != 0 {
+			var long [8]byte
+			long[0] = hdr[1]
+			if _, err := io.ReadFull(r, long[1:]); err != nil {
+				return frames, err
+			}
+			size = binary.BigEndian.Uint64(long[:])
+		}
+		body := make([]byte, size)
+		if _, err := io.ReadFull(r, body); err != nil {
+			return frames, err
+		}
+		frames = append(frames, body)
+	}
+}
+
+func TestGuardedConnReadsAheadAfterTheHandshake(t *testing.T) {
+	stream := zmtpHello()
+	var want [][]byte
+	want = append(want, stream[zmtpGreeting+2:]) // the READY command's body
+	for i := range 20 {
+		topic, seq, payload := []byte("kv@e0"), make([]byte, 8), bytes.Repeat([]byte{byte(i)}, 100+40*i)
+		binary.BigEndian.PutUint64(seq, uint64(i))
+		stream = zmtpFrame(stream, zmtpMore, topic)
+		stream = zmtpFrame(stream, zmtpMore, seq)
+		stream = zmtpFrame(stream, 0, payload)
+		want = append(want, topic, seq, payload)
+	}
+	cc := &countingConn{r: bytes.NewReader(stream)}
+	gc := &guardedConn{Conn: cc, g: newFrameGuard(frameLimits{maxBytes: 1 << 20, maxFrames: 8, handshake: time.Second}), handshake: true}
+	got, err := readFrames(gc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d frames, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("frame %d is %q, want %q", i, got[i], want[i])
+		}
+	}
+	if gc.handshake {
+		t.Fatal("the handshake never ended")
+	}
+	// The greeting and the READY command are read as the library asks (3
+	// reads: greeting, header, body); the 60 frames after them (about 7 KB)
+	// take one read of the connection, not two each.
+	if cc.reads > 4 {
+		t.Fatalf("%d reads of the connection for %d frames", cc.reads, len(want))
+	}
+}
+
+func TestGuardedConnReadAheadKeepsTheGuard(t *testing.T) {
+	// A whole message, then one whose second frame is over the limit: one
+	// read of the connection takes in both. The first message and the
+	// second's first frame are read; the oversized header is not.
+	stream := zmtpHello()
+	stream = zmtpFrame(stream, zmtpMore, []byte("kv@e0"))
+	stream = zmtpFrame(stream, 0, []byte("batch"))
+	stream = zmtpFrame(stream, zmtpMore, []byte("kv@e0"))
+	stream = zmtpFrame(stream, 0, make([]byte, 300)) // over maxBytes
+	stream = zmtpFrame(stream, 0, []byte("next"))
+	cc := &countingConn{r: bytes.NewReader(stream)}
+	gc := &guardedConn{Conn: cc, g: newFrameGuard(frameLimits{maxBytes: 200, maxFrames: 8, handshake: time.Second}), handshake: true}
+	got, err := readFrames(gc)
+	if !errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("read past an oversized frame's header: %v, want ErrFrameTooLarge", err)
+	}
+	want := []string{"READY", "kv@e0", "batch", "kv@e0"}
+	if len(got) != len(want) {
+		t.Fatalf("%d frames before the error, want %d", len(got), len(want))
+	}
+	for i, w := range want[1:] {
+		if string(got[i+1]) != w {
+			t.Fatalf("frame %d is %q, want %q", i+1, got[i+1], w)
+		}
+	}
+	var b [2]byte
+	if _, err := gc.Read(b[:]); !errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("read after the guard failed: %v", err)
+	}
+}
