@@ -269,20 +269,27 @@ func appendIDList(dst []uint32, v []byte, i, max int) ([]uint32, int, error) {
 	}
 	for {
 		// The digits are read and summed in one pass (parseUint's rules:
-		// no sign, fraction or leading zero); ten digits at most, so the
-		// sum cannot overflow before the bound is checked.
+		// no sign, fraction or leading zero). The sum of more than ten
+		// digits may wrap, but such an id is refused by its length.
 		j, id := i, uint64(0)
-		for j < len(v) && v[j] >= '0' && v[j] <= '9' && j-i < 11 {
-			id = id*10 + uint64(v[j]-'0')
-			j++
+		for ; j < len(v); j++ {
+			d := v[j] - '0'
+			if d > 9 {
+				break
+			}
+			id = id*10 + uint64(d)
 		}
-		if j == i || j-i > 10 || id > 1<<32-1 || (v[i] == '0' && j-i > 1) {
+		if n := j - i; n == 0 || n > 10 || id > 1<<32-1 || (n > 1 && v[i] == '0') {
 			return dst, 0, errors.New("tokenize answer: a token id is not a whole number in [0, 2^32)")
 		}
 		if len(dst) >= max {
 			return dst, 0, fmt.Errorf("tokenize answer: more than %d tokens", max)
 		}
 		dst = append(dst, uint32(id))
+		if j < len(v) && v[j] == ',' { // the usual separator, without spaces
+			i = j + 1
+			continue
+		}
 		i = skipJSONSpace(v, j)
 		if i == len(v) {
 			return dst, 0, errors.New("tokenize answer: unterminated \"tokens\"")
