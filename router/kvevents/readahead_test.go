@@ -17,9 +17,15 @@ type countingConn struct {
 	net.Conn
 	r     *bytes.Reader
 	reads int
+	// chunks, when set, caps each read in turn (cycling): the bytes arrive
+	// in pieces of those sizes.
+	chunks []byte
 }
 
 func (c *countingConn) Read(p []byte) (int, error) {
+	if len(c.chunks) > 0 {
+		p = p[:min(len(p), 1+int(c.chunks[c.reads%len(c.chunks)]))]
+	}
 	c.reads++
 	n, err := c.r.Read(p)
 	if err == nil && c.r.Len() == 0 {
@@ -129,4 +135,39 @@ func TestGuardedConnReadAheadKeepsTheGuard(t *testing.T) {
 	if _, err := gc.Read(b[:]); !errors.Is(err, ErrFrameTooLarge) {
 		t.Fatalf("read after the guard failed: %v", err)
 	}
+}
+
+// FuzzGuardedConnReadAhead: whatever the peer sends after its handshake, in
+// whatever pieces it arrives, the library reads through the read-ahead the
+// same frames as from the bytes before the header the guard refuses, and
+// then the guard's error.
+func FuzzGuardedConnReadAhead(f *testing.F) {
+	f.Add([]byte{1, 5, 'k', 'v', '@', 'e', '0', 0, 3, 'a', 'b', 'c'}, []byte{3})
+	f.Add([]byte{1, 5, 'k', 'v', '@', 'e', '0', 2, 0, 0, 0, 0, 0, 0, 1, 0}, []byte{0, 200})
+	f.Add([]byte{0, 250}, []byte{})
+	f.Fuzz(func(t *testing.T, tail, chunks []byte) {
+		lim := frameLimits{maxBytes: 300, maxFrames: 3, handshake: time.Second}
+		stream := append(zmtpHello(), tail...)
+		ref := newFrameGuard(lim)
+		valid, refErr := ref.feedValid(stream)
+		want, wantErr := readFrames(bytes.NewReader(stream[:valid]))
+		gc := &guardedConn{Conn: &countingConn{r: bytes.NewReader(stream), chunks: chunks}, g: newFrameGuard(lim), handshake: true}
+		got, err := readFrames(gc)
+		if refErr != nil {
+			wantErr = refErr
+			if !errors.Is(err, ErrFrameTooLarge) {
+				t.Fatalf("the guard refused a header, the reads ended with %v", err)
+			}
+		} else if (err == nil) != (wantErr == nil) {
+			t.Fatalf("read error %v, want %v", err, wantErr)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%d frames, want %d (error %v)", len(got), len(want), wantErr)
+		}
+		for i := range want {
+			if !bytes.Equal(got[i], want[i]) {
+				t.Fatalf("frame %d is %q, want %q", i, got[i], want[i])
+			}
+		}
+	})
 }
