@@ -181,9 +181,11 @@ func (mp *Mapper) stored(e *Event, leaseEnd int64, ops *Ops) {
 			prev = uint64(tree.ChainTokens(prev, toks[j:j+bt]))
 		}
 		key := tree.Key(prev)
-		if _, ok := mp.m[h]; !ok && len(mp.m) >= mp.cfg.MaxBlocks {
-			mp.Stats.Full += uint64(n - i)
-			return
+		if len(mp.m) >= mp.cfg.MaxBlocks { // (looked up only then: the map is large, a lookup a cache miss)
+			if _, ok := mp.m[h]; !ok {
+				mp.Stats.Full += uint64(n - i)
+				return
+			}
 		}
 		mp.m[h] = entry{key: key, exp: leaseEnd}
 		ops.Store = append(ops.Store, key)
