@@ -19,7 +19,8 @@ import (
 // engineTokens is the test engine's tokenizer and chat template (the
 // simulator's rule): a role token, the content's words, an end token per
 // message, then the generation prompt; a completions prompt is its words.
-// Ids are FNV-1a of the word.
+// Ids are FNV-1a of the word (the simulator reduces them modulo its
+// vocabulary's size; this test engine need only agree with itself).
 func engineTokens(t testing.TB, body []byte) []uint32 {
 	t.Helper()
 	var req struct {

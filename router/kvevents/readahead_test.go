@@ -106,6 +106,37 @@ func TestGuardedConnReadsAheadAfterTheHandshake(t *testing.T) {
 	}
 }
 
+// Frames longer than the buffer are read straight into the library's
+// buffer, between frames read ahead.
+func TestGuardedConnReadAheadLongFrames(t *testing.T) {
+	stream := zmtpHello()
+	want := [][]byte{stream[zmtpGreeting+2:]}
+	for i, size := range []int{10, readAhead - 5, 3, readAhead + 7, 100 << 10, 1, 0, 2 * readAhead} {
+		body := bytes.Repeat([]byte{byte('a' + i)}, size)
+		stream = zmtpFrame(stream, 0, body)
+		want = append(want, body)
+	}
+	for _, chunks := range [][]byte{nil, {0}, {255, 7, 200}} {
+		cc := &countingConn{r: bytes.NewReader(stream), chunks: chunks}
+		gc := &guardedConn{Conn: cc, g: newFrameGuard(frameLimits{maxBytes: 1 << 20, maxFrames: 8, handshake: time.Second}), handshake: true}
+		got, err := readFrames(gc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("chunks %v: %d frames, want %d", chunks, len(got), len(want))
+		}
+		for i := range want {
+			if !bytes.Equal(got[i], want[i]) {
+				t.Fatalf("chunks %v: frame %d differs (%d bytes, want %d)", chunks, i, len(got[i]), len(want[i]))
+			}
+		}
+		if n, err := gc.Read(nil); n != 0 || err != nil {
+			t.Fatalf("an empty read gave %d, %v", n, err)
+		}
+	}
+}
+
 func TestGuardedConnReadAheadKeepsTheGuard(t *testing.T) {
 	// A whole message, then one whose second frame is over the limit: one
 	// read of the connection takes in both. The first message and the
