@@ -286,7 +286,7 @@ func appendIDList(dst []uint32, v []byte, i, max int) ([]uint32, int, error) {
 			return dst, 0, fmt.Errorf("tokenize answer: more than %d tokens", max)
 		}
 		dst = append(dst, uint32(id))
-		if j < len(v) && v[j] == ',' { // the usual separator, without a call when no space precedes it
+		if j < len(v) && v[j] == ',' { // the usual separator, right after the id
 			i = skipJSONSpace(v, j+1)
 			continue
 		}
