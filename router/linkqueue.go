@@ -57,14 +57,14 @@ func (pc *precise) linkWorker() {
 			pc.release(t.sc)
 			continue
 		}
-		pc.sem <- struct{}{} // a place among MaxTokenizeInFlight
 		pc.runLink(t)
 	}
 }
 
-// runLink tokenizes t's prompt and links its claims; the caller holds a
-// place in sem, which it gives back.
+// runLink tokenizes t's prompt, within a place among MaxTokenizeInFlight,
+// and links its claims.
 func (pc *precise) runLink(t *linkTask) {
+	pc.sem <- struct{}{}
 	ctx, cancel := context.WithTimeout(context.Background(), pc.cfg.LinkTokenizeTimeout)
 	toks, err := pc.call(ctx, t.u, t.sc, nil)
 	cancel()

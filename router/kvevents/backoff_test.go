@@ -12,19 +12,27 @@ import (
 
 // readZMTPFrame reads one ZMTP frame (a command or a message part).
 func readZMTPFrame(r io.Reader) error {
+	_, err := zmtpFrameBody(r)
+	return err
+}
+
+// zmtpFrameBody reads one ZMTP frame and returns its body: io.EOF when the
+// stream ends before it, io.ErrUnexpectedEOF inside it.
+func zmtpFrameBody(r io.Reader) ([]byte, error) {
 	var h [9]byte
 	if _, err := io.ReadFull(r, h[:2]); err != nil {
-		return err
+		return nil, err
 	}
 	size := uint64(h[1])
 	if h[0]&zmtpLong != 0 {
 		if _, err := io.ReadFull(r, h[2:9]); err != nil {
-			return err
+			return nil, err
 		}
 		size = binary.BigEndian.Uint64(h[1:9])
 	}
-	_, err := io.CopyN(io.Discard, r, int64(size))
-	return err
+	body := make([]byte, size)
+	_, err := io.ReadFull(r, body)
+	return body, err
 }
 
 // flakyPublisher is a PUB peer on loopback that completes each connection's

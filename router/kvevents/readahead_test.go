@@ -46,23 +46,10 @@ func readFrames(r io.Reader) (frames [][]byte, err error) {
 		return nil, err
 	}
 	for {
-		var hdr [2]byte
-		if _, err := io.ReadFull(r, hdr[:]); errors.Is(err, io.EOF) {
+		body, err := zmtpFrameBody(r)
+		if errors.Is(err, io.EOF) {
 			return frames, nil
 		} else if err != nil {
-			return frames, err
-		}
-		size := uint64(hdr[1])
-		if hdr[0]&zmtpLong != 0 {
-			var long [8]byte
-			long[0] = hdr[1]
-			if _, err := io.ReadFull(r, long[1:]); err != nil {
-				return frames, err
-			}
-			size = binary.BigEndian.Uint64(long[:])
-		}
-		body := make([]byte, size)
-		if _, err := io.ReadFull(r, body); err != nil {
 			return frames, err
 		}
 		frames = append(frames, body)
