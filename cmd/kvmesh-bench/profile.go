@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 )
 
 // profilePaths says where a run's profiles go ("": not taken). Where a
@@ -13,8 +14,11 @@ import (
 // against one) is a question for a profile, not for guesses: the CPU
 // profile says what runs, the block and mutex profiles what waits (a lock
 // taken on a node's request path shows there, never in the CPU profile).
+// The execution trace says when each goroutine waited for a CPU: `go tool
+// trace -pprof=sched` turns it into a profile of that wait by stack, which
+// is what the time outside the engines is made of on a busy machine.
 type profilePaths struct {
-	cpu, block, mutex string
+	cpu, block, mutex, exec string
 }
 
 // blockProfileRate is the -blockprofile sampling rate: one event per
@@ -60,10 +64,23 @@ func startProfiles(p profilePaths) (stop func() error, err error) {
 	if err != nil {
 		return nil, err
 	}
+	exec, err := open("exectrace", p.exec)
+	if err != nil {
+		return nil, err
+	}
 	if cpu != nil {
 		if err := pprof.StartCPUProfile(cpu); err != nil {
 			closeAll()
 			return nil, fmt.Errorf("-cpuprofile: %w", err)
+		}
+	}
+	if exec != nil {
+		if err := trace.Start(exec); err != nil {
+			if cpu != nil {
+				pprof.StopCPUProfile()
+			}
+			closeAll()
+			return nil, fmt.Errorf("-exectrace: %w", err)
 		}
 	}
 	if block != nil {
@@ -76,6 +93,9 @@ func startProfiles(p profilePaths) (stop func() error, err error) {
 		var errs []error
 		if cpu != nil {
 			pprof.StopCPUProfile()
+		}
+		if exec != nil {
+			trace.Stop()
 		}
 		write := func(flag, name string, f *os.File) {
 			if f == nil {

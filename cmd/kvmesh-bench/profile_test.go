@@ -10,14 +10,16 @@ import (
 )
 
 // -cpuprofile, -blockprofile and -mutexprofile write pprof files
-// (gzip-compressed) when the run stops, say which flag failed when a file
-// cannot be made, and do nothing without a path.
+// (gzip-compressed) and -exectrace an execution trace when the run stops,
+// say which flag failed when a file cannot be made, and do nothing
+// without a path.
 func TestStartProfiles(t *testing.T) {
 	dir := t.TempDir()
-	p := profilePaths{cpu: filepath.Join(dir, "cpu.pprof"), block: filepath.Join(dir, "block.pprof"), mutex: filepath.Join(dir, "mutex.pprof")}
+	p := profilePaths{cpu: filepath.Join(dir, "cpu.pprof"), block: filepath.Join(dir, "block.pprof"), mutex: filepath.Join(dir, "mutex.pprof"),
+		exec: filepath.Join(dir, "exec.trace")}
 	stop, err := startProfiles(p)
-	if err != nil && strings.Contains(err.Error(), "already in use") {
-		t.Skip("the test binary itself is being profiled (go test -cpuprofile)")
+	if err != nil && (strings.Contains(err.Error(), "already in use") || strings.Contains(err.Error(), "already enabled")) {
+		t.Skip("the test binary itself is being profiled or traced (go test -cpuprofile, -trace)")
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -50,11 +52,17 @@ func TestStartProfiles(t *testing.T) {
 		}
 	}
 
+	// An execution trace starts with its header ("go 1.N trace").
+	if b, err := os.ReadFile(p.exec); err != nil || !strings.HasPrefix(string(b), "go 1.") || !strings.Contains(string(b[:min(len(b), 16)]), " trace") {
+		t.Errorf("exec.trace: %d bytes, err %v; want an execution trace", len(b), err)
+	}
+
 	bad := filepath.Join(t.TempDir(), "no", "such", "dir", "x.pprof")
 	for flag, paths := range map[string]profilePaths{
 		"-cpuprofile":   {cpu: bad},
 		"-blockprofile": {cpu: filepath.Join(dir, "cpu2.pprof"), block: bad},
 		"-mutexprofile": {mutex: bad},
+		"-exectrace":    {cpu: filepath.Join(dir, "cpu4.pprof"), exec: bad},
 	} {
 		if _, err := startProfiles(paths); err == nil || !strings.Contains(err.Error(), flag) {
 			t.Errorf("unwritable %s path: err %v, want one naming it", flag, err)

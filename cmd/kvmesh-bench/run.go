@@ -47,6 +47,7 @@ type runFlags struct {
 	cpuProfile                  string
 	blockProfile                string
 	mutexProfile                string
+	execTrace                   string
 	streamInterval              int
 }
 
@@ -107,6 +108,7 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
 	fs.BoolVar(&f.noProgress, "no-progress", false, "no progress bar")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (routers, simulated backends and load generator share the process) to this file, for `go tool pprof`")
 	fs.StringVar(&f.blockProfile, "blockprofile", "", "write a profile of where the run's goroutines waited (channels, locks, selects; one event per 100 µs blocked) to this file when the run stops, for `go tool pprof`")
+	fs.StringVar(&f.execTrace, "exectrace", "", "write an execution trace of the whole run to this file (large: keep the run short); `go tool trace -pprof=sched` makes of it a profile of the time goroutines waited for a CPU")
 	fs.StringVar(&f.mutexProfile, "mutexprofile", "", "write a profile of lock contention (which holders made others wait; 1 event in 10) to this file when the run stops, for `go tool pprof`")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -225,7 +227,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		cfg.Progress = bench.NewProgress(stderr)
 	}
 
-	stopProfile, err := startProfiles(profilePaths{cpu: f.cpuProfile, block: f.blockProfile, mutex: f.mutexProfile})
+	stopProfile, err := startProfiles(profilePaths{cpu: f.cpuProfile, block: f.blockProfile, mutex: f.mutexProfile, exec: f.execTrace})
 	if err != nil {
 		return err
 	}
