@@ -158,6 +158,11 @@ type guardedConn struct {
 // thousand engines on a Listen socket: 32 MB).
 const readAhead = 32 << 10
 
+// newGuardedConn guards c's reads with lim from its handshake on.
+func newGuardedConn(c net.Conn, lim frameLimits) *guardedConn {
+	return &guardedConn{Conn: c, g: newFrameGuard(lim), handshake: true}
+}
+
 func (c *guardedConn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
@@ -233,7 +238,7 @@ func (l guardedListener) Accept() (net.Conn, error) {
 			c.Close() // gone already; an error here would end the library's accept loop
 			continue
 		}
-		return &guardedConn{Conn: c, g: newFrameGuard(l.lim), handshake: true}, nil
+		return newGuardedConn(c, l.lim), nil
 	}
 }
 
@@ -262,7 +267,7 @@ func (t guardedTCP) Dial(ctx context.Context, d transport.Dialer, addr string) (
 		c.Close()
 		return nil, err
 	}
-	gc := &guardedConn{Conn: c, g: newFrameGuard(t.lim), handshake: true}
+	gc := newGuardedConn(c, t.lim)
 	gc.unwatch = context.AfterFunc(ctx, func() { c.Close() })
 	return gc, nil
 }

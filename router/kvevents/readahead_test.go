@@ -69,7 +69,7 @@ func TestGuardedConnReadsAheadAfterTheHandshake(t *testing.T) {
 		want = append(want, topic, seq, payload)
 	}
 	cc := &countingConn{r: bytes.NewReader(stream)}
-	gc := &guardedConn{Conn: cc, g: newFrameGuard(frameLimits{maxBytes: 1 << 20, maxFrames: 8, handshake: time.Second}), handshake: true}
+	gc := newGuardedConn(cc, frameLimits{maxBytes: 1 << 20, maxFrames: 8, handshake: time.Second})
 	got, err := readFrames(gc)
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +105,7 @@ func TestGuardedConnReadAheadLongFrames(t *testing.T) {
 	}
 	for _, chunks := range [][]byte{nil, {0}, {255, 7, 200}} {
 		cc := &countingConn{r: bytes.NewReader(stream), chunks: chunks}
-		gc := &guardedConn{Conn: cc, g: newFrameGuard(frameLimits{maxBytes: 1 << 20, maxFrames: 8, handshake: time.Second}), handshake: true}
+		gc := newGuardedConn(cc, frameLimits{maxBytes: 1 << 20, maxFrames: 8, handshake: time.Second})
 		got, err := readFrames(gc)
 		if err != nil {
 			t.Fatal(err)
@@ -135,7 +135,7 @@ func TestGuardedConnReadAheadKeepsTheGuard(t *testing.T) {
 	stream = zmtpFrame(stream, 0, make([]byte, 300)) // over maxBytes
 	stream = zmtpFrame(stream, 0, []byte("next"))
 	cc := &countingConn{r: bytes.NewReader(stream)}
-	gc := &guardedConn{Conn: cc, g: newFrameGuard(frameLimits{maxBytes: 200, maxFrames: 8, handshake: time.Second}), handshake: true}
+	gc := newGuardedConn(cc, frameLimits{maxBytes: 200, maxFrames: 8, handshake: time.Second})
 	got, err := readFrames(gc)
 	if !errors.Is(err, ErrFrameTooLarge) {
 		t.Fatalf("read past an oversized frame's header: %v, want ErrFrameTooLarge", err)
@@ -169,7 +169,7 @@ func FuzzGuardedConnReadAhead(f *testing.F) {
 		ref := newFrameGuard(lim)
 		valid, refErr := ref.feedValid(stream)
 		want, wantErr := readFrames(bytes.NewReader(stream[:valid]))
-		gc := &guardedConn{Conn: &countingConn{r: bytes.NewReader(stream), chunks: chunks}, g: newFrameGuard(lim), handshake: true}
+		gc := newGuardedConn(&countingConn{r: bytes.NewReader(stream), chunks: chunks}, lim)
 		got, err := readFrames(gc)
 		if refErr != nil {
 			wantErr = refErr
