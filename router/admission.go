@@ -295,6 +295,12 @@ func (rt *Router) decideAdmitted(w http.ResponseWriter, r *http.Request, st *req
 			continue
 		}
 		d = rt.decide(st, ep, now, attempt, false)
+		if d.Hold { // nothing is sent: a slot handed over while it waited goes on
+			if held >= 0 {
+				a.leaveBackend(held)
+			}
+			return d, 0
+		}
 		slot := st.backs[d.Index].slot
 		switch {
 		case slot == held:

@@ -58,6 +58,9 @@ type backend struct {
 	// booked, if set, is told every change of the pending counts (the
 	// mesh's load channel ships them at once: PeerLoad.BookingsChanged).
 	booked func()
+	// freed, if set, is told each booking that ends (hold.go wakes the
+	// requests it holds).
+	freed func()
 
 	// healthy is false while the backend is ejected.
 	healthy atomic.Bool
@@ -234,6 +237,9 @@ func (p *pendingPrefill) release(now time.Time, firstByte bool) {
 	p.b.queue.settle(p.seq, p.ahead, p.at, now, firstByte)
 	if p.b.booked != nil {
 		p.b.booked()
+	}
+	if p.b.freed != nil {
+		p.b.freed()
 	}
 	p.b = nil
 }

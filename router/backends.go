@@ -297,6 +297,7 @@ func (rt *Router) buildBackend(slot int, bc BackendConfig) (*backend, error) {
 	if rt.peers != nil {
 		b.booked = rt.peers.BookingsChanged
 	}
+	b.freed = rt.holdGate.open
 	return b, nil
 }
 

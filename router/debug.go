@@ -230,7 +230,7 @@ func (rt *Router) explain(st *reqState, ep Endpoint, path string, body []byte, t
 		x.LearnDepths = append(x.LearnDepths, int(d))
 	}
 	matched := routedUnits(&st.cands[d.Index], &st.chain, d)
-	x.RouteHeader = string(appendRoute(nil, x.Chosen, matched, st.chain.Units, d.Reason, rt.policy.Name()))
+	x.RouteHeader = string(appendRoute(nil, x.Chosen, matched, st.chain.Units, d.Reason, rt.policy.Name(), 0))
 	if fg, ok := rt.policy.(fleetGated); ok {
 		if v, on := fg.gatingFleetLoad(); on {
 			x.FleetLoad = &v

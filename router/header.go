@@ -5,11 +5,12 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // RouteHeader is the response header that explains a routing decision:
 //
-//	x-kvmesh-route: backend=<name>; matched=<units>/<total>; reason=<reason>; policy=<name>
+//	x-kvmesh-route: backend=<name>; matched=<units>/<total>; reason=<reason>; policy=<name>[; held_ms=<ms>]
 //
 // backend is the configured backend name; matched is how much of the
 // prompt (in units: bytes of the canonical rendering in byte mode, tokens
@@ -17,12 +18,14 @@ import (
 // prompt's length (0/0 for a request without a prompt); reason is one of
 // the Reason names (prefix, miss, cost, load-override, replicate, retry,
 // round-robin, random, least-loaded, hash, imbalance, forward); policy is
-// the policy's name. Fields are separated by "; " and may gain new ones at
+// the policy's name; held_ms, present only for a request the policy held
+// at the router before deciding (kvmesh.hold_min_prompts), is how long,
+// in milliseconds. Fields are separated by "; " and may gain new ones at
 // the end: parse by name.
 const RouteHeader = "X-Kvmesh-Route"
 
 // appendRoute formats the x-kvmesh-route value.
-func appendRoute(dst []byte, backend string, matched, total int, reason Reason, policy string) []byte {
+func appendRoute(dst []byte, backend string, matched, total int, reason Reason, policy string, held time.Duration) []byte {
 	dst = append(dst, "backend="...)
 	dst = append(dst, backend...)
 	dst = append(dst, "; matched="...)
@@ -32,7 +35,12 @@ func appendRoute(dst []byte, backend string, matched, total int, reason Reason, 
 	dst = append(dst, "; reason="...)
 	dst = append(dst, reason.String()...)
 	dst = append(dst, "; policy="...)
-	return append(dst, policy...)
+	dst = append(dst, policy...)
+	if held > 0 {
+		dst = append(dst, "; held_ms="...)
+		dst = strconv.AppendFloat(dst, float64(held)/float64(time.Millisecond), 'f', 3, 64)
+	}
+	return dst
 }
 
 // hopHeaders are the hop-by-hop headers of RFC 9110 section 7.6.1 (and

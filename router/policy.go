@@ -51,6 +51,12 @@ type Request struct {
 	// Explain marks a decision that is only shown, not acted on.
 	Explain bool
 	Now     time.Time
+	// HoldOK says the router would hold the request if the policy asked
+	// (Decision.Hold): its first attempt, not held for its longest yet.
+	// Held counts the times it was held so far; a policy keeps its
+	// once-per-request bookkeeping (moving averages) for Held 0.
+	HoldOK bool
+	Held   int
 
 	// scratch is space policies of this package may use, cap >= 2*len(cands)
 	// when the router sets it; a policy allocates its own when it is
@@ -255,6 +261,10 @@ type Decision struct {
 	// reports, and the routing precision does not count the route.
 	OwnMatch bool
 	Matched  int
+	// Hold asks the router to keep the request until a booking ends and
+	// to decide again then (only when Request.HoldOK): nothing is sent,
+	// booked or learned for this decision.
+	Hold bool
 }
 
 // Reason says why a backend was chosen; it appears in the x-kvmesh-route

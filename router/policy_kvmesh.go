@@ -102,7 +102,7 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 	n := len(cands)
 	total := float64(req.Units())
 	avg := math.Float64frombits(p.avgPrompt.Load())
-	if !req.Explain && req.Attempt == 0 && total > 0 {
+	if !req.Explain && req.Attempt == 0 && req.Held == 0 && total > 0 {
 		p.avgPrompt.Store(math.Float64bits(avg + (total-avg)*promptWeight(req.MeshShare)))
 	}
 	scratch := req.scratch
@@ -177,6 +177,10 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 				best = i
 			}
 		}
+	}
+
+	if req.HoldOK && cfg.holds(req, cands, best, total, avg) {
+		return Decision{Index: best, Reason: ReasonCost, Hold: true}
 	}
 
 	// Ties: the candidates within the band of the cheapest (all of them on

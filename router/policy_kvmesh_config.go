@@ -401,6 +401,18 @@ type KVMeshConfig struct {
 	// rate 84.3% against 84.0%), where without this gate it lost a point.
 	// docs/claims.md.
 	BlockMaxReuse float64 `yaml:"block_max_reuse"`
+	// HoldMinPrompts, HoldQueuePrompts and HoldMax: late binding of long
+	// prompts (hold.go). A request whose prefill at the best candidate
+	// is at least HoldMinPrompts average prompts, arriving while every
+	// candidate has more than HoldQueuePrompts average prompts of prefill
+	// queued, waits at the router until a booking ends (a first byte)
+	// and is decided again then, for HoldMax at most. Meanwhile shorter
+	// requests go ahead of it, and it goes to the backend that frees
+	// first instead of the queue that looked shortest when it came. 0
+	// (HoldMinPrompts): off.
+	HoldMinPrompts   float64       `yaml:"hold_min_prompts"`
+	HoldQueuePrompts float64       `yaml:"hold_queue_prompts"`
+	HoldMax          time.Duration `yaml:"hold_max"`
 	// InitialPromptUnits is the average prompt size assumed before any
 	// request was seen. 4096 units (about 1,000 tokens in byte mode).
 	InitialPromptUnits float64 `yaml:"initial_prompt_units"`
@@ -429,6 +441,7 @@ func DefaultKVMeshConfig() KVMeshConfig {
 		HotMaxHolders:      2,
 		HotSlots:           4096,
 		BlockWindow:        time.Minute,
+		HoldMax:            3 * time.Second,
 		InitialPromptUnits: 4096,
 	}
 }
@@ -468,6 +481,11 @@ func (c KVMeshConfig) validate() []error {
 	nonNeg("block_fence", c.BlockFence)
 	share("block_max_reuse", c.BlockMaxReuse)
 	share("shallow_match_share", c.ShallowMatchShare)
+	nonNeg("hold_min_prompts", c.HoldMinPrompts)
+	nonNeg("hold_queue_prompts", c.HoldQueuePrompts)
+	if c.HoldMinPrompts > 0 && c.HoldMax <= 0 {
+		bad("hold_max must be positive when hold_min_prompts is set, got %v", c.HoldMax)
+	}
 	if c.BlockWeight > 0 && c.BlockWindow <= 0 {
 		bad("block_window must be positive when block_weight is set, got %v", c.BlockWindow)
 	}

@@ -401,7 +401,7 @@ func (rt *Router) setRoute(w http.ResponseWriter, st *reqState, b *backend, d De
 	if st.routed {
 		total = st.chain.Units
 	}
-	st.route = appendRoute(st.route[:0], b.name, matched, total, d.Reason, rt.policy.Name())
+	st.route = appendRoute(st.route[:0], b.name, matched, total, d.Reason, rt.policy.Name(), st.heldFor)
 	w.Header()[RouteHeader] = []string{string(st.route)}
 }
 

@@ -25,6 +25,11 @@ type reqState struct {
 	resNear   tree.Result
 	since     []tree.Timestamp
 	sinceNear []tree.Timestamp
+	// holdOK and held feed Request.HoldOK and Request.Held (hold.go).
+	holdOK bool
+	held   int
+	// heldFor is how long the request was held (x-kvmesh-route's held_ms).
+	heldFor time.Duration
 	// depthEdge says this request's claims count their own depth
 	// (BeliefConfig.DepthEdge, as gated by DepthEdgeMaxReuse).
 	depthEdge bool
@@ -127,6 +132,7 @@ func (rt *Router) putState(st *reqState) {
 	}
 	st.body, st.tried = st.body[:0], st.tried[:0]
 	st.routed, st.model, st.precise, st.observed = false, "", false, false
+	st.holdOK, st.held, st.heldFor = false, 0, 0
 	st.req = Request{}
 	clear(st.outHeader) // do not pin the last client's header values
 	if st.xff != nil {
@@ -393,7 +399,8 @@ func (rt *Router) decide(st *reqState, ep Endpoint, now time.Time, attempt int, 
 		deepest = max(deepest, st.cands[i].Matched)
 	}
 	st.req = Request{Model: st.model, Endpoint: ep, Chain: &st.chain, Seed: st.seed, Deepest: deepest,
-		MeshShare: rt.meshShare(), Reuse: rt.reuseShare(), Attempt: attempt, Explain: explain, Now: now, scratch: st.scratch[:cap(st.scratch)]}
+		MeshShare: rt.meshShare(), Reuse: rt.reuseShare(), Attempt: attempt, Explain: explain, Now: now, scratch: st.scratch[:cap(st.scratch)],
+		HoldOK: st.holdOK && attempt == 0 && !explain, Held: st.held}
 	if !st.routed {
 		// No prompt to match: the least-loaded policy chooses, under its
 		// own reason so that forwarded requests stand apart in metrics.

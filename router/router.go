@@ -96,6 +96,8 @@ type Router struct {
 	tokenizer     Tokenizer
 	precise       *precise // nil without precise mode
 	adm           *admission
+	hold          *holdMetrics
+	holdGate      holdGate     // wakes held requests when a booking ends (hold.go)
 	otel          *otelTracing // nil: tracing off
 	now           func() time.Time
 	transport     http.RoundTripper
@@ -225,6 +227,9 @@ func New(cfg Config, deps Deps) (*Router, error) {
 		return nil, err
 	}
 	if rt.adm, err = newAdmission(cfg.Admission, rt.now, deps.Registerer); err != nil {
+		return nil, fmt.Errorf("router: registering metrics: %w", err)
+	}
+	if rt.hold, err = newHoldMetrics(deps.Registerer); err != nil {
 		return nil, fmt.Errorf("router: registering metrics: %w", err)
 	}
 	upt := cfg.Belief.UnitsPerToken

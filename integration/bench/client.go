@@ -58,6 +58,9 @@ type Sample struct {
 	// present.
 	Backend string `json:"backend,omitempty"`
 	Reason  string `json:"reason,omitempty"`
+	// Held is how long the router held the request before deciding
+	// (x-kvmesh-route's held_ms; 0 when it was not held).
+	Held time.Duration `json:"held_ns,omitempty"`
 	// Available is how many prompt tokens the best-placed backend had
 	// cached when the request was sent (0 when nothing held any of it or
 	// it was not measured: MeasureAvailable).
@@ -163,6 +166,7 @@ func send(ctx context.Context, c *http.Client, url string, render func([]byte) [
 	defer resp.Body.Close()
 	s.Status = resp.StatusCode
 	s.Backend, s.Reason, s.Matched = parseRoute(resp.Header.Get(router.RouteHeader))
+	s.Held = parseHeld(resp.Header.Get(router.RouteHeader))
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 		s.E2E = time.Since(t0)
@@ -389,6 +393,27 @@ func parseRoute(v string) (backend, reason string, matched float64) {
 		}
 	}
 	return backend, reason, matched
+}
+
+// parseHeld reads held_ms from an x-kvmesh-route value (0 when absent or
+// not a non-negative number).
+func parseHeld(v string) time.Duration {
+	for v != "" {
+		var field string
+		if i := strings.IndexByte(v, ';'); i >= 0 {
+			field, v = v[:i], v[i+1:]
+		} else {
+			field, v = v, ""
+		}
+		if h, ok := strings.CutPrefix(strings.TrimSpace(field), "held_ms="); ok {
+			ms, err := strconv.ParseFloat(h, 64)
+			if err != nil || !(ms >= 0) || ms > 1e9 {
+				return 0
+			}
+			return time.Duration(ms * float64(time.Millisecond))
+		}
+	}
+	return 0
 }
 
 // String formats a sample for debugging.

@@ -137,6 +137,14 @@ func TestParseRoute(t *testing.T) {
 			t.Errorf("parseRoute(%q) matched %v, want 0", bad, m)
 		}
 	}
+	if got := parseHeld("backend=b3; matched=640/9000; reason=prefix; policy=kvmesh; held_ms=12.500"); got != 12500*time.Microsecond {
+		t.Errorf("parseHeld = %v, want 12.5ms", got)
+	}
+	for _, bad := range []string{"backend=b3; reason=prefix", "held_ms=-3", "held_ms=x", "held_ms=NaN", "held_ms=1e300"} {
+		if got := parseHeld(bad); got != 0 {
+			t.Errorf("parseHeld(%q) = %v, want 0", bad, got)
+		}
+	}
 }
 
 func TestSendClassifiesAnswers(t *testing.T) {

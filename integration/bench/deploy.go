@@ -112,6 +112,7 @@ func scaleRouterTimes(rc *router.Config, scale float64) {
 	}
 	sc(&rc.KVMesh.HotWindow, time.Millisecond)
 	sc(&rc.KVMesh.BlockWindow, time.Millisecond)
+	sc(&rc.KVMesh.HoldMax, time.Millisecond)
 	if rc.Belief.LostTTL > 0 {
 		sc(&rc.Belief.LostTTL, time.Millisecond)
 	}

@@ -59,6 +59,9 @@ func FuzzParseRoute(f *testing.F) {
 		if !(m >= 0 && m <= 1) {
 			t.Errorf("parseRoute(%q) matched %v, want a share in [0, 1]", v, m)
 		}
+		if h := parseHeld(v); h < 0 || h > time.Duration(1e9*float64(time.Millisecond)) {
+			t.Errorf("parseHeld(%q) = %v, want 0 to 1e9 ms", v, h)
+		}
 	})
 }
 

@@ -1,0 +1,165 @@
+package router
+
+import (
+	"context"
+	"net/http"
+	"runtime"
+	"testing"
+	"time"
+)
+
+// holdRig is a router over two gated backends whose kvmesh policy holds
+// any prompt while both have prefill queued, for at most holdMax.
+func holdRig(t *testing.T, holdMax time.Duration) (*testRig, *gatedBackend, *gatedBackend) {
+	b1, b2 := newGatedBackend(t, "b1"), newGatedBackend(t, "b2")
+	g := newRig(t, func(c *Config, _ *Deps) {
+		c.ProbeInterval = 0
+		c.KVMesh.HoldMinPrompts = 0.001 // every prompt of the test is long enough
+		c.KVMesh.HoldMax = holdMax
+	}, b1.fakeBackend, b2.fakeBackend)
+	return g, b1, b2
+}
+
+// busyBoth sends A and B, one to each backend (the second finds the
+// first's queue and the other empty), where they wait at the gates.
+func busyBoth(t *testing.T, g *testRig, b1, b2 *gatedBackend, out chan result) {
+	t.Helper()
+	g.send(context.Background(), "t", "A", out)
+	waitFor(t, "A to reach a backend", func() bool { return b1.arrived.Load()+b2.arrived.Load() == 1 })
+	g.send(context.Background(), "t", "B", out)
+	waitFor(t, "B to reach the other backend", func() bool { return b1.arrived.Load() == 1 && b2.arrived.Load() == 1 })
+}
+
+// A long prompt that finds every backend with prefill queued waits at the
+// router and goes to the first backend whose booking ends, not to the
+// queue that looked shortest when it came.
+func TestHoldSendsToTheFirstBackendFreed(t *testing.T) {
+	g, b1, b2 := holdRig(t, time.Hour)
+	open1, open2 := opener(t, b1), opener(t, b2)
+	out := make(chan result, 3)
+	busyBoth(t, g, b1, b2, out)
+	g.send(context.Background(), "t", "C", out)
+	waitFor(t, "C to be held", func() bool { return g.counter("kvmesh_router_held_requests_total") == 1 })
+	if n := b1.arrived.Load() + b2.arrived.Load(); n != 2 {
+		t.Fatalf("%d requests reached the backends while C was held, want 2", n)
+	}
+	open1()
+	waitFor(t, "C to reach b1", func() bool { return b1.arrived.Load() == 2 })
+	if got := b1.arrivals(); got[1] != "C" {
+		t.Fatalf("b1 served %q, want C second", got)
+	}
+	open2()
+	var results [3]result
+	for i := range results {
+		if results[i] = <-out; results[i].status != 200 {
+			t.Errorf("%s: %d %s", results[i].seq, results[i].status, results[i].body)
+		}
+	}
+	if n := g.counter("kvmesh_router_hold_seconds"); n != 1 {
+		t.Errorf("hold_seconds counted %v waits, want 1", n)
+	}
+	for i := 0; i < 3; i++ {
+		r := results[i]
+		held := routeField(r.header.Get(RouteHeader), "held_ms")
+		if (r.seq == "C") != (held != "") {
+			t.Errorf("%s: x-kvmesh-route %q: held_ms should be there for C only", r.seq, r.header.Get(RouteHeader))
+		}
+	}
+	if g.rt.holdGate.waiting.Load() != 0 {
+		t.Error("the gate still counts a waiter")
+	}
+}
+
+// A request held past hold_max is decided without the option to hold: it
+// goes to a busy backend rather than waiting on.
+func TestHoldEndsAtHoldMax(t *testing.T) {
+	g, b1, b2 := holdRig(t, 20*time.Millisecond)
+	opener(t, b1)
+	opener(t, b2)
+	out := make(chan result, 3)
+	busyBoth(t, g, b1, b2, out)
+	g.send(context.Background(), "t", "C", out)
+	waitFor(t, "C to reach a backend with both gates shut", func() bool { return b1.arrived.Load()+b2.arrived.Load() == 3 })
+	if g.counter("kvmesh_router_held_requests_total") != 1 || g.counter("kvmesh_router_hold_seconds") != 1 {
+		t.Fatalf("held %v, waits %v: want C held once", g.counter("kvmesh_router_held_requests_total"), g.counter("kvmesh_router_hold_seconds"))
+	}
+}
+
+// A client that leaves while its request is held is let go: nothing is
+// sent for it, and its goroutine and the gate's count end.
+func TestHoldClientLeaves(t *testing.T) {
+	g, b1, b2 := holdRig(t, time.Hour)
+	open1, open2 := opener(t, b1), opener(t, b2)
+	out := make(chan result, 3)
+	busyBoth(t, g, b1, b2, out)
+	before := runtime.NumGoroutine()
+	ctx, cancel := context.WithCancel(context.Background())
+	g.send(ctx, "t", "C", out)
+	waitFor(t, "C to be held", func() bool { return g.counter("kvmesh_router_held_requests_total") == 1 })
+	cancel()
+	if r := <-out; r.seq != "C" || r.status != -1 {
+		t.Fatalf("got %s %d, want C's client to give up", r.seq, r.status)
+	}
+	waitFor(t, "the held request to let go", func() bool {
+		return g.rt.holdGate.waiting.Load() == 0 && g.counter("kvmesh_router_errors_total", "kind", "client_canceled") == 1
+	})
+	open1()
+	open2()
+	for i := 0; i < 2; i++ {
+		if r := <-out; r.status != 200 {
+			t.Errorf("%s: %d %s", r.seq, r.status, r.body)
+		}
+	}
+	if got := append(b1.arrivals(), b2.arrivals()...); len(got) != 2 {
+		t.Errorf("backends served %q, want A and B only", got)
+	}
+	g.srv.Client().Transport.(*http.Transport).CloseIdleConnections()
+	waitFor(t, "the requests' goroutines to end", func() bool {
+		runtime.GC()
+		return runtime.NumGoroutine() <= before
+	})
+}
+
+// Held requests decide again in the order they were held: when a backend
+// frees, the older goes first, the younger when the older has gone.
+func TestHoldKeepsOrder(t *testing.T) {
+	g, b1, b2 := holdRig(t, time.Hour)
+	open1, open2 := opener(t, b1), opener(t, b2)
+	out := make(chan result, 4)
+	busyBoth(t, g, b1, b2, out)
+	g.send(context.Background(), "t", "C", out)
+	waitFor(t, "C to be held", func() bool { return g.counter("kvmesh_router_held_requests_total") == 1 })
+	g.send(context.Background(), "t", "D", out)
+	waitFor(t, "D to be held", func() bool { return g.counter("kvmesh_router_held_requests_total") == 2 })
+	open1()
+	waitFor(t, "C and D to reach b1", func() bool { return b1.arrived.Load() == 3 })
+	if got := b1.arrivals(); got[1] != "C" || got[2] != "D" {
+		t.Fatalf("b1 served %q, want C then D after the first", got)
+	}
+	open2()
+	for i := 0; i < 4; i++ {
+		if r := <-out; r.status != 200 {
+			t.Errorf("%s: %d %s", r.seq, r.status, r.body)
+		}
+	}
+}
+
+// A request is held no longer than the queue of its best candidate takes
+// to compute at the rate the backend's first bytes have shown.
+func TestHoldLimitIsTheQueuesDrainTime(t *testing.T) {
+	b := &backend{}
+	c := &Candidate{Load: LoadView{PendingPrefill: 3000, PeerPendingPrefill: 1000}}
+	if got := holdLimit(time.Hour, c, b); got != time.Hour {
+		t.Fatalf("no rate learned: %v, want the ceiling", got)
+	}
+	// One answer: 2,000 units ahead of it, first byte after 1 s.
+	t0 := time.Unix(1_700_000_000, 0)
+	seq, ahead := b.queue.book(2000, 2000, t0)
+	b.queue.settle(seq, ahead, t0, t0.Add(time.Second), true)
+	if got := holdLimit(time.Hour, c, b); got != 2*time.Second {
+		t.Fatalf("4,000 units queued at 2,000 a second: %v, want 2s", got)
+	}
+	if got := holdLimit(time.Second, c, b); got != time.Second {
+		t.Fatalf("ceiling 1s: %v", got)
+	}
+}

@@ -1,0 +1,66 @@
+package router
+
+import "testing"
+
+// The policy holds a request only when it may (Request.HoldOK), its
+// prefill at the best candidate is at least hold_min_prompts average
+// prompts, and every candidate has more than hold_queue_prompts average
+// prompts queued; a hold changes nothing else about the choice.
+func TestKVMeshHoldsLongPromptsWhileEveryQueueIsBusy(t *testing.T) {
+	cfg := DefaultKVMeshConfig()
+	cfg.HoldMinPrompts = 0.5
+	cfg.InitialPromptUnits = 2000 // avg: a 40-block prompt (2,570 units) is 1.3 of it
+	hold := func(pc *policyCase, ok bool) Decision {
+		t.Helper()
+		pc.req.HoldOK = ok
+		pc.req.Held = 1 // the average stays where it is
+		_, d := pc.choose(newKVMeshPolicy(cfg))
+		return d
+	}
+	if d := hold(newPolicyCase(40, 1, "a", "b").pending(500, 800), true); !d.Hold || d.Index != 0 {
+		t.Fatalf("long prompt, both queues busy: %+v, want a hold naming a (the shorter queue)", d)
+	}
+	if d := hold(newPolicyCase(40, 1, "a", "b").pending(500, 800), false); d.Hold {
+		t.Errorf("held without HoldOK: %+v", d)
+	}
+	if d := hold(newPolicyCase(40, 1, "a", "b").pending(500, 0), true); d.Hold || d.Index != 1 {
+		t.Errorf("b idle: %+v, want b at once", d)
+	}
+	// 10 blocks (650 units) is a third of the average: short, sent at once.
+	if d := hold(newPolicyCase(10, 1, "a", "b").pending(500, 800), true); d.Hold {
+		t.Errorf("short prompt held: %+v", d)
+	}
+	// A holder of 35 of 40 blocks would compute 330 units: sent at once.
+	if d := hold(newPolicyCase(40, 1, "a", "b").match(35, 0).pending(500, 800), true); d.Hold || d.Index != 0 {
+		t.Errorf("prompt mostly held at a: %+v, want a at once", d)
+	}
+	cfg.HoldQueuePrompts = 0.5 // 1,000 units: a's 500 is short enough
+	if d := hold(newPolicyCase(40, 1, "a", "b").pending(500, 1800), true); d.Hold {
+		t.Errorf("a's queue under hold_queue_prompts: %+v", d)
+	}
+	if d := hold(newPolicyCase(40, 1, "a", "b").pending(1500, 1800), true); !d.Hold {
+		t.Errorf("both queues over hold_queue_prompts: %+v, want a hold", d)
+	}
+	cfg.HoldMinPrompts = 0
+	if d := hold(newPolicyCase(40, 1, "a", "b").pending(1500, 1800), true); d.Hold {
+		t.Errorf("hold_min_prompts 0 (off) held: %+v", d)
+	}
+}
+
+// A decision made again after a hold does not count the prompt in the
+// moving average a second time.
+func TestKVMeshHeldPromptCountsOnce(t *testing.T) {
+	p := newKVMeshPolicy(DefaultKVMeshConfig())
+	pc := newPolicyCase(40, 1, "a", "b")
+	before := p.avgPrompt.Load()
+	pc.req.Held = 2
+	pc.choose(p)
+	if p.avgPrompt.Load() != before {
+		t.Fatal("a request decided again after a hold moved the average")
+	}
+	pc.req.Held = 0
+	pc.choose(p)
+	if p.avgPrompt.Load() == before {
+		t.Fatal("a first decision did not move the average")
+	}
+}
