@@ -18,10 +18,10 @@ import (
 // that ends wakes the oldest only, and the next oldest when that one is
 // sent, so that a long prompt is not passed over by those held after it.
 //
-// A request is held no longer than the queue it would have joined would
-// have taken to drain (the best candidate's queued prefill at the learned
-// rate of its answers' first bytes) nor than KVMeshConfig.HoldMax; then it
-// is decided without the option to hold. Bookings this node's peers
+// A request is held for KVMeshConfig.HoldMax at most; then it is decided
+// without the option to hold. (Holding it no longer than its best queue
+// would have taken to drain, at the rate of the answers' first bytes, gave
+// up much of the gain: docs/bench/HISTORY.md, "Late binding".) Bookings this node's peers
 // report change without a local event, so the oldest also decides again
 // every holdPollShare of HoldMax.
 
@@ -146,7 +146,6 @@ func (rt *Router) decideHolding(w http.ResponseWriter, r *http.Request, st *reqS
 		}
 		if hw == nil {
 			since, hw = now, rt.holdGate.enter(seen)
-			limit = holdLimit(limit, &st.cands[d.Index], st.backs[d.Index])
 			rt.hold.held.Inc()
 		}
 		if !rt.holdTurn(r, hw, since, limit, poll) {
@@ -166,19 +165,6 @@ func (rt *Router) decideHolding(w http.ResponseWriter, r *http.Request, st *reqS
 				"no backend in rotation serves model %q (each is ejected, drained or being removed); try again shortly", st.model)), 0
 		}
 	}
-}
-
-// holdLimit is how long a request first held when c (backend b) was its
-// best candidate may be held: what c's queued prefill takes to compute at
-// the rate b's answers' first bytes have shown, at most ceiling (ceiling
-// when no rate was learned yet).
-func holdLimit(ceiling time.Duration, c *Candidate, b *backend) time.Duration {
-	rate := b.queue.rate()
-	if !(rate > 0) {
-		return ceiling
-	}
-	q := (c.Load.PendingPrefill + c.Load.PeerPendingPrefill) / rate
-	return min(ceiling, time.Duration(q*float64(time.Second)))
 }
 
 // holdTurn waits until the held request w may decide again: it is the

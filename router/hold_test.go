@@ -16,6 +16,7 @@ func holdRig(t *testing.T, holdMax time.Duration) (*testRig, *gatedBackend, *gat
 		c.ProbeInterval = 0
 		c.KVMesh.HoldMinPrompts = 0.001 // every prompt of the test is long enough
 		c.KVMesh.HoldMax = holdMax
+		c.KVMesh.HoldMaxReuse = 0 // the fake backends answer no usage: reuse stays unknown
 	}, b1.fakeBackend, b2.fakeBackend)
 	return g, b1, b2
 }
@@ -141,25 +142,5 @@ func TestHoldKeepsOrder(t *testing.T) {
 		if r := <-out; r.status != 200 {
 			t.Errorf("%s: %d %s", r.seq, r.status, r.body)
 		}
-	}
-}
-
-// A request is held no longer than the queue of its best candidate takes
-// to compute at the rate the backend's first bytes have shown.
-func TestHoldLimitIsTheQueuesDrainTime(t *testing.T) {
-	b := &backend{}
-	c := &Candidate{Load: LoadView{PendingPrefill: 3000, PeerPendingPrefill: 1000}}
-	if got := holdLimit(time.Hour, c, b); got != time.Hour {
-		t.Fatalf("no rate learned: %v, want the ceiling", got)
-	}
-	// One answer: 2,000 units ahead of it, first byte after 1 s.
-	t0 := time.Unix(1_700_000_000, 0)
-	seq, ahead := b.queue.book(2000, 2000, t0)
-	b.queue.settle(seq, ahead, t0, t0.Add(time.Second), true)
-	if got := holdLimit(time.Hour, c, b); got != 2*time.Second {
-		t.Fatalf("4,000 units queued at 2,000 a second: %v, want 2s", got)
-	}
-	if got := holdLimit(time.Second, c, b); got != time.Second {
-		t.Fatalf("ceiling 1s: %v", got)
 	}
 }

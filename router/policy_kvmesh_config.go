@@ -406,13 +406,40 @@ type KVMeshConfig struct {
 	// is at least HoldMinPrompts average prompts, arriving while every
 	// candidate has more than HoldQueuePrompts average prompts of prefill
 	// queued, waits at the router until a booking ends (a first byte)
-	// and is decided again then, for HoldMax at most. Meanwhile shorter
-	// requests go ahead of it, and it goes to the backend that frees
-	// first instead of the queue that looked shortest when it came. 0
-	// (HoldMinPrompts): off.
+	// and is decided again then, oldest first, for HoldMax at most. An
+	// engine prefills in arrival order, so meanwhile shorter requests go
+	// ahead of it, and it goes to the backend that frees first instead
+	// of the queue that looked shortest when it came. 0 (HoldMinPrompts):
+	// off. 0.5: the prompts held are the upper half of the prefill work
+	// (on Mooncake, fresh prefills over ~6,500 tokens); HoldQueuePrompts
+	// 0: held only while no backend is without prefill queued, so a
+	// fleet with an idle backend never holds; HoldMax 3 s: a held prompt
+	// is one of the longest, seconds of prefill itself, and 3 s bounds
+	// what it can lose when no queue empties.
+	//
+	// Measured on Mooncake (kvmesh+evict arm, 8 backends, pairs
+	// alternating; docs/bench/HISTORY.md, "Late binding"): at 3x the
+	// trace's rate TTFT p50 0.71-0.79 s against 0.85-0.91 s with it off;
+	// at 2x 0.450 against 0.457 s (2 of 2 faster), p99 5.49 against 5.62 s.
 	HoldMinPrompts   float64       `yaml:"hold_min_prompts"`
 	HoldQueuePrompts float64       `yaml:"hold_queue_prompts"`
 	HoldMax          time.Duration `yaml:"hold_max"`
+	// HoldSpareShare keeps backends free for short prompts: a long one is
+	// held unless more than this share of the candidates (rounded down)
+	// have at most HoldQueuePrompts queued. 0: held only while none has.
+	// At 1/8 with HoldQueuePrompts 0.3 Mooncake 3x's p50 gained less and
+	// 2x's p50 and p99 were slower (1 pair); an offline model of the
+	// engines had promised more.
+	HoldSpareShare float64 `yaml:"hold_spare_share"`
+	// HoldMaxReuse turns late binding on only while the share of prompt
+	// tokens the backends answered were cached (Request.Reuse; 0.5 before
+	// any answer) is at most this: where most of each prompt is a hit,
+	// the fresh prefills are short and a held prompt is a new context
+	// whose conversation is waiting for it. 0.3: on for Mooncake (reuse
+	// ~0.15), off for the customers (~0.5) and agent (~0.85) shapes,
+	// where it moved nothing measurable (customers, 2 pairs: p50 0.377
+	// against 0.371 s, p99 1.22 against 1.32 s). 0: always on.
+	HoldMaxReuse float64 `yaml:"hold_max_reuse"`
 	// InitialPromptUnits is the average prompt size assumed before any
 	// request was seen. 4096 units (about 1,000 tokens in byte mode).
 	InitialPromptUnits float64 `yaml:"initial_prompt_units"`
@@ -441,7 +468,9 @@ func DefaultKVMeshConfig() KVMeshConfig {
 		HotMaxHolders:      2,
 		HotSlots:           4096,
 		BlockWindow:        time.Minute,
+		HoldMinPrompts:     0.5,
 		HoldMax:            3 * time.Second,
+		HoldMaxReuse:       0.3,
 		InitialPromptUnits: 4096,
 	}
 }
@@ -483,6 +512,10 @@ func (c KVMeshConfig) validate() []error {
 	share("shallow_match_share", c.ShallowMatchShare)
 	nonNeg("hold_min_prompts", c.HoldMinPrompts)
 	nonNeg("hold_queue_prompts", c.HoldQueuePrompts)
+	share("hold_max_reuse", c.HoldMaxReuse)
+	if !(c.HoldSpareShare >= 0 && c.HoldSpareShare < 1) {
+		bad("hold_spare_share must be in [0, 1), got %v", c.HoldSpareShare)
+	}
 	if c.HoldMinPrompts > 0 && c.HoldMax <= 0 {
 		bad("hold_max must be positive when hold_min_prompts is set, got %v", c.HoldMax)
 	}

@@ -6,9 +6,11 @@ package router
 // it. An engine prefills in arrival order, so a long prompt sent now
 // delays every request sent to the same backend after it; held at the
 // router, it lets shorter ones go first and takes the first backend whose
-// queue empties rather than the one that looked shortest on arrival.
+// queue empties rather than the one that looked shortest on arrival. Not
+// while the backends answer that most of each prompt is cached
+// (HoldMaxReuse).
 func (cfg *KVMeshConfig) holds(req *Request, cands []Candidate, best int, total, avg float64) bool {
-	if cfg.HoldMinPrompts <= 0 {
+	if cfg.HoldMinPrompts <= 0 || cfg.HoldMaxReuse > 0 && req.reuse() > cfg.HoldMaxReuse {
 		return false
 	}
 	c := &cands[best]
@@ -17,10 +19,14 @@ func (cfg *KVMeshConfig) holds(req *Request, cands []Candidate, best int, total,
 		return false
 	}
 	floor := cfg.HoldQueuePrompts * avg
+	spare := int(cfg.HoldSpareShare * float64(len(cands)))
+	free := 0
 	for i := range cands {
 		l := &cands[i].Load
 		if (l.PendingPrefill+l.PeerPendingPrefill)/cands[i].Weight <= floor {
-			return false
+			if free++; free > spare {
+				return false
+			}
 		}
 	}
 	return true

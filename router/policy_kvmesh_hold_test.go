@@ -64,3 +64,44 @@ func TestKVMeshHeldPromptCountsOnce(t *testing.T) {
 		t.Fatal("a first decision did not move the average")
 	}
 }
+
+// hold_spare_share keeps backends free for short prompts: with 8
+// candidates and a share of 1/8, a long prompt is held while at most one
+// has a short queue, sent once two have.
+func TestKVMeshHoldKeepsASpareBackend(t *testing.T) {
+	cfg := DefaultKVMeshConfig()
+	cfg.HoldMinPrompts = 0.5
+	cfg.HoldSpareShare = 0.125
+	cfg.InitialPromptUnits = 2000
+	pc := newPolicyCase(40, 1, "a", "b", "c", "d", "e", "f", "g", "h").pending(900, 0, 800, 700, 600, 500, 400, 300)
+	pc.req.HoldOK, pc.req.Held = true, 1
+	if _, d := pc.choose(newKVMeshPolicy(cfg)); !d.Hold || pc.cands[d.Index].Name != "b" {
+		t.Fatalf("one idle backend of 8: %+v, want a hold naming b", d)
+	}
+	pc.pending(900, 0, 800, 700, 600, 500, 400, 0)
+	if name, d := pc.choose(newKVMeshPolicy(cfg)); d.Hold || (name != "b" && name != "h") {
+		t.Fatalf("two idle backends: %s %+v, want one of them at once", name, d)
+	}
+	cfg.HoldSpareShare = 0.25 // two kept spare: held until a third is idle
+	if _, d := pc.choose(newKVMeshPolicy(cfg)); !d.Hold {
+		t.Fatalf("share 1/4, two idle: %+v, want a hold", d)
+	}
+}
+
+// hold_max_reuse: no hold while the backends answer that more than that
+// share of each prompt was cached (0.5 before any answer).
+func TestKVMeshHoldOffWhileMostIsCached(t *testing.T) {
+	cfg := DefaultKVMeshConfig()
+	cfg.InitialPromptUnits = 2000
+	pc := newPolicyCase(40, 1, "a", "b").pending(500, 800)
+	pc.req.HoldOK, pc.req.Held = true, 1
+	for _, c := range []struct {
+		reuse float64
+		hold  bool
+	}{{0.1, true}, {0.3, true}, {0.5, false}, {-1, false}} {
+		pc.req.Reuse = c.reuse
+		if _, d := pc.choose(newKVMeshPolicy(cfg)); d.Hold != c.hold {
+			t.Errorf("reuse %v (hold_max_reuse %v): hold %v, want %v", c.reuse, cfg.HoldMaxReuse, d.Hold, c.hold)
+		}
+	}
+}
