@@ -424,6 +424,12 @@ type KVMeshConfig struct {
 	HoldMinPrompts   float64       `yaml:"hold_min_prompts"`
 	HoldQueuePrompts float64       `yaml:"hold_queue_prompts"`
 	HoldMax          time.Duration `yaml:"hold_max"`
+	// HoldMaxPrompts exempts the longest prompts: one whose prefill is
+	// over this many average prompts is never held. They are the TTFT
+	// p99 (on Mooncake, prefills of 90,000 tokens and more); a hold adds
+	// to their time what it spares the others. 3: Mooncake's prompts
+	// over ~40,000 fresh tokens. 0: none exempt.
+	HoldMaxPrompts float64 `yaml:"hold_max_prompts"`
 	// HoldSpareShare keeps backends free for short prompts: a long one is
 	// held unless more than this share of the candidates (rounded down)
 	// have at most HoldQueuePrompts queued. 0: held only while none has.
@@ -469,6 +475,7 @@ func DefaultKVMeshConfig() KVMeshConfig {
 		HotSlots:           4096,
 		BlockWindow:        time.Minute,
 		HoldMinPrompts:     0.5,
+		HoldMaxPrompts:     3,
 		HoldMax:            3 * time.Second,
 		HoldMaxReuse:       0.3,
 		InitialPromptUnits: 4096,
@@ -512,6 +519,7 @@ func (c KVMeshConfig) validate() []error {
 	share("shallow_match_share", c.ShallowMatchShare)
 	nonNeg("hold_min_prompts", c.HoldMinPrompts)
 	nonNeg("hold_queue_prompts", c.HoldQueuePrompts)
+	nonNeg("hold_max_prompts", c.HoldMaxPrompts)
 	share("hold_max_reuse", c.HoldMaxReuse)
 	if !(c.HoldSpareShare >= 0 && c.HoldSpareShare < 1) {
 		bad("hold_spare_share must be in [0, 1), got %v", c.HoldSpareShare)

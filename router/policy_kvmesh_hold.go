@@ -15,7 +15,7 @@ func (cfg *KVMeshConfig) holds(req *Request, cands []Candidate, best int, total,
 	}
 	c := &cands[best]
 	fresh := total - c.TrustedUnits(req.Chain) - c.DoubtedWorth(req.Chain)
-	if fresh < cfg.HoldMinPrompts*avg {
+	if fresh < cfg.HoldMinPrompts*avg || cfg.HoldMaxPrompts > 0 && fresh > cfg.HoldMaxPrompts*avg {
 		return false
 	}
 	floor := cfg.HoldQueuePrompts * avg

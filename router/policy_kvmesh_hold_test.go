@@ -26,6 +26,11 @@ func TestKVMeshHoldsLongPromptsWhileEveryQueueIsBusy(t *testing.T) {
 	if d := hold(newPolicyCase(40, 1, "a", "b").pending(500, 0), true); d.Hold || d.Index != 1 {
 		t.Errorf("b idle: %+v, want b at once", d)
 	}
+	// 200 blocks (12,810 units) is over hold_max_prompts (3) averages: the
+	// longest prompts are never held.
+	if d := hold(newPolicyCase(200, 1, "a", "b").pending(500, 800), true); d.Hold {
+		t.Errorf("a prompt over hold_max_prompts held: %+v", d)
+	}
 	// 10 blocks (650 units) is a third of the average: short, sent at once.
 	if d := hold(newPolicyCase(10, 1, "a", "b").pending(500, 800), true); d.Hold {
 		t.Errorf("short prompt held: %+v", d)
