@@ -31,6 +31,13 @@ func busyBoth(t *testing.T, g *testRig, b1, b2 *gatedBackend, out chan result) {
 	waitFor(t, "B to reach the other backend", func() bool { return b1.arrived.Load() == 1 && b2.arrived.Load() == 1 })
 }
 
+// sendHeld sends seq and waits until the router has held n requests.
+func sendHeld(t *testing.T, g *testRig, ctx context.Context, seq string, n float64, out chan result) {
+	t.Helper()
+	g.send(ctx, "t", seq, out)
+	waitFor(t, seq+" to be held", func() bool { return g.counter("kvmesh_router_held_requests_total") == n })
+}
+
 // A long prompt that finds every backend with prefill queued waits at the
 // router and goes to the first backend whose booking ends, not to the
 // queue that looked shortest when it came.
@@ -39,8 +46,7 @@ func TestHoldSendsToTheFirstBackendFreed(t *testing.T) {
 	open1, open2 := opener(t, b1), opener(t, b2)
 	out := make(chan result, 3)
 	busyBoth(t, g, b1, b2, out)
-	g.send(context.Background(), "t", "C", out)
-	waitFor(t, "C to be held", func() bool { return g.counter("kvmesh_router_held_requests_total") == 1 })
+	sendHeld(t, g, context.Background(), "C", 1, out)
 	if n := b1.arrived.Load() + b2.arrived.Load(); n != 2 {
 		t.Fatalf("%d requests reached the backends while C was held, want 2", n)
 	}
@@ -95,8 +101,7 @@ func TestHoldClientLeaves(t *testing.T) {
 	busyBoth(t, g, b1, b2, out)
 	before := runtime.NumGoroutine()
 	ctx, cancel := context.WithCancel(context.Background())
-	g.send(ctx, "t", "C", out)
-	waitFor(t, "C to be held", func() bool { return g.counter("kvmesh_router_held_requests_total") == 1 })
+	sendHeld(t, g, ctx, "C", 1, out)
 	cancel()
 	if r := <-out; r.seq != "C" || r.status != -1 {
 		t.Fatalf("got %s %d, want C's client to give up", r.seq, r.status)
@@ -128,10 +133,8 @@ func TestHoldKeepsOrder(t *testing.T) {
 	open1, open2 := opener(t, b1), opener(t, b2)
 	out := make(chan result, 4)
 	busyBoth(t, g, b1, b2, out)
-	g.send(context.Background(), "t", "C", out)
-	waitFor(t, "C to be held", func() bool { return g.counter("kvmesh_router_held_requests_total") == 1 })
-	g.send(context.Background(), "t", "D", out)
-	waitFor(t, "D to be held", func() bool { return g.counter("kvmesh_router_held_requests_total") == 2 })
+	sendHeld(t, g, context.Background(), "C", 1, out)
+	sendHeld(t, g, context.Background(), "D", 2, out)
 	open1()
 	waitFor(t, "C and D to reach b1", func() bool { return b1.arrived.Load() == 3 })
 	if got := b1.arrivals(); got[1] != "C" || got[2] != "D" {

@@ -367,17 +367,21 @@ func intAfter(b, key []byte) int {
 	return n
 }
 
+// nextField splits the first ";"-separated field, trimmed, off an
+// x-kvmesh-route value.
+func nextField(v string) (field, rest string) {
+	if i := strings.IndexByte(v, ';'); i >= 0 {
+		return strings.TrimSpace(v[:i]), v[i+1:]
+	}
+	return strings.TrimSpace(v), ""
+}
+
 // parseRoute reads backend, reason and the matched share of the prompt
 // from an x-kvmesh-route value.
 func parseRoute(v string) (backend, reason string, matched float64) {
 	for v != "" {
 		var field string
-		if i := strings.IndexByte(v, ';'); i >= 0 {
-			field, v = v[:i], v[i+1:]
-		} else {
-			field, v = v, ""
-		}
-		field = strings.TrimSpace(field)
+		field, v = nextField(v)
 		if b, ok := strings.CutPrefix(field, "backend="); ok {
 			backend = b
 		} else if r, ok := strings.CutPrefix(field, "reason="); ok {
@@ -400,12 +404,8 @@ func parseRoute(v string) (backend, reason string, matched float64) {
 func parseHeld(v string) time.Duration {
 	for v != "" {
 		var field string
-		if i := strings.IndexByte(v, ';'); i >= 0 {
-			field, v = v[:i], v[i+1:]
-		} else {
-			field, v = v, ""
-		}
-		if h, ok := strings.CutPrefix(strings.TrimSpace(field), "held_ms="); ok {
+		field, v = nextField(v)
+		if h, ok := strings.CutPrefix(field, "held_ms="); ok {
 			ms, err := strconv.ParseFloat(h, 64)
 			if err != nil || !(ms >= 0) || ms > 1e9 {
 				return 0
