@@ -38,15 +38,22 @@ func sendHeld(t *testing.T, g *testRig, ctx context.Context, seq string, n float
 	waitFor(t, seq+" to be held", func() bool { return g.counter("kvmesh_router_held_requests_total") == n })
 }
 
+// cHeld is a hold rig (hold_max an hour) whose backends hold A and B at
+// their gates and whose router holds C; out has room for n answers.
+func cHeld(t *testing.T, n int) (g *testRig, b1, b2 *gatedBackend, open1, open2 func(), out chan result) {
+	g, b1, b2 = holdRig(t, time.Hour)
+	open1, open2 = opener(t, b1), opener(t, b2)
+	out = make(chan result, n)
+	busyBoth(t, g, b1, b2, out)
+	sendHeld(t, g, context.Background(), "C", 1, out)
+	return g, b1, b2, open1, open2, out
+}
+
 // A long prompt that finds every backend with prefill queued waits at the
 // router and goes to the first backend whose booking ends, not to the
 // queue that looked shortest when it came.
 func TestHoldSendsToTheFirstBackendFreed(t *testing.T) {
-	g, b1, b2 := holdRig(t, time.Hour)
-	open1, open2 := opener(t, b1), opener(t, b2)
-	out := make(chan result, 3)
-	busyBoth(t, g, b1, b2, out)
-	sendHeld(t, g, context.Background(), "C", 1, out)
+	g, b1, b2, open1, open2, out := cHeld(t, 3)
 	if n := b1.arrived.Load() + b2.arrived.Load(); n != 2 {
 		t.Fatalf("%d requests reached the backends while C was held, want 2", n)
 	}
@@ -129,11 +136,7 @@ func TestHoldClientLeaves(t *testing.T) {
 // Held requests decide again in the order they were held: when a backend
 // frees, the older goes first, the younger when the older has gone.
 func TestHoldKeepsOrder(t *testing.T) {
-	g, b1, b2 := holdRig(t, time.Hour)
-	open1, open2 := opener(t, b1), opener(t, b2)
-	out := make(chan result, 4)
-	busyBoth(t, g, b1, b2, out)
-	sendHeld(t, g, context.Background(), "C", 1, out)
+	g, b1, _, open1, open2, out := cHeld(t, 4)
 	sendHeld(t, g, context.Background(), "D", 2, out)
 	open1()
 	waitFor(t, "C and D to reach b1", func() bool { return b1.arrived.Load() == 3 })
