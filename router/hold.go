@@ -21,9 +21,10 @@ import (
 // A request is held for KVMeshConfig.HoldMax at most; then it is decided
 // without the option to hold. (Holding it no longer than its best queue
 // would have taken to drain, at the rate of the answers' first bytes, gave
-// up much of the gain: docs/bench/HISTORY.md, "Late binding".) Bookings this node's peers
-// report change without a local event, so the oldest also decides again
-// every holdPollShare of HoldMax.
+// up much of the gain: docs/bench/HISTORY.md, "Late binding".) Bookings
+// this node's peers report change without a local event, so the oldest
+// also decides again every holdPollShare of HoldMax. A wake-up only ever
+// goes to the oldest, so a woken request is the oldest when it decides.
 
 // holdPollShare is the share of HoldMax after which the oldest held
 // request decides again without a local booking having ended.
@@ -168,9 +169,9 @@ func (rt *Router) decideHolding(w http.ResponseWriter, r *http.Request, st *reqS
 }
 
 // holdTurn waits until the held request w may decide again: it is the
-// oldest held and a booking ended (or, for peers' bookings, poll
-// passed), or its hold ran out (limit from since). It reports
-// false when the client left.
+// oldest held and a booking ended (or, for peers' bookings, poll passed),
+// or its hold ran out (limit from since). It reports false when the client
+// left.
 func (rt *Router) holdTurn(r *http.Request, w *holdWaiter, since time.Time, limit, poll time.Duration) bool {
 	g := &rt.holdGate
 	for {
