@@ -181,12 +181,11 @@ func (rt *Router) serveRouted(w http.ResponseWriter, r *http.Request, ep Endpoin
 		return rt.fail(w, errNoBackend, NewAPIError(http.StatusServiceUnavailable, "",
 			"no backend in rotation serves model %q (each is ejected, drained or being removed); try again shortly", st.model))
 	}
-	d, status, held := rt.decideHolding(w, r, st, ep, now)
+	d, status := rt.decideHolding(w, r, st, ep, now)
 	if status != 0 {
 		return status
 	}
-	st.heldFor = held
-	rt.metrics.decisionTime.Observe((rt.now().Sub(t0) - held).Seconds())
+	rt.metrics.decisionTime.Observe((rt.now().Sub(t0) - st.heldFor).Seconds())
 	return rt.forward(w, r, st, ep, start, d)
 }
 

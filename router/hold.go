@@ -120,30 +120,30 @@ func newHoldMetrics(reg prometheus.Registerer) (*holdMetrics, error) {
 }
 
 // decideHolding is decideAdmitted for a request's first attempt, holding it
-// while the policy asks to. It returns the decision, the status already
+// while the policy asks to. It returns the decision and the status already
 // answered (as decideAdmitted, or 499 when the client left while held, 503
-// when no backend was left) and how long the request was held.
-func (rt *Router) decideHolding(w http.ResponseWriter, r *http.Request, st *reqState, ep Endpoint, now time.Time) (Decision, int, time.Duration) {
+// when no backend was left), and sets st.heldFor to how long the request
+// was held.
+func (rt *Router) decideHolding(w http.ResponseWriter, r *http.Request, st *reqState, ep Endpoint, now time.Time) (Decision, int) {
 	limit := rt.cfg.KVMesh.HoldMax
 	poll := time.Duration(float64(limit) * holdPollShare)
 	st.holdOK = rt.cfg.KVMesh.HoldMinPrompts > 0 && limit > 0
 	defer func() { st.holdOK = false }() // a retry or a shadow decision is not held
 	var since time.Time
 	var hw *holdWaiter // nil: not held
-	held := func() time.Duration {
-		if hw == nil {
-			return 0
+	held := func() {
+		if hw != nil {
+			rt.holdGate.leave(hw)
+			st.heldFor = rt.now().Sub(since)
+			rt.hold.wait.Observe(st.heldFor.Seconds())
 		}
-		rt.holdGate.leave(hw)
-		d := rt.now().Sub(since)
-		rt.hold.wait.Observe(d.Seconds())
-		return d
 	}
 	for {
 		seen := rt.holdGate.gen.Load() // a booking that ends after this wakes it
 		d, status := rt.decideAdmitted(w, r, st, ep, now, 0)
 		if status != 0 || !d.Hold {
-			return d, status, held()
+			held()
+			return d, status
 		}
 		if hw == nil {
 			since, hw = now, rt.holdGate.enter(seen)
@@ -152,7 +152,7 @@ func (rt *Router) decideHolding(w http.ResponseWriter, r *http.Request, st *reqS
 		if !rt.holdTurn(r, hw, since, limit, poll) {
 			held()
 			rt.metrics.errors[errClientCanceled].Inc()
-			return Decision{}, 499, 0
+			return Decision{}, 499
 		}
 		now = rt.now()
 		st.held++
@@ -163,7 +163,7 @@ func (rt *Router) decideHolding(w http.ResponseWriter, r *http.Request, st *reqS
 		if !rt.gather(st, st.model, now) || len(st.cands) == 0 {
 			held()
 			return Decision{}, rt.fail(w, errNoBackend, NewAPIError(http.StatusServiceUnavailable, "",
-				"no backend in rotation serves model %q (each is ejected, drained or being removed); try again shortly", st.model)), 0
+				"no backend in rotation serves model %q (each is ejected, drained or being removed); try again shortly", st.model))
 		}
 	}
 }

@@ -417,10 +417,13 @@ type KVMeshConfig struct {
 	// is one of the longest, seconds of prefill itself, and 3 s bounds
 	// what it can lose when no queue empties.
 	//
-	// Measured on Mooncake (kvmesh+evict arm, 8 backends, pairs
-	// alternating; docs/bench/HISTORY.md, "Late binding"): at 3x the
-	// trace's rate TTFT p50 0.71-0.79 s against 0.85-0.91 s with it off;
-	// at 2x 0.450 against 0.457 s (2 of 2 faster), p99 5.49 against 5.62 s.
+	// Measured on Mooncake (kvmesh+evict arm, 8 backends; docs/bench/
+	// HISTORY.md, "Late binding"): at 3x the trace's rate, published at
+	// 6edf10f (4 repeats), TTFT p50 0.730 s against the oracle's 0.848
+	// (0.885 s before, at bbae0be), p99 5.96 against 5.99 s; at 2x, over
+	// 6 repeats (resolution-evict-2x), level with the oracle at p50
+	// (1.007x) and behind at p99 (1.027x), as before: at 2x the fleet is
+	// rarely busy everywhere.
 	HoldMinPrompts   float64       `yaml:"hold_min_prompts"`
 	HoldQueuePrompts float64       `yaml:"hold_queue_prompts"`
 	HoldMax          time.Duration `yaml:"hold_max"`

@@ -165,8 +165,9 @@ func send(ctx context.Context, c *http.Client, url string, render func([]byte) [
 	}
 	defer resp.Body.Close()
 	s.Status = resp.StatusCode
-	s.Backend, s.Reason, s.Matched = parseRoute(resp.Header.Get(router.RouteHeader))
-	s.Held = parseHeld(resp.Header.Get(router.RouteHeader))
+	route := resp.Header.Get(router.RouteHeader)
+	s.Backend, s.Reason, s.Matched = parseRoute(route)
+	s.Held = parseHeld(route)
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 		s.E2E = time.Since(t0)
