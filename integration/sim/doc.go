@@ -52,8 +52,9 @@
 //
 // Completions (/v1/completions): "prompt" is a string (its words), an array
 // of strings (the token sequences of the elements, concatenated — as if the
-// strings were joined with a space), or an array of integers in [0, 2^32)
-// used as token ids directly. An array of arrays (a batch) is a 400.
+// strings were joined with a space), or an array of integers in [0, VocabSize)
+// used as token ids directly (an id outside is a 400, as vLLM's "out of
+// vocabulary"). An array of arrays (a batch) is a 400.
 //
 // Output: a reply of n tokens is n filler words separated by single spaces
 // (FillerText), output token i being word i mod 64 of a fixed list, so a

@@ -2,7 +2,6 @@ package sim
 
 import (
 	"fmt"
-	"math"
 	"net/http"
 
 	"github.com/valyala/fastjson"
@@ -319,8 +318,10 @@ func appendCompletionPrompt(toks []uint32, p *fastjson.Value) ([]uint32, *apiErr
 		case fastjson.TypeNumber:
 			for i, e := range arr {
 				id, err := e.Int64()
-				if err != nil || id < 0 || id > math.MaxUint32 {
-					return toks, badRequest("prompt", "prompt[%d] must be a token id in [0, 2^32)", i)
+				if err != nil || id < 0 || id >= VocabSize {
+					// vLLM answers 400 for an id outside its vocabulary
+					// ("Token id ... is out of vocabulary"): so does the sim.
+					return toks, badRequest("prompt", "prompt[%d] must be a token id in [0, %d) (the vocabulary's size)", i, VocabSize)
 				}
 				toks = append(toks, uint32(id))
 			}

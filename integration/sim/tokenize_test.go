@@ -112,8 +112,14 @@ func TestCompletionPrompts(t *testing.T) {
 	if !equalTokens(s, ids("a", "b", "c")) || !equalTokens(arr, s) {
 		t.Fatalf("string %v, array %v, want both %v", s, arr, ids("a", "b", "c"))
 	}
-	if got := mustTokens(t, `{"prompt":[1,2,4294967295]}`, completionEndpoint); !equalTokens(got, []uint32{1, 2, 4294967295}) {
+	if got := mustTokens(t, `{"prompt":[1,2,151935]}`, completionEndpoint); !equalTokens(got, []uint32{1, 2, VocabSize - 1}) {
 		t.Fatalf("token ids %v", got)
+	}
+	// An id outside the vocabulary is a 400 naming it, as vLLM's.
+	for _, body := range []string{`{"prompt":[1,151936]}`, `{"prompt":[4294967295]}`, `{"prompt":[-1]}`} {
+		if _, aerr := decodeFor(t, body, completionEndpoint); aerr == nil || aerr.status != 400 || !strings.Contains(aerr.Error(), "vocabulary") {
+			t.Errorf("%s: %v, want a 400 about the vocabulary", body, aerr)
+		}
 	}
 }
 
