@@ -79,6 +79,10 @@ type RouteExplanation struct {
 	Chosen      string `json:"chosen"`
 	Reason      string `json:"reason"`
 	Learn       bool   `json:"learn"` // whether dispatching would learn claims on Chosen
+	// Hold: the request would wait at the router now (late binding,
+	// kvmesh.hold_min_prompts) and be decided again when a booking ends;
+	// Chosen is where it would go were it sent now.
+	Hold        bool   `json:"hold"`
 	RouteHeader string `json:"route_header"`
 	// FleetLoad is the fleet's decayed mean load, in average prompts,
 	// that gates kvmesh.block_weight while kvmesh.block_fleet_load is
@@ -223,7 +227,14 @@ func (rt *Router) explain(st *reqState, ep Endpoint, path string, body []byte, t
 	if len(st.cands) == 0 {
 		return x, NewAPIError(http.StatusServiceUnavailable, "", "no backend in rotation serves model %q (each is ejected, drained or being removed)", st.model)
 	}
+	// Late binding: whether the request would be held, then where it
+	// would go were it sent now (the policy holds before breaking ties).
+	st.holdOK = rt.cfg.KVMesh.HoldMinPrompts > 0 && rt.cfg.KVMesh.HoldMax > 0
 	d := rt.decide(st, ep, now, 0, true)
+	if st.holdOK = false; d.Hold {
+		x.Hold = true
+		d = rt.decide(st, ep, now, 0, true)
+	}
 	x.Deepest = int(st.req.Deepest)
 	x.Chosen, x.Reason, x.Learn = st.cands[d.Index].Name, d.Reason.String(), d.Learn
 	for _, d := range learnAbove(&st.learnBuf, st.chain.Learn, d.LearnAbove, rt.ix.Keyer().CheckpointBlocks()) {

@@ -150,3 +150,31 @@ func TestHoldKeepsOrder(t *testing.T) {
 		}
 	}
 }
+
+// /debug/route says whether a request would be held now and where it
+// would go were it sent, and holds nothing itself.
+func TestExplainSaysWouldHold(t *testing.T) {
+	g, b1, b2 := holdRig(t, time.Hour)
+	open1, open2 := opener(t, b1), opener(t, b2)
+	body := []byte(chat("m1", "system prompt C", "question C"))
+	x, aerr := g.rt.Explain("/v1/chat/completions", body, "t")
+	if aerr != nil || x.Hold {
+		t.Fatalf("idle fleet: hold %v (%v), want no hold", x != nil && x.Hold, aerr)
+	}
+	out := make(chan result, 2)
+	busyBoth(t, g, b1, b2, out)
+	x, aerr = g.rt.Explain("/v1/chat/completions", body, "t")
+	if aerr != nil || !x.Hold || x.Chosen == "" || x.Reason == "" {
+		t.Fatalf("both backends busy: %+v (%v), want hold with a placement", x, aerr)
+	}
+	if n := g.counter("kvmesh_router_held_requests_total"); n != 0 || g.rt.holdGate.waiting.Load() != 0 {
+		t.Errorf("an explanation held a request (held %v)", n)
+	}
+	open1()
+	open2()
+	for range 2 {
+		if r := <-out; r.status != 200 {
+			t.Errorf("%s: %d %s", r.seq, r.status, r.body)
+		}
+	}
+}

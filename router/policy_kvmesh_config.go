@@ -527,6 +527,9 @@ func (c KVMeshConfig) validate() []error {
 	if !(c.HoldSpareShare >= 0 && c.HoldSpareShare < 1) {
 		bad("hold_spare_share must be in [0, 1), got %v", c.HoldSpareShare)
 	}
+	if c.HoldMinPrompts > 0 && c.HoldMaxPrompts > 0 && c.HoldMaxPrompts < c.HoldMinPrompts {
+		bad("hold_max_prompts (%v) is below hold_min_prompts (%v): no prompt could be held; raise it, or set hold_max_prompts 0 to exempt none, or hold_min_prompts 0 to turn late binding off", c.HoldMaxPrompts, c.HoldMinPrompts)
+	}
 	if c.HoldMinPrompts > 0 && c.HoldMax <= 0 {
 		bad("hold_max must be positive when hold_min_prompts is set, got %v", c.HoldMax)
 	}

@@ -1,6 +1,9 @@
 package router
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // The policy holds a request only when it may (Request.HoldOK), its
 // prefill at the best candidate is at least hold_min_prompts average
@@ -107,6 +110,23 @@ func TestKVMeshHoldOffWhileMostIsCached(t *testing.T) {
 		pc.req.Reuse = c.reuse
 		if _, d := pc.choose(newKVMeshPolicy(cfg)); d.Hold != c.hold {
 			t.Errorf("reuse %v (hold_max_reuse %v): hold %v, want %v", c.reuse, cfg.HoldMaxReuse, d.Hold, c.hold)
+		}
+	}
+}
+
+// Settings under which nothing could be held are refused, with the way
+// out in the message; the defaults and each way out pass.
+func TestHoldConfigValidate(t *testing.T) {
+	cfg := DefaultKVMeshConfig()
+	cfg.HoldMinPrompts, cfg.HoldMaxPrompts = 2, 1
+	errs := cfg.validate()
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "hold_max_prompts (1) is below hold_min_prompts (2)") {
+		t.Fatalf("hold_max_prompts under hold_min_prompts: %v, want one error naming both", errs)
+	}
+	for _, c := range [][2]float64{{0.5, 3}, {2, 0}, {0, 1}, {2, 2}} { // min, max
+		cfg.HoldMinPrompts, cfg.HoldMaxPrompts = c[0], c[1]
+		if errs := cfg.validate(); len(errs) != 0 {
+			t.Errorf("min %v max %v: %v", c[0], c[1], errs)
 		}
 	}
 }

@@ -400,7 +400,7 @@ func (rt *Router) decide(st *reqState, ep Endpoint, now time.Time, attempt int, 
 	}
 	st.req = Request{Model: st.model, Endpoint: ep, Chain: &st.chain, Seed: st.seed, Deepest: deepest,
 		MeshShare: rt.meshShare(), Reuse: rt.reuseShare(), Attempt: attempt, Explain: explain, Now: now, scratch: st.scratch[:cap(st.scratch)],
-		HoldOK: st.holdOK && attempt == 0 && !explain, Held: st.held}
+		HoldOK: st.holdOK && attempt == 0, Held: st.held}
 	if !st.routed {
 		// No prompt to match: the least-loaded policy chooses, under its
 		// own reason so that forwarded requests stand apart in metrics.
