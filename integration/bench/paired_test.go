@@ -74,7 +74,7 @@ func TestPairedAgainst(t *testing.T) {
 	if ew.err != nil {
 		t.Fatal(ew.err)
 	}
-	if row := "| sglang_cache_aware | 6 | -0.30 (-0.30 to +0.10) | 1 / 5 | 0.22 |"; !strings.Contains(buf.String(), row) {
+	if row := "| kvmesh | sglang_cache_aware | 6 | -0.30 (-0.30 to +0.10) | 1 / 5 | 0.22 |"; !strings.Contains(buf.String(), row) {
 		t.Errorf("table lacks %q:\n%s", row, buf.String())
 	}
 }
@@ -87,5 +87,34 @@ func TestPairedAgainstNeedsKVMeshAndCommonRepeats(t *testing.T) {
 	r.Runs[1].Repeat = 7 // the other arm's only run is in a repeat kvmesh has none in
 	if ps := PairedAgainst(r); len(ps) != 0 {
 		t.Errorf("unpaired runs were compared: %+v", ps)
+	}
+}
+
+// Every arm of the kvmesh policy is paired with the arms of other
+// policies; only "kvmesh" itself is paired with its variants too.
+func TestPairedAgainstEveryKVMeshArm(t *testing.T) {
+	arms := []Arm{{Name: "kvmesh", Policy: "kvmesh"}, {Name: "kvmesh+evict", Policy: "kvmesh", Evictions: true},
+		{Name: "oracle", Policy: PolicyOracle}, {Name: "round_robin", Policy: "round_robin"}}
+	r := &Report{}
+	for i, a := range arms {
+		r.Arms = append(r.Arms, ArmSummary{Arm: a})
+		for rep := range 2 {
+			r.Runs = append(r.Runs, RunResult{Arm: a.Name, Repeat: rep, HitRate: 0.1 * float64(i+1), TTFT: LatencySummary{P50: 1, P99: 2, N: 1}})
+		}
+	}
+	var got []string
+	for _, p := range PairedAgainst(r) {
+		got = append(got, p.Lead+" / "+p.Arm)
+		if p.N != 2 {
+			t.Errorf("%s / %s: %d repeats, want 2", p.Lead, p.Arm, p.N)
+		}
+	}
+	want := []string{"kvmesh / kvmesh+evict", "kvmesh / oracle", "kvmesh / round_robin", "kvmesh+evict / oracle", "kvmesh+evict / round_robin"}
+	if strings.Join(got, ", ") != strings.Join(want, ", ") {
+		t.Fatalf("pairs %q, want %q", got, want)
+	}
+	r.Arms = r.Arms[1:] // without "kvmesh": its variant still leads
+	if ps := PairedAgainst(r); len(ps) != 2 || ps[0].Lead != "kvmesh+evict" || ps[1].Arm != "round_robin" {
+		t.Fatalf("without kvmesh: %+v", ps)
 	}
 }
