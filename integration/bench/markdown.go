@@ -138,6 +138,7 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	writePaired(ew, PairedAgainst(r))
 	writeReach(ew, r)
 	writeEngineTTFT(ew, r)
+	writeBySize(ew, r)
 	writeMultiNode(ew, r)
 
 	writeDecisions(ew, r)

@@ -32,7 +32,10 @@ type RunResult struct {
 	// EngineTTFT is the engines' own time to first token, from arrival at
 	// the engine (engine_ttft.go); N 0 when the fleet does not measure it.
 	EngineTTFT QuantileSummary `json:"engine_ttft_s,omitzero"`
-	E2E        LatencySummary  `json:"e2e_s"`
+	// BySize is the TTFT and cached share of each fifth of the answered
+	// requests by prompt length (bysize.go).
+	BySize []SizeClass    `json:"by_size,omitempty"`
+	E2E    LatencySummary `json:"e2e_s"`
 	// Late summarises how much later than scheduled requests were sent
 	// (open loop), in simulated seconds.
 	Late LatencySummary `json:"late_s"`
@@ -137,6 +140,8 @@ type ArmSummary struct {
 	Moved                   Spread `json:"moved_share,omitzero"`
 	MoveRegret              Spread `json:"move_regret_share,omitzero"`
 	LoadBytesPerRequestPeer Spread `json:"load_bytes_per_request_peer,omitzero"`
+	// BySize: RunResult.BySize's classes over the repeats (bysize.go).
+	BySize []SizeSpread `json:"by_size,omitempty"`
 }
 
 // WorkloadInfo describes the replayed workload and how it compares with the
@@ -233,11 +238,13 @@ func Summarize(arms []Arm, runs []RunResult) []ArmSummary {
 	out := make([]ArmSummary, 0, len(arms))
 	for _, a := range arms {
 		var hit, t50, t90, t99, g50, g99, e50, e99, rps, tps, wcv, rcv, errs, agree, lbytes, prec, dprec, rch, rgt, mv, mvr []float64
+		var mine []*RunResult
 		for i := range runs {
 			r := &runs[i]
 			if r.Arm != a.Name {
 				continue
 			}
+			mine = append(mine, r)
 			hit = append(hit, r.HitRate)
 			// A run in which no request was answered has no latency: its
 			// empty summary (all 0) would read as the fastest run of all.
@@ -291,6 +298,7 @@ func Summarize(arms []Arm, runs []RunResult) []ArmSummary {
 			DoubtPrecision: SpreadOf(dprec),
 			Reach:          SpreadOf(rch), RegretTokens: SpreadOf(rgt),
 			Moved: SpreadOf(mv), MoveRegret: SpreadOf(mvr),
+			BySize: sizeSpreads(mine),
 		})
 	}
 	return out

@@ -184,6 +184,7 @@ func fillResult(res *RunResult, samples []Sample, counters []BackendCounters, wa
 	}
 	res.TTFT = summarizeLatency(ttft)
 	res.EngineTTFT = engineTTFT(counters)
+	res.BySize = bySize(samples, scale)
 	res.E2E = summarizeLatency(e2e)
 	res.Late = summarizeLatency(late)
 	res.Late.N = len(late) // requests sent late at all

@@ -75,9 +75,13 @@ func TestWriteMarkdown(t *testing.T) {
 			t.Errorf("Markdown lacks %q:\n%s", want, md)
 		}
 	}
-	// One summary row per arm, one row per run.
-	if n := strings.Count(md, "\n| kvmesh |"); n != 2 { // summary + decisions
-		t.Errorf("kvmesh appears in %d table rows, want 2", n)
+	// One summary row per arm, one row per run; the paired table leads
+	// with kvmesh against each other arm.
+	if n := strings.Count(md, "\n| kvmesh |"); n != 4 { // summary, decisions, paired with round_robin and oracle
+		t.Errorf("kvmesh appears in %d table rows, want 4", n)
+	}
+	if !strings.Contains(md, "\n| kvmesh | round_robin | 2 |") || !strings.Contains(md, "\n| kvmesh | oracle | 2 |") {
+		t.Errorf("no paired rows for kvmesh:\n%s", md)
 	}
 	if !strings.Contains(md, "| kvmesh | 30.0% |") || !strings.Contains(md, "| kvmesh | 34.0% |") {
 		t.Errorf("no per-run rows for kvmesh:\n%s", md)
