@@ -10,16 +10,11 @@ package router
 // while the backends answer that most of each prompt is cached
 // (HoldMaxReuse).
 func (cfg *KVMeshConfig) holds(req *Request, cands []Candidate, best int, total, avg float64) bool {
-	if cfg.HoldMinPrompts <= 0 || cfg.HoldMaxReuse > 0 && req.reuse() > cfg.HoldMaxReuse {
-		return false
-	}
 	c := &cands[best]
-	fresh := total - c.TrustedUnits(req.Chain) - c.DoubtedWorth(req.Chain)
-	if fresh < cfg.HoldMinPrompts*avg || cfg.HoldMaxPrompts > 0 && fresh > cfg.HoldMaxPrompts*avg {
+	if !cfg.LateBinds(req, total-c.TrustedUnits(req.Chain)-c.DoubtedWorth(req.Chain), avg) {
 		return false
 	}
-	floor := cfg.HoldQueuePrompts * avg
-	spare := int(cfg.HoldSpareShare * float64(len(cands)))
+	floor, spare := cfg.HoldFree(avg, len(cands))
 	free := 0
 	for i := range cands {
 		l := &cands[i].Load
@@ -30,4 +25,24 @@ func (cfg *KVMeshConfig) holds(req *Request, cands []Candidate, best int, total,
 		}
 	}
 	return true
+}
+
+// LateBinds says whether late binding would hold a request whose prefill
+// at its best candidate is fresh, in the units of avg (the average
+// prompt), were every queue busy: it is on, the backends' answers show
+// little reuse (HoldMaxReuse), and fresh is within HoldMinPrompts and
+// HoldMaxPrompts average prompts. A policy of its own (the benchmark's
+// oracle) holds as kvmesh does with it and HoldFree.
+func (cfg *KVMeshConfig) LateBinds(req *Request, fresh, avg float64) bool {
+	if cfg.HoldMinPrompts <= 0 || cfg.HoldMaxReuse > 0 && req.reuse() > cfg.HoldMaxReuse {
+		return false
+	}
+	return fresh >= cfg.HoldMinPrompts*avg && (cfg.HoldMaxPrompts <= 0 || fresh <= cfg.HoldMaxPrompts*avg)
+}
+
+// HoldFree is when late binding's queues are busy, of n candidates: a
+// candidate with at most floor queued (per unit of weight, in avg's units)
+// is free, and the request is held while at most spare are.
+func (cfg *KVMeshConfig) HoldFree(avg float64, n int) (floor float64, spare int) {
+	return cfg.HoldQueuePrompts * avg, int(cfg.HoldSpareShare * float64(n))
 }

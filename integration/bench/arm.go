@@ -65,6 +65,11 @@ type Arm struct {
 	// KV events: requests keyed by bytes, claims ended by the engines'
 	// evictions (evict.go); the arm spec is "kvmesh+evict".
 	Evictions bool `json:"evictions,omitempty"`
+	// Hold: the oracle holds long prompts at the router while every
+	// engine has prefill queued, as kvmesh's late binding does
+	// (Oracle.Hold, router.KVMeshConfig.LateBinds); the arm spec is
+	// "oracle+hold".
+	Hold bool `json:"hold,omitempty"`
 }
 
 // ParseArm reads an arm spec: a policy name, optionally with "+words"
@@ -72,13 +77,19 @@ type Arm struct {
 // optionally followed by ":<nodes>" and ":mesh", ":claims" or ":local"
 // (default local), e.g. "kvmesh", "oracle", "kvmesh:8:mesh",
 // "kvmesh:8:claims", "kvmesh:3:local", "kvmesh+words", "kvmesh-precise",
-// "oracle+scraped" (Arm.ScrapedLoad), "kvmesh+truth" (Arm.Truth),
-// "kvmesh+evict" (Arm.Evictions).
+// "oracle+scraped" (Arm.ScrapedLoad), "oracle+hold" (Arm.Hold),
+// "kvmesh+truth" (Arm.Truth), "kvmesh+evict" (Arm.Evictions).
 func ParseArm(spec string) (Arm, error) {
 	parts := strings.Split(strings.TrimSpace(spec), ":")
 	a := Arm{Policy: parts[0], Nodes: 1}
 	if p, ok := strings.CutSuffix(a.Policy, "+words"); ok {
 		a.Policy, a.Tokens = p, true
+	}
+	if p, ok := strings.CutSuffix(a.Policy, "+hold"); ok {
+		if p != PolicyOracle && !strings.HasPrefix(p, PolicyOracle+"+") {
+			return Arm{}, fmt.Errorf("bench: arm %q: +hold is the oracle's (oracle+hold; kvmesh holds by its own config, kvmesh.hold_min_prompts)", spec)
+		}
+		a.Policy, a.Hold = p, true
 	}
 	if p, ok := strings.CutSuffix(a.Policy, "+scraped"); ok {
 		if p != PolicyOracle {
@@ -159,6 +170,9 @@ func ParseArm(spec string) (Arm, error) {
 	}
 	if a.Evictions {
 		a.Name += "+evict"
+	}
+	if a.Hold {
+		a.Name += "+hold"
 	}
 	if a.Nodes > 1 || a.State == StateMesh || a.State == StateClaims {
 		a.Name = fmt.Sprintf("%s x%d %s", a.Name, a.Nodes, a.State)

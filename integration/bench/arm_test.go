@@ -23,6 +23,8 @@ func TestParseArm(t *testing.T) {
 		"kvmesh+truth+load:8:mesh": {Name: "kvmesh+truth+load x8 mesh", Policy: "kvmesh", Nodes: 8, State: StateMesh,
 			Truth: true, TrueLoad: true},
 		"kvmesh+evict":        {Name: "kvmesh+evict", Policy: "kvmesh", Nodes: 1, Evictions: true},
+		"oracle+hold":         {Name: "oracle+hold", Policy: PolicyOracle, Nodes: 1, Hold: true},
+		"oracle+scraped+hold": {Name: "oracle+scraped+hold", Policy: PolicyOracle, Nodes: 1, ScrapedLoad: true, Hold: true},
 		"kvmesh+evict:8:mesh": {Name: "kvmesh+evict x8 mesh", Policy: "kvmesh", Nodes: 8, State: StateMesh, Evictions: true},
 	} {
 		got, err := ParseArm(spec)
@@ -33,7 +35,8 @@ func TestParseArm(t *testing.T) {
 	for _, bad := range []string{"", "fastest", "kvmesh:0", "kvmesh:x", "kvmesh:2:gossip", "oracle:2", "kvmesh:2:mesh:extra", "fastest+words", "kvmesh+scraped", "oracle+scraped:2",
 		"oracle+truth", "kvmesh-precise+truth", "kvmesh+words+truth",
 		"kvmesh+truth+load", "kvmesh+truth+load:2", "kvmesh+load:2:mesh",
-		"oracle+evict", "kvmesh+evict+words", "kvmesh+truth+evict", "kvmesh-precise+evict"} {
+		"oracle+evict", "kvmesh+evict+words", "kvmesh+truth+evict", "kvmesh-precise+evict",
+		"kvmesh+hold", "round_robin+hold", "oracle+hold:2"} {
 		if _, err := ParseArm(bad); err == nil {
 			t.Errorf("ParseArm(%q) accepted", bad)
 		}

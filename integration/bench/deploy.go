@@ -178,7 +178,7 @@ func deploy(ctx context.Context, cfg *Config, arm Arm, fleet Fleet) (_ *deployme
 		var oracle *Oracle
 		if engines != nil {
 			oracle = NewOracle(rc.KVMesh, engines)
-			oracle.ScrapedLoad = arm.ScrapedLoad
+			oracle.ScrapedLoad, oracle.Hold = arm.ScrapedLoad, arm.Hold
 			if arm.Truth {
 				if oracle.Truth, err = router.NewPolicy(arm.Policy, rc, indexes[i]); err != nil {
 					return nil, err

@@ -63,6 +63,11 @@ type Oracle struct {
 	// engines' live ones: the arm "oracle+scraped", which measures what the
 	// live signals are worth. Set it before the first decision.
 	ScrapedLoad bool
+	// Hold makes the oracle hold long prompts as kvmesh's late binding
+	// does (router.KVMeshConfig.LateBinds and HoldFree, with the engines'
+	// true queues): the arm "oracle+hold", the reference for kvmesh once
+	// it holds. Set it before the first decision.
+	Hold bool
 	// Truth, when set, decides instead of the oracle's own cost: the
 	// candidates' matches are the engines' true cache contents and Truth
 	// (the kvmesh policy, for the arm "kvmesh+truth") chooses with them
@@ -136,7 +141,9 @@ func (o *Oracle) Misses() uint64 { return o.misses.Load() }
 // running_i and kv_i the engine's own values, queued_i the prefill really
 // queued ahead (see Oracle) and avg the moving average of prompt lengths.
 // With one router there is no other router's queue to price. The lowest
-// cost wins; ties go to the backend with the least queued prefill.
+// cost wins; ties go to the backend with the least queued prefill. With
+// Hold, a long prompt that finds every engine with prefill queued is held
+// (Decision.Hold, nothing booked) and decided again when a queue frees.
 func (o *Oracle) Choose(req *router.Request, cands []router.Candidate, scores []float64) router.Decision {
 	r := o.find(req)
 	if r == nil {
@@ -177,8 +184,11 @@ func (o *Oracle) Choose(req *router.Request, cands []router.Candidate, scores []
 	if best < 0 {
 		best = 0
 	}
+	if o.Hold && req.HoldOK && r != nil && cfg.LateBinds(req, float64(bestUncached), avg) && o.busy(cands, avg) {
+		return router.Decision{Index: best, Reason: router.ReasonCost, Hold: true} // nothing booked: decided again later
+	}
 	if !req.Explain {
-		if req.Attempt == 0 && prompt > 0 {
+		if req.Attempt == 0 && req.Held == 0 && prompt > 0 {
 			o.avgPrompt.Store(math.Float64bits(avg + (float64(prompt)-avg)/64))
 		}
 		if r != nil {
@@ -186,6 +196,21 @@ func (o *Oracle) Choose(req *router.Request, cands []router.Candidate, scores []
 		}
 	}
 	return router.Decision{Index: best, Reason: router.ReasonCost, Learn: false}
+}
+
+// busy says whether every engine has prefill queued by late binding's
+// measure (router.KVMeshConfig.HoldFree), in tokens per unit of weight.
+func (o *Oracle) busy(cands []router.Candidate, avg float64) bool {
+	floor, spare := o.cfg.HoldFree(avg, len(cands))
+	free := 0
+	for i := range cands {
+		if b := o.backends[cands[i].Name]; b == nil || float64(b.queued.Load())/cands[i].Weight <= floor {
+			if free++; free > spare {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // load is the running count and KV usage Choose prices for c: the

@@ -227,3 +227,51 @@ func warmedOracle(t *testing.T, insts []*sim.Instance, warm int, path string, bo
 	}
 	return NewOracle(router.DefaultKVMeshConfig(), backends), cands, backends
 }
+
+// "oracle+hold" holds a long prompt while every engine has prefill queued,
+// as kvmesh's late binding would, and books nothing for it until it is
+// decided; without Hold, without the router's leave or with a queue free,
+// it decides at once.
+func TestOracleHold(t *testing.T) {
+	a := &fakeOracleBackend{prompt: 2000} // between 0.5 and 3 average prompts (1,024 tokens at first)
+	b := &fakeOracleBackend{prompt: 2000}
+	o := NewOracle(router.DefaultKVMeshConfig(), map[string]OracleBackend{"b0": a, "b1": b})
+	o.Hold = true
+	cands := []router.Candidate{{Name: "b0", Weight: 1}, {Name: "b1", Weight: 1}}
+	scores := make([]float64, 2)
+	req, unregister := oracleRequest(t, o, chatBody("s", "u", 1))
+	defer unregister()
+	req.HoldOK, req.Reuse = true, 0.1 // little reuse: late binding on
+	o.backends["b0"].queued.Store(5000)
+	o.backends["b1"].queued.Store(6000)
+	d := o.Choose(req, cands, scores)
+	if !d.Hold || d.Index != 0 {
+		t.Fatalf("every engine busy: %+v, want a hold with b0 the best", d)
+	}
+	if q0, q1 := o.backends["b0"].queued.Load(), o.backends["b1"].queued.Load(); q0 != 5000 || q1 != 6000 {
+		t.Fatalf("a hold booked: queued %d and %d", q0, q1)
+	}
+	for name, mod := range map[string]func(*router.Request){
+		"the router cannot hold":     func(r *router.Request) { r.HoldOK = false },
+		"most of each prompt cached": func(r *router.Request) { r.Reuse = 0.6 },
+	} {
+		r := *req
+		mod(&r)
+		if d := o.Choose(&r, cands, scores); d.Hold {
+			t.Errorf("%s: held", name)
+		}
+		o.backends["b0"].queued.Store(5000) // the decision booked its 2,000 tokens there
+	}
+	o.Hold = false
+	if d := o.Choose(req, cands, scores); d.Hold {
+		t.Error("the plain oracle held")
+	}
+	o.Hold = true
+	o.backends["b0"].queued.Store(0) // b0's queue drained: a held request decided again goes there
+	req, unregister2 := oracleRequest(t, o, chatBody("s", "u", 1))
+	defer unregister2()
+	req.HoldOK, req.Reuse, req.Held = true, 0.1, 1
+	if d := o.Choose(req, cands, scores); d.Hold || d.Index != 0 || o.backends["b0"].queued.Load() != 2000 {
+		t.Errorf("a queue free: %+v, queued %d; want b0 with the 2,000 tokens booked", d, o.backends["b0"].queued.Load())
+	}
+}
