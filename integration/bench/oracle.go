@@ -184,16 +184,14 @@ func (o *Oracle) Choose(req *router.Request, cands []router.Candidate, scores []
 	if best < 0 {
 		best = 0
 	}
+	if !req.Explain && req.Attempt == 0 && req.Held == 0 && prompt > 0 { // a request counts once, held or not
+		o.avgPrompt.Store(math.Float64bits(avg + (float64(prompt)-avg)/64))
+	}
 	if o.Hold && req.HoldOK && r != nil && cfg.LateBinds(req, float64(bestUncached), avg) && o.busy(cands, avg) {
 		return router.Decision{Index: best, Reason: router.ReasonCost, Hold: true} // nothing booked: decided again later
 	}
-	if !req.Explain {
-		if req.Attempt == 0 && req.Held == 0 && prompt > 0 {
-			o.avgPrompt.Store(math.Float64bits(avg + (float64(prompt)-avg)/64))
-		}
-		if r != nil {
-			o.book(r, o.backends[cands[best].Name], bestUncached)
-		}
+	if !req.Explain && r != nil {
+		o.book(r, o.backends[cands[best].Name], bestUncached)
 	}
 	return router.Decision{Index: best, Reason: router.ReasonCost, Learn: false}
 }

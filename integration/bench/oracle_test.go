@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -250,6 +251,16 @@ func TestOracleHold(t *testing.T) {
 	}
 	if q0, q1 := o.backends["b0"].queued.Load(), o.backends["b1"].queued.Load(); q0 != 5000 || q1 != 6000 {
 		t.Fatalf("a hold booked: queued %d and %d", q0, q1)
+	}
+	// The held prompt counts in the average prompt once, when it came.
+	avg := func() float64 { return math.Float64frombits(o.avgPrompt.Load()) }
+	if want := 1024 + (2000-1024)/64.0; avg() != want {
+		t.Fatalf("average prompt %v after a hold, want %v", avg(), want)
+	}
+	held := *req
+	held.Held = 1
+	if o.Choose(&held, cands, scores); avg() != 1024+(2000-1024)/64.0 {
+		t.Fatalf("average prompt %v after a held request was decided again, want it unchanged", avg())
 	}
 	for name, mod := range map[string]func(*router.Request){
 		"the router cannot hold":     func(r *router.Request) { r.HoldOK = false },
