@@ -229,7 +229,7 @@ func (rt *Router) explain(st *reqState, ep Endpoint, path string, body []byte, t
 	}
 	// Late binding: whether the request would be held, then where it
 	// would go were it sent now (the policy holds before breaking ties).
-	st.holdOK = rt.cfg.KVMesh.HoldMinPrompts > 0 && rt.cfg.KVMesh.HoldMax > 0
+	st.holdOK = rt.lateBinding()
 	d := rt.decide(st, ep, now, 0, true)
 	if st.holdOK = false; d.Hold {
 		x.Hold = true

@@ -119,6 +119,12 @@ func newHoldMetrics(reg prometheus.Registerer) (*holdMetrics, error) {
 	return &holdMetrics{held: held, wait: wait}, registerAll(reg, held, wait)
 }
 
+// lateBinding says whether the router offers its policy to hold requests
+// (kvmesh.hold_min_prompts and hold_max set).
+func (rt *Router) lateBinding() bool {
+	return rt.cfg.KVMesh.HoldMinPrompts > 0 && rt.cfg.KVMesh.HoldMax > 0
+}
+
 // decideHolding is decideAdmitted for a request's first attempt, holding it
 // while the policy asks to. It returns the decision and the status already
 // answered (as decideAdmitted, or 499 when the client left while held, 503
@@ -127,7 +133,7 @@ func newHoldMetrics(reg prometheus.Registerer) (*holdMetrics, error) {
 func (rt *Router) decideHolding(w http.ResponseWriter, r *http.Request, st *reqState, ep Endpoint, now time.Time) (Decision, int) {
 	limit := rt.cfg.KVMesh.HoldMax
 	poll := time.Duration(float64(limit) * holdPollShare)
-	st.holdOK = rt.cfg.KVMesh.HoldMinPrompts > 0 && limit > 0
+	st.holdOK = rt.lateBinding()
 	defer func() { st.holdOK = false }() // a retry or a shadow decision is not held
 	var since time.Time
 	var hw *holdWaiter // nil: not held
