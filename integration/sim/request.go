@@ -219,7 +219,7 @@ func appendContent(toks []uint32, c *fastjson.Value, i int) ([]uint32, *apiError
 		return toks, nil
 	case fastjson.TypeString:
 		s, _ := c.StringBytes()
-		return appendWords(toks, s), nil
+		return textMemo.appendWords(toks, s), nil
 	case fastjson.TypeArray:
 	default:
 		return toks, badRequest("messages", "messages[%d].content must be a string, null or an array of parts", i)
@@ -237,7 +237,7 @@ func appendContent(toks []uint32, c *fastjson.Value, i int) ([]uint32, *apiError
 				return toks, badRequest("messages", "messages[%d].content[%d].text must be a string", i, j)
 			}
 			s, _ := t.StringBytes()
-			toks = appendWords(toks, s)
+			toks = textMemo.appendWords(toks, s)
 		case "image_url":
 			iu := p.Get("image_url")
 			var url []byte
@@ -284,7 +284,7 @@ func appendToolCalls(toks []uint32, tc *fastjson.Value, i int) ([]uint32, *apiEr
 			return toks, aerr
 		}
 		toks = appendWords(toks, name)
-		toks = appendWords(toks, args)
+		toks = textMemo.appendWords(toks, args)
 	}
 	return toks, nil
 }
@@ -300,7 +300,7 @@ func appendCompletionPrompt(toks []uint32, p *fastjson.Value) ([]uint32, *apiErr
 	switch p.Type() {
 	case fastjson.TypeString:
 		s, _ := p.StringBytes()
-		toks = appendWords(toks, s)
+		toks = textMemo.appendWords(toks, s)
 	case fastjson.TypeArray:
 		arr, _ := p.Array()
 		if len(arr) == 0 {
@@ -313,7 +313,7 @@ func appendCompletionPrompt(toks []uint32, p *fastjson.Value) ([]uint32, *apiErr
 				if err != nil {
 					return toks, badRequest("prompt", "prompt[%d] must be a string like prompt[0]", i)
 				}
-				toks = appendWords(toks, s)
+				toks = textMemo.appendWords(toks, s)
 			}
 		case fastjson.TypeNumber:
 			for i, e := range arr {
