@@ -56,6 +56,11 @@
 // used as token ids directly (an id outside is a 400, as vLLM's "out of
 // vocabulary"). An array of arrays (a batch) is a 400.
 //
+// The token ids of texts of 4 KiB and more are remembered (wordmemo.go: one
+// memo per process, up to 64 MiB, oldest first; a hit is checked byte for
+// byte), so the same prompt read by the benchmark harness, the engine and
+// /tokenize is tokenized once.
+//
 // Output: a reply of n tokens is n filler words separated by single spaces
 // (FillerText), output token i being word i mod 64 of a fixed list, so a
 // reply re-tokenizes to exactly n tokens — the ids the engine generated.
