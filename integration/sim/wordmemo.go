@@ -58,14 +58,14 @@ func newWordMemo(minBytes, maxBytes int) *wordMemo {
 
 // textMemo is the memo every instance of the process shares: the tokenizer is
 // a pure function of the text, so what one simulated engine read, another
-// may reuse. Texts from 4 KiB (about 800 words: shorter ones take a few
+// may reuse. Texts from 4 KiB (about 700 words: shorter ones take a few
 // microseconds to read); 64 MiB (the Mooncake trace's longest prompt is
 // 123k tokens, about 1 MB with its ids; a few hundred recent prompts fit).
 var textMemo = newWordMemo(4<<10, 64<<20)
 
 // appendWords appends s's token ids to dst as appendWords does.
 func (wm *wordMemo) appendWords(dst []uint32, s []byte) []uint32 {
-	if len(s) < wm.minBytes || len(s) > wm.maxBytes/2 {
+	if len(s) < wm.minBytes || len(s) > wm.maxBytes/2 { // short, or would push out half the memo
 		return appendWords(dst, s)
 	}
 	h := wm.hash(s)
