@@ -275,7 +275,7 @@ func writeMultiNode(ew *errWriter, r *Report) {
 		return
 	}
 	ew.printf("Multi-node arms: *agreement* is the share of requests the nodes sent where one router seeing all the traffic ")
-	ew.printf("(fed every node's learns and bookings, deciding each request just before it is sent) would have sent them; ")
+	ew.printf("(fed every node's learns and bookings, deciding each request just before it is sent) would have sent them, of the requests not held by late binding (a node decides those when a queue frees); ")
 	ew.printf("*load bytes* is what the load channel cost, per routed request per peer.\n\n")
 	ew.printf("| arm | agreement | load bytes / request / peer |\n|---|---|---|\n")
 	for _, a := range multi {

@@ -102,7 +102,8 @@ type RunResult struct {
 	MoveRegret float64 `json:"move_regret_share,omitempty"`
 	// Agreement is, for a multi-node arm, the share of requests the nodes
 	// sent where one router seeing all the traffic (shadowRouter) would
-	// have; 0 for one node.
+	// have, of those not held by late binding (see agreement); 0 for one
+	// node.
 	Agreement float64 `json:"agreement,omitempty"`
 	// LoadBytesPerRequestPeer is the load channel's cost: bytes the nodes
 	// sent on it per request they routed, per peer (mesh arms).

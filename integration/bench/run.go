@@ -133,6 +133,27 @@ func RunOnce(ctx context.Context, cfg *Config, w *workload.Workload, arm Arm, re
 	return res, nil
 }
 
+// agreement is the share of the requests the nodes decided as they were
+// sent that went where the shadow router sent them. A request a node held
+// (late binding) is left out: the shadow decides every request as the
+// client sends it and never holds, while the node decides a held one when
+// a queue frees, on the loads of then.
+func agreement(samples []Sample) float64 {
+	agree, decided := 0, 0
+	for i := range samples {
+		if s := &samples[i]; s.Expected != "" && s.OK() && s.Backend != "" && s.Held == 0 {
+			decided++
+			if s.Expected == s.Backend {
+				agree++
+			}
+		}
+	}
+	if decided == 0 {
+		return 0
+	}
+	return float64(agree) / float64(decided)
+}
+
 // fillResult computes a run's figures from its samples and the fleet's
 // counters. scale converts wall time to simulated time; conversation gives
 // each request's conversation (Sample.Index).
@@ -141,18 +162,7 @@ func fillResult(res *RunResult, samples []Sample, counters []BackendCounters, wa
 	res.Backends = counters
 	var ttft, e2e, late, dispatch []float64
 	var outTokens int64
-	agree, decided := 0, 0
-	for i := range samples {
-		if s := &samples[i]; s.Expected != "" && s.OK() && s.Backend != "" {
-			decided++
-			if s.Expected == s.Backend {
-				agree++
-			}
-		}
-	}
-	if decided > 0 {
-		res.Agreement = float64(agree) / float64(decided)
-	}
+	res.Agreement = agreement(samples)
 	res.Precision, res.PrecisionRoutes = precision(samples, "prefix")
 	res.DoubtPrecision, res.DoubtRoutes = precision(samples, "doubt")
 	res.Reach, res.RegretTokens, res.ReachRequests = reach(samples)

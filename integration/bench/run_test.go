@@ -348,3 +348,22 @@ func TestAvailableInNamesTheBestHolder(t *testing.T) {
 		t.Fatalf("availableIn with nothing held = %d at %q, want 0 at \"\"", n, at)
 	}
 }
+
+// Agreement counts the answered requests the nodes decided as they were
+// sent; held ones (decided later, on other loads) and failures are left out.
+func TestAgreementLeavesOutHeldRequests(t *testing.T) {
+	samples := []Sample{
+		{Status: 200, Backend: "b0", Expected: "b0"},
+		{Status: 200, Backend: "b1", Expected: "b0"},
+		{Status: 200, Backend: "b2", Expected: "b0", Held: 40 * time.Millisecond},
+		{Status: 200, Backend: "b2", Expected: "b0", Held: time.Millisecond},
+		{Status: 502, Err: "http-502", Backend: "b1", Expected: "b0"},
+		{Status: 200, Backend: "b1"}, // no shadow decision
+	}
+	if got := agreement(samples); !near(got, 0.5) {
+		t.Errorf("agreement %v, want 0.5 (1 of the 2 requests decided as sent)", got)
+	}
+	if got := agreement(samples[2:4]); got != 0 {
+		t.Errorf("agreement over held requests only %v, want 0 (none decided as sent)", got)
+	}
+}
