@@ -20,7 +20,7 @@ import (
 //	load_i = (PendingWeight * pending_i
 //	        + avg * QueueWeight * w_i * others_waiting_i
 //	        + avg * LoadWeight * decoding_i) / weight_i
-//	kv_i   = avg * KVUsageWeight * w_i * max(0, kv_usage_i - KVUsageThreshold) / (1 - KVUsageThreshold)
+//	kv_i   = T * KVUsageWeight * w_i * max(0, kv_usage_i - KVUsageThreshold) / (1 - KVUsageThreshold)
 //	spread_i = SpreadWeight * avg * max(rho - SpreadMinReuse, 0) * ((T - M_i) / T) * max(0, active_i / weight_i - mean_active)
 //
 // The first term is the prefill this request makes the backend compute,
@@ -248,8 +248,18 @@ type KVMeshConfig struct {
 	SpreadMinReuse float64 `yaml:"spread_min_reuse"`
 	// KVUsageThreshold and KVUsageWeight: above this KV-cache usage (0..1)
 	// a backend starts preempting; each full step from the threshold to 100%
-	// costs KVUsageWeight average prompts. 0.9 and 4: only a nearly full
-	// cache is penalized, and then strongly. Keeping requests off fuller
+	// costs KVUsageWeight times the request's own prompt (T). 0.9 and 4: only
+	// a nearly full cache is penalized, and then strongly, as far as the
+	// request is large: the blocks it takes up are its prompt's, so a short
+	// prompt barely adds to the pressure while a long one may be what tips
+	// the engine into preempting. Priced in average prompts instead (the
+	// default before 2026-12-01), the penalty outweighed any short prompt's
+	// cache saving and sent it off its prefix's holder whenever the last
+	// scrape (up to two scrape intervals old) saw the holder nearly full:
+	// on Mooncake 3x (kvmesh+evict and oracle+hold, 2 repeats each) TTFT
+	// p50 0.661-0.671 s against 0.694-0.723 s over 8 runs of the average
+	// price, with 26-27 preemptions a run against 29-37; weight 0 was as
+	// fast but preempted 49-51 times. Keeping requests off fuller
 	// caches costs more than the preemptions it spares: at 0.75 and 8
 	// (kvmesh arm, Mooncake 3x, 3 pairs alternating with the default,
 	// -router-config) the fleet preempted 16-24 times a run against 51-61,

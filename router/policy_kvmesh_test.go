@@ -570,3 +570,34 @@ func TestSpanCurveLearns(t *testing.T) {
 		t.Fatalf("a cell taught 0: worth %v, want the floor %v", w, minDoubtTrust)
 	}
 }
+
+// A nearly full KV cache (KVUsageThreshold) is priced in proportion to the
+// prompt that would add to it: a short prompt stays at the holder of half
+// of it, whose cache is 99% used, where a penalty of KVUsageWeight average
+// prompts would send it to compute everything elsewhere; a long prompt of
+// which the holder has a sliver goes elsewhere.
+func TestKVMeshKVUsagePenaltyScalesWithThePrompt(t *testing.T) {
+	cfg := DefaultKVMeshConfig()
+	full := func(pc *policyCase) *policyCase {
+		pc.cands[0].Load.KVUsage, pc.cands[0].Load.Has = 0.99, HasKVCacheUsage
+		pc.cands[1].Load.Has = HasKVCacheUsage
+		return pc
+	}
+	short := full(newPolicyCase(8, 5, "holder", "other").match(4, 0))
+	if name, d := short.choose(newKVMeshPolicy(cfg)); name != "holder" || d.Reason != ReasonPrefix {
+		t.Fatalf("short prompt: chose %s %+v (costs %v), want the holder", name, d, short.scores)
+	}
+	total := float64(short.req.Units())
+	penalty := total * cfg.KVUsageWeight * (0.99 - cfg.KVUsageThreshold) / (1 - cfg.KVUsageThreshold)
+	if want := (cfg.PrefillWeight+cfg.CacheWeight)*(total-4*64) + penalty; math.Abs(short.scores[0]-want) > 1e-6 {
+		t.Fatalf("holder's cost %v, want %v (its penalty %v: the prompt's %v units, not the average's %v)", short.scores[0], want, penalty, total, cfg.InitialPromptUnits)
+	}
+	long := full(newPolicyCase(160, 6, "holder", "other").match(8, 0))
+	if name, d := long.choose(newKVMeshPolicy(cfg)); name != "other" {
+		t.Fatalf("long prompt with a sliver held: chose %s %+v (costs %v), want the other backend", name, d, long.scores)
+	}
+	long.cands[0].Load.KVUsage = 0.5
+	if name, _ := long.choose(newKVMeshPolicy(cfg)); name != "holder" {
+		t.Fatalf("long prompt, holder's cache half used: chose %s (costs %v), want the holder", name, long.scores)
+	}
+}

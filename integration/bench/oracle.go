@@ -135,7 +135,7 @@ func (o *Oracle) Misses() uint64 { return o.misses.Load() }
 //
 //	cost_i = (PrefillWeight + CacheWeight) * (prompt - cached_i)
 //	       + PendingWeight * queued_i + avg * LoadWeight * running_i
-//	       + avg * KVUsageWeight * max(0, kv_i - KVUsageThreshold) / (1 - KVUsageThreshold)
+//	       + prompt * KVUsageWeight * max(0, kv_i - KVUsageThreshold) / (1 - KVUsageThreshold)
 //
 // divided by the backend's weight where kvmesh divides, with cached_i,
 // running_i and kv_i the engine's own values, queued_i the prefill really
@@ -174,7 +174,7 @@ func (o *Oracle) Choose(req *router.Request, cands []router.Candidate, scores []
 		load := (cfg.PendingWeight*float64(queued) + avg*cfg.LoadWeight*running) / c.Weight
 		cost := (cfg.PrefillWeight+cfg.CacheWeight)*float64(prompt-cached) + load
 		if kv > cfg.KVUsageThreshold {
-			cost += avg * cfg.KVUsageWeight * (kv - cfg.KVUsageThreshold) / (1 - cfg.KVUsageThreshold)
+			cost += float64(prompt) * cfg.KVUsageWeight * (kv - cfg.KVUsageThreshold) / (1 - cfg.KVUsageThreshold)
 		}
 		scores[i] = cost
 		if best < 0 || cost < scores[best] || (cost == scores[best] && queued < bestQueued) {
