@@ -153,9 +153,8 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 		if spread > 0 {
 			cost += spread * fresh * max(l.active()/c.Weight-meanActive, 0)
 		}
-		if l.Has&HasKVCacheUsage != 0 && l.KVUsage > cfg.KVUsageThreshold {
-			// As far as this prompt would fill it (KVUsageWeight).
-			cost += total * cfg.KVUsageWeight * l.SignalWeight * (l.KVUsage - cfg.KVUsageThreshold) / (1 - cfg.KVUsageThreshold)
+		if l.Has&HasKVCacheUsage != 0 {
+			cost += l.SignalWeight * cfg.KVPenalty(total, l.KVUsage)
 		}
 		if block {
 			if cheaper(cost, c, unblockedCost, &cands[unblocked]) { // for the fence

@@ -464,6 +464,17 @@ type KVMeshConfig struct {
 	InitialPromptUnits float64 `yaml:"initial_prompt_units"`
 }
 
+// KVPenalty is kv_i before the signal's weight: what placing a prompt of
+// prompt units on a backend whose KV cache is kvUsage (0..1) used costs
+// (KVUsageThreshold, KVUsageWeight). A policy of its own (the benchmark's
+// oracle) prices a full cache as kvmesh does with it.
+func (cfg *KVMeshConfig) KVPenalty(prompt, kvUsage float64) float64 {
+	if kvUsage <= cfg.KVUsageThreshold {
+		return 0
+	}
+	return prompt * cfg.KVUsageWeight * (kvUsage - cfg.KVUsageThreshold) / (1 - cfg.KVUsageThreshold)
+}
+
 // DefaultKVMeshConfig returns the defaults documented on KVMeshConfig.
 func DefaultKVMeshConfig() KVMeshConfig {
 	return KVMeshConfig{

@@ -173,9 +173,7 @@ func (o *Oracle) Choose(req *router.Request, cands []router.Candidate, scores []
 		queued := b.queued.Load()
 		load := (cfg.PendingWeight*float64(queued) + avg*cfg.LoadWeight*running) / c.Weight
 		cost := (cfg.PrefillWeight+cfg.CacheWeight)*float64(prompt-cached) + load
-		if kv > cfg.KVUsageThreshold {
-			cost += float64(prompt) * cfg.KVUsageWeight * (kv - cfg.KVUsageThreshold) / (1 - cfg.KVUsageThreshold)
-		}
+		cost += cfg.KVPenalty(float64(prompt), kv)
 		scores[i] = cost
 		if best < 0 || cost < scores[best] || (cost == scores[best] && queued < bestQueued) {
 			best, bestUncached, bestQueued = i, int64(prompt-cached), queued
