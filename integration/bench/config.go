@@ -96,7 +96,8 @@ type Config struct {
 	// never). Default 1 s: cheap, and a lag lasts longer than that.
 	LagSampleEvery time.Duration
 	// KeepSamples stores every request's Sample in the results (the JSON
-	// grows by ~150 bytes per request). Default false.
+	// grows by ~150 bytes per request), and the router nodes' counters and
+	// gauges at the end of each run (RunResult.Counters). Default false.
 	KeepSamples bool
 
 	// Progress shows progress (nil = none). Logger receives the routers'

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -331,6 +332,50 @@ func (d *deployment) decisions() map[string]float64 {
 			}
 			for _, m := range mf.GetMetric() {
 				out[labelValue(m, "reason")] += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return out
+}
+
+// counters sums every counter and gauge of the router nodes' registries
+// over the nodes, keyed by name and labels in the exposition format
+// (`kvmesh_router_decisions_total{reason="prefix"}`): the run's router-side
+// story (eviction links made and fired, KV events the mappers could not
+// place, ...) for RunResult.Counters. Histograms and summaries are left out.
+func (d *deployment) counters() map[string]float64 {
+	out := map[string]float64{}
+	var key strings.Builder
+	for _, n := range d.nodes {
+		mfs, err := n.reg.Gather()
+		if err != nil {
+			continue
+		}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				var v float64
+				switch {
+				case m.Counter != nil:
+					v = m.GetCounter().GetValue()
+				case m.Gauge != nil:
+					v = m.GetGauge().GetValue()
+				default:
+					continue
+				}
+				key.Reset()
+				key.WriteString(mf.GetName())
+				for i, l := range m.GetLabel() {
+					if i == 0 {
+						key.WriteByte('{')
+					} else {
+						key.WriteByte(',')
+					}
+					fmt.Fprintf(&key, "%s=%q", l.GetName(), l.GetValue())
+				}
+				if len(m.GetLabel()) > 0 {
+					key.WriteByte('}')
+				}
+				out[key.String()] += v
 			}
 		}
 	}

@@ -135,7 +135,7 @@ func (d *deployment) startPrecise(ctx context.Context, cfg *Config, tc tree.Conf
 		if !ok {
 			return fmt.Errorf("bench: node %d's learner (%T) cannot take KV events", i, l)
 		}
-		m, err := kvevents.NewManager(kc, streams, kvevents.Deps{Index: d.indexes[i], Sink: sink,
+		m, err := kvevents.NewManager(kc, streams, kvevents.Deps{Index: d.indexes[i], Sink: sink, Registerer: d.nodes[i].reg,
 			Logger: cfg.Logger.With().Int("node", i).Logger()})
 		if err != nil {
 			return err

@@ -112,6 +112,10 @@ type RunResult struct {
 	OracleMisses uint64 `json:"oracle_misses,omitempty"`
 
 	Samples []Sample `json:"samples,omitempty"`
+	// Counters are the router nodes' counters and gauges at the end of the
+	// run, summed over the nodes (deployment.counters), kept with the
+	// samples (Config.KeepSamples).
+	Counters map[string]float64 `json:"counters,omitempty"`
 }
 
 // ArmSummary is an arm's figures over its repeats: median and spread.

@@ -106,6 +106,9 @@ func RunOnce(ctx context.Context, cfg *Config, w *workload.Workload, arm Arm, re
 		res.MaxEngineLag = lag.Stop()
 	}
 	res.Decisions = d.decisions()
+	if cfg.KeepSamples {
+		res.Counters = d.counters()
+	}
 	res.Beliefs = d.beliefs()
 	res.LoadBytesPerRequestPeer = d.loadBytesPerRequestPeer()
 	for _, o := range d.oracles {

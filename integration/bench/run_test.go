@@ -92,6 +92,17 @@ func TestEndToEndHitRatesFromFleetCounters(t *testing.T) {
 		if run.Arm != "kvmesh" {
 			continue
 		}
+		// Its counters came with the samples: the decisions by reason
+		// sum to the requests.
+		var decided float64
+		for k, v := range run.Counters {
+			if strings.HasPrefix(k, "kvmesh_router_decisions_total{") {
+				decided += v
+			}
+		}
+		if decided != float64(len(w.Requests)) {
+			t.Errorf("kvmesh: the run's counters hold %.0f decisions for %d requests (%d counters)", decided, len(w.Requests), len(run.Counters))
+		}
 		if len(run.Beliefs) != len(run.Backends) {
 			t.Fatalf("kvmesh: %d beliefs for %d backends", len(run.Beliefs), len(run.Backends))
 		}
