@@ -77,6 +77,10 @@ type backend struct {
 	// discovered is the model list from the backend's GET /v1/models.
 	discovered atomic.Pointer[[]modelEntry]
 
+	// edge is what its engine's evictions say of its LRU, on an
+	// eviction-link backend (evictedge.go).
+	edge evictionEdge
+
 	// belief models the backend's cache turnover (belief.go).
 	belief cacheBelief
 

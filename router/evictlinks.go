@@ -45,7 +45,7 @@ type linkKey struct {
 // concurrent use.
 type evictionLinks struct {
 	mu sync.Mutex
-	m  map[linkKey][]tree.Key
+	m  map[linkKey][]linkedClaim
 	// ring holds the links in the order they were made, max of them; a new
 	// one past max drops the oldest.
 	ring []linkEntry
@@ -63,18 +63,27 @@ type linkEntry struct {
 	claim tree.Key
 }
 
-func newEvictionLinks(limit int) *evictionLinks {
-	return &evictionLinks{m: make(map[linkKey][]tree.Key), ring: make([]linkEntry, 0, min(limit, 1<<12))}
+// linkedClaim is a claim linked to an engine block, and when the answer
+// that linked it last ended (Unix ms): when the engine released the
+// block into its LRU, whose eviction order it is (evictedge.go).
+type linkedClaim struct {
+	claim tree.Key
+	at    int64
 }
 
-// add links claim to engine block k. A link already held is kept where it
-// is in the ring.
-func (l *evictionLinks) add(k linkKey, claim tree.Key, limit int) {
+func newEvictionLinks(limit int) *evictionLinks {
+	return &evictionLinks{m: make(map[linkKey][]linkedClaim), ring: make([]linkEntry, 0, min(limit, 1<<12))}
+}
+
+// add links claim to engine block k, released at at (Unix ms). A link
+// already held is kept where it is in the ring, at the later time.
+func (l *evictionLinks) add(k linkKey, claim tree.Key, at int64, limit int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	cs := l.m[k]
-	for _, c := range cs {
-		if c == claim {
+	for i := range cs {
+		if cs[i].claim == claim {
+			cs[i].at = max(cs[i].at, at)
 			return
 		}
 	}
@@ -86,7 +95,7 @@ func (l *evictionLinks) add(k linkKey, claim tree.Key, limit int) {
 		l.ring[l.next] = e
 		l.next = (l.next + 1) % len(l.ring)
 	}
-	l.m[k] = append(l.m[k], claim)
+	l.m[k] = append(l.m[k], linkedClaim{claim: claim, at: at})
 	l.n++
 }
 
@@ -94,7 +103,7 @@ func (l *evictionLinks) add(k linkKey, claim tree.Key, limit int) {
 func (l *evictionLinks) dropLocked(e linkEntry) {
 	cs := l.m[e.k]
 	for i, c := range cs {
-		if c == e.claim {
+		if c.claim == e.claim {
 			cs[i] = cs[len(cs)-1]
 			cs = cs[:len(cs)-1]
 			l.n--
@@ -109,19 +118,22 @@ func (l *evictionLinks) dropLocked(e linkEntry) {
 }
 
 // take removes the links of backend's blocks and appends their claims to
-// dst.
-func (l *evictionLinks) take(backend tree.BackendID, blocks []tree.Key, dst []tree.Key) []tree.Key {
+// dst. newest is the latest release time among them (Unix ms; 0 if none).
+func (l *evictionLinks) take(backend tree.BackendID, blocks []tree.Key, dst []tree.Key) (_ []tree.Key, newest int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, b := range blocks {
 		k := linkKey{backend, b}
 		if cs, ok := l.m[k]; ok {
-			dst = append(dst, cs...)
+			for _, c := range cs {
+				dst = append(dst, c.claim)
+				newest = max(newest, c.at)
+			}
 			l.n -= len(cs)
 			delete(l.m, k)
 		}
 	}
-	return dst
+	return dst, newest
 }
 
 func (l *evictionLinks) len() int {
@@ -173,6 +185,7 @@ type linkJob struct {
 	upb         int        // bytes per byte block
 	depths      []int32    // the claims' depths, in byte blocks
 	claims      []tree.Key // the byte keys at those depths
+	at          int64      // when the answer ended (Unix ms): the blocks' release into the engine's LRU
 }
 
 // linkAfter queues the linking of the claims a request's answer left on
@@ -196,7 +209,8 @@ func (rt *Router) linkAfter(st *reqState, b *backend, ep Endpoint) {
 		pc.lm.jobs[linkUnsupported].Inc()
 		return
 	}
-	j := &linkJob{backend: b.id, model: st.prompt.Model, salt: st.prompt.CacheSalt, units: st.chain.Units, upb: st.chain.UnitsPerBlock}
+	j := &linkJob{backend: b.id, model: st.prompt.Model, salt: st.prompt.CacheSalt, units: st.chain.Units, upb: st.chain.UnitsPerBlock,
+		at: rt.now().UnixMilli()}
 	for _, d := range st.chain.Learn {
 		if int(d) <= len(st.chain.Keys) {
 			j.depths = append(j.depths, d)
@@ -224,7 +238,7 @@ func (pc *precise) link(k tree.Keyer, seed tree.Seed, toks []uint32, j *linkJob)
 		// The index's key at that engine block's end: the key the engine's
 		// events name the block by (kvevents.Mapper).
 		depth := int32(blocks) * pc.ratio
-		pc.links.add(linkKey{j.backend, ch.Keys[depth-1]}, j.claims[i], pc.cfg.MaxEvictionLinks)
+		pc.links.add(linkKey{j.backend, ch.Keys[depth-1]}, j.claims[i], j.at, pc.cfg.MaxEvictionLinks)
 		if n := len(ch.Learn); n == 0 || ch.Learn[n-1] < depth {
 			ch.Learn = append(ch.Learn, depth)
 		}
@@ -313,8 +327,11 @@ func (rt *Router) EndLinked(blocks []tree.Key, backend tree.BackendID) {
 	}
 	pc.links.endMu.Lock()
 	defer pc.links.endMu.Unlock()
-	buf := pc.links.take(backend, blocks, pc.links.endBuf[:0])
+	buf, newest := pc.links.take(backend, blocks, pc.links.endBuf[:0])
 	pc.links.endBuf = buf
+	if newest > 0 {
+		rt.noteEvicted(backend, newest) // evictedge.go
+	}
 	if len(buf) > 0 {
 		e.End(buf, backend)
 		pc.lm.ended.Add(float64(len(buf)))

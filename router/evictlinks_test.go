@@ -108,23 +108,31 @@ func TestEvictionLinksAreExactUnlessDistrusted(t *testing.T) {
 func TestEvictionLinksBound(t *testing.T) {
 	l := newEvictionLinks(3)
 	k := func(i int) linkKey { return linkKey{backend: 1, block: tree.Key(i)} }
-	l.add(k(1), 10, 3)
-	l.add(k(1), 10, 3) // held already
-	l.add(k(1), 11, 3)
-	l.add(k(2), 20, 3)
+	l.add(k(1), 10, 100, 3)
+	l.add(k(1), 10, 150, 3) // held already: kept, at the later release
+	l.add(k(1), 11, 120, 3)
+	l.add(k(2), 20, 90, 3)
 	if l.len() != 3 {
 		t.Fatalf("%d links, want 3", l.len())
 	}
-	l.add(k(3), 30, 3) // drops the oldest, 1 -> 10
-	if got := l.take(1, []tree.Key{1, 2, 3}, nil); len(got) != 3 || got[0] != 11 || got[1] != 20 || got[2] != 30 {
-		t.Fatalf("took %v, want [11 20 30]", got)
+	l.add(k(3), 30, 110, 3) // drops the oldest, 1 -> 10
+	if got, newest := l.take(1, []tree.Key{2, 3}, nil); len(got) != 2 || got[0] != 20 || got[1] != 30 || newest != 110 {
+		t.Fatalf("took %v, newest %d, want [20 30], 110", got, newest)
+	}
+	if got, newest := l.take(1, []tree.Key{1}, nil); len(got) != 1 || got[0] != 11 || newest != 120 {
+		t.Fatalf("took %v, newest %d, want [11], 120", got, newest)
+	}
+	l.add(k(5), 50, 100, 3)
+	l.add(k(5), 50, 170, 3)
+	if _, newest := l.take(1, []tree.Key{5}, nil); newest != 170 {
+		t.Fatalf("a link made again took the release %d, want the later 170", newest)
 	}
 	if l.len() != 0 {
 		t.Fatalf("%d links left", l.len())
 	}
-	l.add(k(4), 40, 3)
-	if got := l.take(2, []tree.Key{4}, nil); len(got) != 0 {
-		t.Fatalf("another backend's block took %v", got)
+	l.add(k(4), 40, 1, 3)
+	if got, newest := l.take(2, []tree.Key{4}, nil); len(got) != 0 || newest != 0 {
+		t.Fatalf("another backend's block took %v (newest %d)", got, newest)
 	}
 }
 

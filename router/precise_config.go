@@ -63,6 +63,19 @@ type PreciseConfig struct {
 	// evicted. Default true: otherwise the model would guess what the
 	// events know.
 	TrustEvictionLinks bool
+	// EvictionLag is how late an eviction-link engine's KV events say
+	// what it evicted: it evicts while it schedules a step and publishes
+	// after the step has run, so about one step, at its longest a long
+	// chunk of prefill (250 ms: 8,192 tokens of prefill on a mid-size
+	// model). Set, the router doubts the claims that its engine's
+	// evictions so far say will be gone before the request reaches the
+	// engine's scheduler (evictedge.go: the retention the events measure,
+	// the prefill queued ahead); it is also the width of the band over
+	// which that doubt rises from none to whole.
+	//
+	// 0 (off): on the customers benchmark it cut the TTFT p99 by about 9%
+	// and the hit rate by 1-1.5 points (evictedge.go has the figures).
+	EvictionLag time.Duration
 	// LinkTokenizeTimeout bounds the background tokenization of an answered
 	// prompt for its links. It is off the request path, and a link may come
 	// late (the engine evicts a prompt's blocks no sooner than the next
@@ -159,6 +172,9 @@ func (c *PreciseConfig) Validate(blockTokens int) error {
 	}
 	if len(c.EvictionBackends) > 0 && c.MaxEvictionLinks < 1 {
 		bad("max_eviction_links must be at least 1, got %d", c.MaxEvictionLinks)
+	}
+	if c.EvictionLag < 0 {
+		bad("eviction_lag must not be negative, got %v", c.EvictionLag)
 	}
 	if len(c.EvictionBackends) > 0 && c.LinkTokenizeTimeout <= 0 {
 		bad("link_tokenize_timeout must be positive, got %v", c.LinkTokenizeTimeout)

@@ -343,6 +343,8 @@ func (rt *Router) gather(st *reqState, model string, now time.Time) bool {
 						// Its previous request found the context gone: doubted.
 						c.Discount = max(c.Discount, 1-b.belief.doubtTrust(&rt.cfg.Belief))
 					}
+				} else if !st.precise && rt.exact(st, b) {
+					c.Discount = rt.edgeDiscount(st, b, &c, m, now) // evictedge.go
 				}
 			}
 			if st.filtered && rt.cfg.Belief.DoubtTrust > 0 {

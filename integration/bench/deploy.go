@@ -200,7 +200,11 @@ func deploy(ctx context.Context, cfg *Config, arm Arm, fleet Fleet) (_ *deployme
 			deps.Tokenizer = router.WordTokenizer{}
 		}
 		if arm.Precise || arm.Evictions {
-			deps.Precise = preciseRouterConfig(&rc, TreeConfig(cfg), arm.Evictions)
+			scale := 1.0
+			if cfg.ScaleRouterTimes {
+				scale = cfg.TimeScale
+			}
+			deps.Precise = preciseRouterConfig(&rc, TreeConfig(cfg), arm.Evictions, scale)
 		}
 		ls, sharing := learners[i].(loadSharer)
 		if sharing {

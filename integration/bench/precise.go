@@ -61,8 +61,9 @@ func (c *Config) fleetFor(a Arm) (FleetFactory, error) {
 
 // preciseRouterConfig is the routers' precise mode for every backend, or
 // with evictions eviction-link mode (kvmesh+evict), with engine blocks of
-// the index's size.
-func preciseRouterConfig(rc *router.Config, tc tree.Config, evictions bool) *router.PreciseConfig {
+// the index's size; its eviction lag, about the engines' steps, divided by
+// scale (the time scale, when the router's times are scaled).
+func preciseRouterConfig(rc *router.Config, tc tree.Config, evictions bool, scale float64) *router.PreciseConfig {
 	pc := router.DefaultPreciseConfig()
 	for _, b := range rc.Backends {
 		if evictions {
@@ -72,6 +73,9 @@ func preciseRouterConfig(rc *router.Config, tc tree.Config, evictions bool) *rou
 		}
 	}
 	pc.EngineBlockTokens = tc.BlockTokens
+	if scale > 1 { // about the engines' steps, like scaleRouterTimes' settings
+		pc.EvictionLag = max(time.Duration(float64(pc.EvictionLag)/scale), time.Millisecond)
+	}
 	return &pc
 }
 
