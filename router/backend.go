@@ -236,9 +236,9 @@ func (p *pendingPrefill) release(now time.Time, firstByte bool) {
 	if p.b == nil {
 		return
 	}
-	p.b.pendingUnits.Add(-p.units)
+	restated := p.b.queue.settle(p.seq, p.ahead, p.at, now, firstByte)
+	p.b.pendingUnits.Add(-p.units - int64(restated))
 	p.b.pendingRequests.Add(-1)
-	p.b.queue.settle(p.seq, p.ahead, p.at, now, firstByte)
 	if p.b.booked != nil {
 		p.b.booked()
 	}

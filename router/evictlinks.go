@@ -333,6 +333,7 @@ func (rt *Router) EndLinked(blocks []tree.Key, backend tree.BackendID) {
 		rt.noteEvicted(backend, newest) // evictedge.go
 	}
 	if len(buf) > 0 {
+		rt.restateBookings(backend, buf) // restate.go
 		e.End(buf, backend)
 		pc.lm.ended.Add(float64(len(buf)))
 	}

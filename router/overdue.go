@@ -64,6 +64,10 @@ type prefillQueue struct {
 type queuedPrefill struct {
 	booked, prompt   float64 // units: booked as uncached; the whole prompt
 	released, silent bool
+	// claims are what it was routed on, and restated what evictions of
+	// them added to booked since (restate.go).
+	claims   bookedClaims
+	restated float64
 }
 
 // queueMemory is the weight of one answer in the learned rate: the rate
@@ -107,18 +111,20 @@ func (q *prefillQueue) bookAs(booked, prompt float64, silent bool, now time.Time
 
 // settle releases request seq, booked at at with ahead units ahead of it,
 // at now. firstByte says its answer came: only then, and only if it is not
-// silent, does its wait teach the rate.
-func (q *prefillQueue) settle(seq uint64, ahead float64, at, now time.Time, firstByte bool) {
+// silent, does its wait teach the rate. It returns what restate added to
+// the request's booking, for the caller to take off the pending units too.
+func (q *prefillQueue) settle(seq uint64, ahead float64, at, now time.Time, firstByte bool) (restated float64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if seq < q.base || seq-q.base >= uint64(len(q.q)-q.h) {
-		return
+		return 0
 	}
 	i := q.h + int(seq-q.base)
 	if q.q[i].released {
-		return
+		return 0
 	}
 	q.q[i].released = true
+	restated = q.q[i].restated
 	if !q.q[i].silent {
 		q.sum -= q.q[i].booked
 	}
@@ -135,9 +141,10 @@ func (q *prefillQueue) settle(seq uint64, ahead float64, at, now time.Time, firs
 		q.headAt = now
 	}
 	if w := now.Sub(at).Seconds(); firstByte && !q.q[i].silent && w > 0 && ahead > 0 {
-		q.work = q.work*(1-queueMemory) + ahead
+		q.work = q.work*(1-queueMemory) + ahead + restated
 		q.waited = q.waited*(1-queueMemory) + w
 	}
+	return restated
 }
 
 // head describes the oldest pending request at now: its booked units, its

@@ -73,7 +73,7 @@ func preciseRouterConfig(rc *router.Config, tc tree.Config, evictions bool, scal
 		}
 	}
 	pc.EngineBlockTokens = tc.BlockTokens
-	if scale > 1 { // about the engines' steps, like scaleRouterTimes' settings
+	if scale > 1 && pc.EvictionLag > 0 { // about the engines' steps, like scaleRouterTimes' settings
 		pc.EvictionLag = max(time.Duration(float64(pc.EvictionLag)/scale), time.Millisecond)
 	}
 	return &pc

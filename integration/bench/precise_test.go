@@ -7,6 +7,9 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/kvmesh/kvmesh/router"
+	"github.com/kvmesh/kvmesh/tree"
 )
 
 // The precise arm runs end to end: the routers key requests by the
@@ -113,4 +116,15 @@ func postJSON(t *testing.T, url string, body []byte) int {
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// The eviction edge's doubt stays as configured: off by default at any
+// time scale (scaling an unset lag must not turn it on), divided by the
+// time scale when set.
+func TestPreciseRouterConfigScalesTheEvictionLag(t *testing.T) {
+	rc := router.DefaultConfig()
+	rc.Backends = []router.BackendConfig{{Name: "b0", URL: "http://127.0.0.1:1"}}
+	if pc := preciseRouterConfig(&rc, tree.DefaultConfig(), true, 10); pc.EvictionLag != 0 {
+		t.Fatalf("default eviction lag at time scale 10: %v, want 0 (off)", pc.EvictionLag)
+	}
 }
