@@ -58,13 +58,14 @@ func (c *bookedClaims) routedOn(ch *tree.Chain, matched int32, saved float64) {
 	}
 }
 
-// lost is how much of the booking's saving the ended claims take: the
-// units past the deepest of its claims that did not end, below the
-// shallowest that did (0 when none of ended is among its claims). The
-// engine evicts a prefix from its tail, so the blocks past an ended claim
-// are gone too; the ones before it may not be, but one eviction
-// usually takes a finished request's blocks together, and a booking that
-// counts them is the safer error.
+// lost is how much of the booking's saving the ended claims take (0 when
+// none of ended is among its claims): everything past the claim just
+// shallower than the shallowest one that ended (past nothing, when that is
+// the shallowest it remembers), at most the saving. The engine evicts a
+// prefix from its tail, so the blocks past an ended claim are gone too;
+// the ones between it and the claim before it may not be, but one
+// eviction usually takes a finished request's blocks together, and a
+// booking that counts them is the safer error.
 func (c *bookedClaims) lost(ended []tree.Key) float64 {
 	for i := 0; i < c.n; i++ {
 		for _, k := range ended {
