@@ -74,6 +74,16 @@ func (rt *Router) backendByName(name string) *backend {
 	return nil
 }
 
+// backendByID returns the backend with registry id id, or nil.
+func (rt *Router) backendByID(id tree.BackendID) *backend {
+	for _, b := range rt.set.Load().all {
+		if b.id == id {
+			return b
+		}
+	}
+	return nil
+}
+
 // inRotation reports whether requests may be sent to b.
 func (b *backend) inRotation() bool { return b.healthy.Load() && !b.draining.Load() }
 

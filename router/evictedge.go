@@ -100,16 +100,10 @@ func edgeRisk(stamp, retention, lag, now, wait int64) float64 {
 	return min(max(0.5-float64(margin)/float64(2*lag), 0), 1)
 }
 
-// noteEvicted records an eviction at backend id that ended links released
-// as late as newest (Unix ms).
-func (rt *Router) noteEvicted(id tree.BackendID, newest int64) {
-	now := rt.now().UnixMilli()
-	for _, b := range rt.set.Load().all {
-		if b.id == id {
-			b.edge.observe(newest, now)
-			return
-		}
-	}
+// noteEvicted records an eviction at b, read now, that ended links
+// released as late as newest (Unix ms).
+func (rt *Router) noteEvicted(b *backend, newest int64) {
+	b.edge.observe(newest, rt.now().UnixMilli())
 }
 
 // edgeDiscount is the share of c's trusted match (m, on b) that the

@@ -329,11 +329,14 @@ func (rt *Router) EndLinked(blocks []tree.Key, backend tree.BackendID) {
 	defer pc.links.endMu.Unlock()
 	buf, newest := pc.links.take(backend, blocks, pc.links.endBuf[:0])
 	pc.links.endBuf = buf
-	if newest > 0 {
-		rt.noteEvicted(backend, newest) // evictedge.go
+	b := rt.backendByID(backend)
+	if newest > 0 && b != nil {
+		rt.noteEvicted(b, newest) // evictedge.go
 	}
 	if len(buf) > 0 {
-		rt.restateBookings(backend, buf) // restate.go
+		if b != nil {
+			rt.restateBookings(b, buf) // restate.go
+		}
 		e.End(buf, backend)
 		pc.lm.ended.Add(float64(len(buf)))
 	}

@@ -121,20 +121,14 @@ func (q *prefillQueue) routedOn(seq uint64, ch *tree.Chain, matched int32, saved
 	q.q[q.h+int(seq-q.base)].claims.routedOn(ch, matched, saved)
 }
 
-// restateBookings restates the bookings at backend id that the ended
-// claims took from (EndLinked).
-func (rt *Router) restateBookings(id tree.BackendID, ended []tree.Key) {
-	for _, b := range rt.set.Load().all {
-		if b.id != id {
-			continue
+// restateBookings restates the bookings at b that the ended claims took
+// from (EndLinked).
+func (rt *Router) restateBookings(b *backend, ended []tree.Key) {
+	if added := b.queue.restate(ended); added > 0 {
+		b.pendingUnits.Add(int64(added))
+		if b.booked != nil {
+			b.booked()
 		}
-		if added := b.queue.restate(ended); added > 0 {
-			b.pendingUnits.Add(int64(added))
-			if b.booked != nil {
-				b.booked()
-			}
-		}
-		return
 	}
 }
 
