@@ -116,11 +116,8 @@ func (q *prefillQueue) bookAs(booked, prompt float64, silent bool, now time.Time
 func (q *prefillQueue) settle(seq uint64, ahead float64, at, now time.Time, firstByte bool) (restated float64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if seq < q.base || seq-q.base >= uint64(len(q.q)-q.h) {
-		return 0
-	}
-	i := q.h + int(seq-q.base)
-	if q.q[i].released {
+	i, ok := q.index(seq)
+	if !ok || q.q[i].released {
 		return 0
 	}
 	q.q[i].released = true
@@ -145,6 +142,15 @@ func (q *prefillQueue) settle(seq uint64, ahead float64, at, now time.Time, firs
 		q.waited = q.waited*(1-queueMemory) + w
 	}
 	return restated
+}
+
+// index is request seq's place in q.q, if it is still held there. Caller
+// holds mu.
+func (q *prefillQueue) index(seq uint64) (int, bool) {
+	if seq < q.base || seq-q.base >= uint64(len(q.q)-q.h) {
+		return 0, false
+	}
+	return q.h + int(seq-q.base), true
 }
 
 // head describes the oldest pending request at now: its booked units, its

@@ -261,8 +261,8 @@ func (rt *Router) attempt(w http.ResponseWriter, r *http.Request, st *reqState, 
 		now := rt.now()
 		uncached := st.uncached(&st.cands[d.Index])
 		pending = b.addPendingAs(uncached, st.chain.Units, silentAnswer(&st.prompt), now)
-		if c := &st.cands[d.Index]; rt.linkedBooking(st, b) {
-			b.queue.routedOn(pending.seq, &st.chain, c.Matched, float64(st.chain.Units-uncached))
+		if rt.linkedBooking(st, b) {
+			b.queue.routedOn(pending.seq, &st.chain, st.cands[d.Index].Matched, float64(st.chain.Units-uncached))
 		}
 		b.countArrival(uncached, st.chain.Units, now, &rt.cfg.KVMesh)
 		if cfg := &rt.cfg.Belief; st.depthEdge {

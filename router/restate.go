@@ -115,10 +115,9 @@ func (q *prefillQueue) restate(ended []tree.Key) float64 {
 func (q *prefillQueue) routedOn(seq uint64, ch *tree.Chain, matched int32, saved float64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if seq < q.base || seq-q.base >= uint64(len(q.q)-q.h) {
-		return
+	if i, ok := q.index(seq); ok {
+		q.q[i].claims.routedOn(ch, matched, saved)
 	}
-	q.q[q.h+int(seq-q.base)].claims.routedOn(ch, matched, saved)
 }
 
 // restateBookings restates the bookings at b that the ended claims took

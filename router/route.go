@@ -337,13 +337,14 @@ func (rt *Router) gather(st *reqState, model string, now time.Time) bool {
 			m, trusted := matchOf(&st.res, b.id)
 			if trusted {
 				c.Matched = m.Blocks
-				if rt.cfg.Belief.Enabled && !rt.exact(st, b) {
+				exact := rt.exact(st, b)
+				if rt.cfg.Belief.Enabled && !exact {
 					c.Discount = 1 - b.belief.trust(m.Time.Millis(), &rt.cfg.Belief)
 					if c.Lost = rt.lostAt(st, b, m.Blocks, now); c.Lost {
 						// Its previous request found the context gone: doubted.
 						c.Discount = max(c.Discount, 1-b.belief.doubtTrust(&rt.cfg.Belief))
 					}
-				} else if !st.precise && rt.exact(st, b) {
+				} else if exact && !st.precise {
 					c.Discount = rt.edgeDiscount(st, b, &c, m, now) // evictedge.go
 				}
 			}
