@@ -118,7 +118,8 @@ func newRig(t *testing.T, d Deps) *rig {
 	t.Cleanup(func() { close(r.quit) })
 	alloc, c1 := chromedp.NewExecAllocator(context.Background(), chromedp.ExecPath(bin), chromedp.Headless, chromedp.NoSandbox,
 		chromedp.DisableGPU, chromedp.Flag("disable-background-networking", true), chromedp.NoFirstRun,
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1440, 1000))
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1440, 1000),
+		chromedp.Env("TMPDIR="+t.TempDir())) // its singleton socket's directory, which it leaves behind
 	t.Cleanup(c1)
 	ctx, c2 := chromedp.NewContext(alloc)
 	t.Cleanup(c2)
