@@ -51,7 +51,13 @@ import (
 // one a step from its eviction: per backend it varies by 17-19% (standard
 // deviation over mean; about 200 ms of 1.2 s at time scale 10), most of it
 // real (the engine's running requests pin more or less of its cache), and
-// the doubt at half strength (capped at 0.5) changed no decision.
+// the doubt at half strength (capped at 0.5) changed no decision. Nor is
+// the wait the cost: with no wait counted (a claim doubted only once the
+// retention says it is gone already; 3 pairs) the p99 fell to 0.86x and
+// the hit rate still by a point, and a margin of 15% on the retention
+// spared the stale routes with the live ones (docs/bench/HISTORY.md,
+// "Re-deciding a request whose prefix is evicted before its first
+// token").
 
 // maxEdgeDiscount keeps Candidate.Discount below 1, as its contract says.
 const maxEdgeDiscount = 0.99

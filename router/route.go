@@ -335,9 +335,9 @@ func (rt *Router) gather(st *reqState, model string, now time.Time) bool {
 		}
 		if st.routed {
 			m, trusted := matchOf(&st.res, b.id)
+			exact := trusted && rt.exact(st, b)
 			if trusted {
 				c.Matched = m.Blocks
-				exact := rt.exact(st, b)
 				if rt.cfg.Belief.Enabled && !exact {
 					c.Discount = 1 - b.belief.trust(m.Time.Millis(), &rt.cfg.Belief)
 					if c.Lost = rt.lostAt(st, b, m.Blocks, now); c.Lost {
@@ -361,7 +361,7 @@ func (rt *Router) gather(st *reqState, model string, now time.Time) bool {
 					c.Near, c.NearTrust = m.Blocks, b.belief.worthAt(c.nearX, cfg)
 				}
 			}
-			if trusted && (st.depthEdge || st.pinnedEdge) && !rt.exact(st, b) {
+			if trusted && (st.depthEdge || st.pinnedEdge) && !exact {
 				rt.cutAtEdge(st, b, &c, m, now.UnixMilli())
 			}
 		}
