@@ -80,6 +80,10 @@ type backend struct {
 	// edge is what its engine's evictions say of its LRU, on an
 	// eviction-link backend (evictedge.go).
 	edge evictionEdge
+	// order is its engine's LRU as this router sees it, on an
+	// eviction-link backend with PreciseConfig.EvictionOrder
+	// (evictorder.go).
+	order *evictOrder
 
 	// belief models the backend's cache turnover (belief.go).
 	belief cacheBelief
@@ -121,6 +125,7 @@ func newBackend(slot int, bc BackendConfig, ix *tree.Index, m *metrics) (*backen
 		weight:  bc.effectiveWeight(),
 		written: new(atomic.Int64),
 		gone:    new(atomic.Bool),
+		order:   newEvictOrder(),
 	}
 	if len(bc.Models) > 0 {
 		b.static = append([]string(nil), bc.Models...)

@@ -15,6 +15,9 @@ import "sync/atomic"
 //     node's writes from every peer until it passed the old one again;
 //   - the cache belief: the history of those writes, the capacity and
 //     doubt worth learned from answers;
+//   - on an eviction-link backend, what its engine's evictions said: the
+//     eviction edge and the eviction order (shared: a request in flight on
+//     the old object releases its claims into the same order);
 //
 // and, while the URL is the same (the same server), what it has shown of
 // itself: its health (an ejected backend stays ejected until a probe
@@ -30,6 +33,8 @@ func (b *backend) carryFrom(old *backend) {
 	b.written = old.written // shared: late writes on old count too
 	b.gone = old.gone       // shared: the name's removal stops old's late learns too
 	b.belief.carryFrom(&old.belief, !b.capConfigured && !old.capConfigured)
+	b.order = old.order // shared: the engine's LRU is the name's, as its claims are
+	b.edge.carryFrom(&old.edge)
 	if b.base != old.base {
 		return
 	}

@@ -33,6 +33,8 @@ func TestReplaceKeepsWhatAgesClaims(t *testing.T) {
 	old.belief.scale = 0.25
 	old.belief.mu.Unlock()
 	old.belief.doubt.Store(0x3fe0000000000000) // 0.5
+	old.edge.observe(1000, 5000)
+	old.order.release(segs(10, 1), 2000)
 
 	if err := g.rt.SetBackends([]BackendConfig{{Name: "a", URL: a.URL(), Weight: 2}}); err != nil {
 		t.Fatal(err)
@@ -49,6 +51,12 @@ func TestReplaceKeepsWhatAgesClaims(t *testing.T) {
 	nb.belief.mu.Unlock()
 	if scale != 0.25 || nb.belief.doubt.Load() != 0x3fe0000000000000 {
 		t.Errorf("belief lessons lost: scale %v, doubt bits %x", scale, nb.belief.doubt.Load())
+	}
+	if r, ok := nb.edge.retention(); !ok || r != 4000 {
+		t.Errorf("eviction edge lost: retention %v (seen %v), want 4000 ms", r, ok)
+	}
+	if nb.order != old.order || nb.order.segments() != 1 {
+		t.Errorf("eviction order not shared: same %v, %d segments", nb.order == old.order, nb.order.segments())
 	}
 	nb.mu.Lock()
 	ejected := !nb.health.ejectedAt.IsZero()

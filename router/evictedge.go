@@ -84,6 +84,12 @@ func (e *evictionEdge) observe(newest, now int64) {
 	}
 }
 
+// carryFrom copies old's edge into e (not yet in use).
+func (e *evictionEdge) carryFrom(old *evictionEdge) {
+	e.newest.Store(old.newest.Load())
+	e.seen.Store(old.seen.Load())
+}
+
 // retention is how long the backend kept the newest released prefix it
 // evicted (ms), and whether any eviction was seen.
 func (e *evictionEdge) retention() (int64, bool) {
@@ -119,6 +125,9 @@ func (rt *Router) noteEvicted(b *backend, newest int64) {
 // expected to outlive it are doubted.
 func (rt *Router) edgeDiscount(st *reqState, b *backend, c *Candidate, m tree.Match, now time.Time) float64 {
 	pc := rt.precise
+	if pc != nil && pc.cfg.EvictionOrder && rt.peers == nil {
+		return rt.orderDiscount(st, b, c, m) // evictorder_route.go
+	}
 	if pc == nil || pc.cfg.EvictionLag <= 0 || m.Blocks <= 0 {
 		return 0
 	}

@@ -310,6 +310,9 @@ func (s *evictionSink) Invalidate(string, bool) {}
 // that block's eviction means anyway.
 func (s *evictionSink) Emptied(backend string) {
 	s.rt.learner.Invalidate(backend, false)
+	if b := s.rt.backendByName(backend); b != nil {
+		b.order.clear() // evictorder.go
+	}
 }
 
 // EndLinked ends the byte-keyed claims this router linked to backend's
@@ -332,6 +335,12 @@ func (rt *Router) EndLinked(blocks []tree.Key, backend tree.BackendID) {
 	b := rt.backendByID(backend)
 	if newest > 0 && b != nil {
 		rt.noteEvicted(b, newest) // evictedge.go
+	}
+	if b != nil && pc.cfg.EvictionOrder {
+		b.order.drop(buf) // evictorder.go
+		if newest > 0 {
+			b.order.trim(newest)
+		}
 	}
 	if len(buf) > 0 {
 		if b != nil {

@@ -233,12 +233,14 @@ var (
 		"With belief.doubt_curve: what a claim past the edge of the backend's cache is worth (0..1) by how far past it is: the claims with at most beyond_le capacities written after them (and more than the range below), as this node's answers taught (with belief.doubt_pool, the answers from every backend: one curve, the same at every backend in each range an answer has taught).", []string{"backend", "beyond_le"}, nil)
 	descRetention = prometheus.NewDesc("kvmesh_router_backend_eviction_retention_seconds",
 		"On an eviction-link backend, how long its engine kept the newest released prefix its KV events said it evicted: the time the eviction was read less when the answer that last linked that prefix ended (evictedge.go). Not reported before the first such eviction.", []string{"backend"}, nil)
+	descOrderSegments = prometheus.NewDesc("kvmesh_router_backend_eviction_order_segments",
+		"With precise.eviction_order, on an eviction-link backend: the claims' segments the router holds in its copy of the engine's LRU queue (released, not pinned by a request in flight, not yet evicted; evictorder.go). Not reported otherwise.", []string{"backend"}, nil)
 	descBeliefDoubtSpan = prometheus.NewDesc("kvmesh_router_belief_doubt_span_worth_ratio",
 		"With belief.doubt_span_curve: what the blocks a doubted claim covers beyond the trusted match are worth (0..1) by its distance past the edge (beyond_le capacities, as the doubt curve's ranges) and the span's length (at most span_le tokens, more than the range below), as this node's answers from every backend taught; a cell no answer has taught is not reported.", []string{"beyond_le", "span_le"}, nil)
 )
 
 func (c *backendCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInFlight, descPending, descPeerPending, descWaiting, descRunning, descKVUsage, descSignalAge, descHealthy, descGeneration, descBeliefCapacity, descBeliefDoubt, descBeliefDoubtCurve, descBeliefDoubtSpan, descRetention} {
+	for _, d := range []*prometheus.Desc{descInFlight, descPending, descPeerPending, descWaiting, descRunning, descKVUsage, descSignalAge, descHealthy, descGeneration, descBeliefCapacity, descBeliefDoubt, descBeliefDoubtCurve, descBeliefDoubtSpan, descRetention, descOrderSegments} {
 		ch <- d
 	}
 }
@@ -267,6 +269,9 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descGeneration, prometheus.GaugeValue, float64(gen), b.name)
 		if r, ok := b.edge.retention(); ok {
 			ch <- prometheus.MustNewConstMetric(descRetention, prometheus.GaugeValue, float64(r)/1e3, b.name)
+		}
+		if pc := c.rt.precise; pc != nil && pc.cfg.EvictionOrder && c.rt.peers == nil && pc.linkedOn(b) {
+			ch <- prometheus.MustNewConstMetric(descOrderSegments, prometheus.GaugeValue, float64(b.order.segments()), b.name)
 		}
 		if cfg := &c.rt.cfg.Belief; cfg.Enabled {
 			capacity := c.rt.inTokens(math.Float64frombits(b.belief.kappa.Load()))

@@ -76,6 +76,13 @@ type PreciseConfig struct {
 	// 0 (off): on the customers benchmark it cut the TTFT p99 by about 9%
 	// and the hit rate by 1-1.5 points (evictedge.go has the figures).
 	EvictionLag time.Duration
+	// EvictionOrder makes the eviction edge count in the engine's LRU
+	// order rather than in time: the router keeps the claims it left on
+	// an eviction-link backend in the order the engine will evict them
+	// (evictorder.go) and doubts those with less queued ahead of them than
+	// the prefill booked ahead of the request. It replaces EvictionLag's
+	// retention when set.
+	EvictionOrder bool
 	// LinkTokenizeTimeout bounds the background tokenization of an answered
 	// prompt for its links. It is off the request path, and a link may come
 	// late (the engine evicts a prompt's blocks no sooner than the next

@@ -103,7 +103,13 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, st *reqState, 
 			rt.metrics.learned[0].Inc()
 			st.confirm = b
 		}
+		if st.routed {
+			rt.orderPin(st, b, learnAll, st.cands[d.Index].Matched) // evictorder_route.go
+		}
 		last = rt.runAttempt(w, r, st, b, d, matched, attempt >= rt.cfg.Retries || len(st.cands) <= 1, start, ep)
+		if st.routed {
+			rt.orderRelease(st, b, learnAll, last.out == outDone && last.ok, rt.now())
+		}
 		if learn && (last.out == outRetry || last.out == outDone && !last.ok) {
 			// The lookup that routed the attempt is the one before its
 			// learn: nothing gathers again before the next attempt.
@@ -426,6 +432,7 @@ func (rt *Router) copyBody(w http.ResponseWriter, body io.Reader, st *reqState, 
 				first = false
 				now := rt.now()
 				pending.release(now, true)
+				st.orderPinNow() // evictorder_route.go
 				rt.modelMetricsFor(st.model).firstBytes(labelOf(ep)).Observe(now.Sub(start).Seconds())
 			}
 			st.usage.write(st.buf[:n])

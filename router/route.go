@@ -63,19 +63,28 @@ type reqState struct {
 	// learnBuf holds the learn positions of a decision that learns part
 	// of the prompt's (Decision.LearnAbove; see learnAbove).
 	learnBuf []int32
-	body     []byte
-	lease    bodyLease    // lends body to the transport (bodyreuse.go)
-	key      []byte       // seed-cache key
-	route    []byte       // x-kvmesh-route value
-	usage    usageScanner // finds the backend's usage report in the answer
-	buf      []byte       // body copy buffer
-	tokens   []uint32     // token mode: the prompt's ids
-	tokEnds  []int        // token mode: message ends in tokens
-	seed     tree.Seed
-	tenant   uint64    // the tenant's hash, for its share of the index
-	pace     pacedBody // the body reader's pacing (see readClientBody)
-	routed   bool      // the request has a prompt (chain and lookup are valid)
-	model    string
+	// orderKeys and orderSegs feed a backend's eviction order
+	// (evictorder_route.go); orderPinned is the depth this attempt pinned,
+	// orderWant the depth it pins at its first byte on orderB.
+	orderKeys   []tree.Key
+	orderSegs   []segment
+	orderPinned int32
+	orderWant   int32
+	orderB      *backend
+	orderFirst  bool // the attempt's first byte came
+	body        []byte
+	lease       bodyLease    // lends body to the transport (bodyreuse.go)
+	key         []byte       // seed-cache key
+	route       []byte       // x-kvmesh-route value
+	usage       usageScanner // finds the backend's usage report in the answer
+	buf         []byte       // body copy buffer
+	tokens      []uint32     // token mode: the prompt's ids
+	tokEnds     []int        // token mode: message ends in tokens
+	seed        tree.Seed
+	tenant      uint64    // the tenant's hash, for its share of the index
+	pace        pacedBody // the body reader's pacing (see readClientBody)
+	routed      bool      // the request has a prompt (chain and lookup are valid)
+	model       string
 
 	// The outgoing request's reusable parts (see outgoingRequest). The
 	// transport may still be writing an attempt's request after RoundTrip

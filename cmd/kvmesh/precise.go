@@ -81,6 +81,11 @@ type PreciseConfig struct {
 	// lower hit rate (router.PreciseConfig.EvictionLag). 0 (the default):
 	// off.
 	EvictionLag time.Duration `yaml:"eviction_lag"`
+	// EvictionOrder (evictions mode) doubts instead the claims with less
+	// of the engine's LRU queued ahead of them than the prefill booked
+	// ahead of the request, by the order the router keeps of what it left
+	// on each engine (router.PreciseConfig.EvictionOrder).
+	EvictionOrder bool `yaml:"eviction_order"`
 	// MaxEvictionLinks bounds the links from engine blocks to byte claims
 	// a node holds (evictions mode; 256K, about 10 MiB).
 	MaxEvictionLinks int `yaml:"max_eviction_links"`
@@ -114,6 +119,7 @@ func defaultPrecise() PreciseConfig {
 		Mode:                modeTokens,
 		TrustEvictionLinks:  rp.TrustEvictionLinks,
 		EvictionLag:         rp.EvictionLag,
+		EvictionOrder:       rp.EvictionOrder,
 		MaxEvictionLinks:    rp.MaxEvictionLinks,
 		LinkTokenizeTimeout: rp.LinkTokenizeTimeout,
 		LinkWorkers:         rp.LinkWorkers,
@@ -149,6 +155,7 @@ func (p *PreciseConfig) routerConfig() *router.PreciseConfig {
 	}
 	rc.TrustEvictionLinks = p.TrustEvictionLinks
 	rc.EvictionLag = p.EvictionLag
+	rc.EvictionOrder = p.EvictionOrder
 	rc.MaxEvictionLinks = p.MaxEvictionLinks
 	rc.LinkTokenizeTimeout = p.LinkTokenizeTimeout
 	rc.LinkWorkers = p.LinkWorkers

@@ -1,0 +1,141 @@
+package router
+
+import (
+	"time"
+
+	"github.com/kvmesh/kvmesh/tree"
+)
+
+// The request path's side of the eviction order (evictorder.go): an
+// attempt pins the claims it matched, its end releases the prompt's claims
+// into the order, and the eviction edge prices a trusted match by the
+// units queued ahead of its claims.
+
+// orderOn says st's attempts on b feed and read b's eviction order.
+//
+// A node of a mesh does not keep the order: it would hold only its own
+// requests' claims, and its peers' requests release and pin the same
+// prefixes (a shared context most of all) in between.
+func (rt *Router) orderOn(st *reqState, b *backend) bool {
+	pc := rt.precise
+	return pc != nil && pc.cfg.EvictionOrder && rt.peers == nil && st.routed && !st.precise && pc.linkedOn(b)
+}
+
+// orderPin readies the pin of the claims of learn (the prompt's learn
+// depths) down to matched blocks on b, for an attempt about to be sent
+// there. The engine takes them out of its LRU when it schedules the
+// request, not when the router sends it: until then they can be evicted
+// like any other, so they are pinned at the answer's first byte
+// (orderPinNow).
+func (rt *Router) orderPin(st *reqState, b *backend, learn []int32, matched int32) {
+	st.orderPinned, st.orderWant, st.orderB, st.orderFirst = 0, 0, nil, false
+	if !rt.orderOn(st, b) || matched <= 0 {
+		return
+	}
+	st.orderKeys = st.orderKeys[:0]
+	for _, d := range learn {
+		if d > matched || int(d) > len(st.chain.Keys) {
+			break
+		}
+		st.orderKeys = append(st.orderKeys, st.chain.Keys[d-1])
+	}
+
+	st.orderWant, st.orderB = matched, b
+}
+
+// orderPinNow pins what orderPin readied: the attempt's first byte came,
+// so the engine has scheduled it.
+func (st *reqState) orderPinNow() {
+	st.orderFirst = true
+	if b := st.orderB; b != nil {
+		st.orderB = nil
+		b.order.pin(st.orderKeys)
+		st.orderPinned = st.orderWant
+	}
+}
+
+// orderRelease ends an attempt's hold on b: answered, the engine holds
+// every claim of learn and releases them now; otherwise only what it
+// pinned goes back into the order.
+func (rt *Router) orderRelease(st *reqState, b *backend, learn []int32, answered bool, now time.Time) {
+	st.orderB = nil
+	// An answer that broke off after its first byte keeps its claims
+	// (confirmClaims): the engine computed the prompt all the same.
+	answered = answered || st.orderFirst
+	st.orderFirst = false
+	if st.orderPinned == 0 && !(answered && rt.orderOn(st, b)) {
+		return
+	}
+	st.orderSegs = st.orderSegs[:0]
+	prev := 0
+	for _, d := range learn {
+		if int(d) > len(st.chain.Keys) {
+			break
+		}
+		if !answered && d > st.orderPinned {
+			break
+		}
+		u := min(st.chain.UnitsAt(int(d)), st.chain.Units)
+		st.orderSegs = append(st.orderSegs, segment{key: st.chain.Keys[d-1], units: float64(u - prev), pinned: d <= st.orderPinned})
+		prev = u
+	}
+	b.order.release(st.orderSegs, now.UnixMilli())
+	st.orderPinned, st.orderB = 0, nil
+}
+
+// orderDiscount is the eviction edge by the order: the share of c's
+// trusted match m on b whose claims have less queued ahead of them than
+// the engine allocates before it schedules the request (the prefill
+// booked ahead of it), beyond the deepest claim of the prompt that has
+// more.
+func (rt *Router) orderDiscount(st *reqState, b *backend, c *Candidate, m tree.Match) float64 {
+	if m.Blocks <= 0 || int(m.Blocks) > len(st.chain.Keys) {
+		return 0
+	}
+	if _, full := b.edge.retention(); !full {
+		// No eviction yet: the engine allocates from blocks it never used
+		// before it evicts one the order holds.
+		return 0
+	}
+	need := max(c.Load.PendingPrefill+c.Load.PeerPendingPrefill, 0)
+	band := orderBandShare*need + float64(st.chain.UnitsAt(orderBandBlocks))
+	risk := func(d int32) float64 {
+		ahead, state := b.order.ahead(st.chain.Keys[d-1], need)
+		switch state {
+		case orderQueued:
+			return orderRisk(ahead, need, band)
+		case orderGone:
+			return 1
+		}
+		return 0
+	}
+	deep := risk(m.Blocks)
+	if deep == 0 {
+		return 0
+	}
+	safe := int32(0)
+	for i := len(st.chain.Learn) - 1; i >= 0; i-- {
+		d := st.chain.Learn[i]
+		if d >= m.Blocks || int(d) > len(st.chain.Keys) {
+			continue
+		}
+		if risk(d) == 0 {
+			safe = d
+			break
+		}
+	}
+	matched := float64(c.MatchedUnits(&st.chain))
+	if matched <= 0 {
+		return 0
+	}
+	kept := min(float64(st.chain.UnitsAt(int(safe))), matched)
+	return min(deep*(matched-kept)/matched, maxEdgeDiscount)
+}
+
+// orderBandBlocks is the least half-width of the band over which the
+// order's doubt rises, in blocks: the engine's allocations are known to
+// about a request's tail.
+const orderBandBlocks = 32
+
+// orderBandShare is the band's share of the prefill booked ahead.
+const orderBandShare = 0.25

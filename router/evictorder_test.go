@@ -1,0 +1,131 @@
+package router
+
+import (
+	"testing"
+
+	"github.com/kvmesh/kvmesh/tree"
+)
+
+func segs(units float64, keys ...tree.Key) []segment {
+	out := make([]segment, len(keys))
+	for i, k := range keys {
+		out[i] = segment{key: k, units: units}
+	}
+	return out
+}
+
+// aheadOf is o.ahead without a limit, failing unless k is queued.
+func aheadOf(t *testing.T, o *evictOrder, k tree.Key) float64 {
+	t.Helper()
+	a, st := o.ahead(k, 1e18)
+	if st != orderQueued {
+		t.Fatalf("claim %d: state %d, want queued", k, st)
+	}
+	return a
+}
+
+// The order is the engine's: released prompts queue in release order,
+// their deepest claim first; a pinned claim leaves the queue until its
+// request ends; evicted claims and what was released before them go.
+func TestEvictOrderQueuesInReleaseOrder(t *testing.T) {
+	o := newEvictOrder()
+	o.release(segs(100, 1, 2), 10) // a prompt of claims 1 (shallow) and 2 (deep)
+	o.release(segs(50, 3), 20)
+	if a := aheadOf(t, o, 2); a != 0 {
+		t.Fatalf("deepest claim of the first release: ahead %v, want 0 (released tail first)", a)
+	}
+	if a := aheadOf(t, o, 1); a != 100 {
+		t.Fatalf("claim 1: ahead %v, want 100", a)
+	}
+	if a := aheadOf(t, o, 3); a != 200 {
+		t.Fatalf("claim 3: ahead %v, want 200", a)
+	}
+	// A request matching claim 1 pins it: it leaves the queue.
+	o.pin([]tree.Key{1})
+	if _, st := o.ahead(1, 1e18); st != orderPinned {
+		t.Fatalf("a pinned claim: state %d, want pinned", st)
+	}
+	if a := aheadOf(t, o, 3); a != 100 {
+		t.Fatalf("claim 3 with claim 1 pinned: ahead %v, want 100", a)
+	}
+	// Its answer releases claim 1 (pinned) and its new claim 4 at 30.
+	o.release([]segment{{key: 1, units: 100, pinned: true}, {key: 4, units: 40}}, 30)
+	if a := aheadOf(t, o, 1); a != 100+50+40 {
+		t.Fatalf("claim 1 released again: ahead %v, want 190", a)
+	}
+	// The engine evicts claim 2: what was released before it went too.
+	o.drop([]tree.Key{2})
+	o.trim(10)
+	if _, st := o.ahead(2, 1e18); st != orderUnknown {
+		t.Fatalf("an evicted claim: state %d, want unknown (its claim ended)", st)
+	}
+	if a := aheadOf(t, o, 3); a != 0 {
+		t.Fatalf("claim 3 after claim 2's eviction: ahead %v, want 0", a)
+	}
+	o.trim(21)
+	if _, st := o.ahead(3, 1e18); st != orderGone {
+		t.Fatalf("claim 3, released before the newest evicted release: state %d, want gone", st)
+	}
+	if a := aheadOf(t, o, 1); a != 40 {
+		t.Fatalf("claim 1 after the trim: ahead %v, want 40", a)
+	}
+	// Released again, a trimmed claim is queued again.
+	o.release(segs(50, 3), 40)
+	if a := aheadOf(t, o, 3); a != 140 {
+		t.Fatalf("claim 3 released again: ahead %v, want 140", a)
+	}
+	// The count stops at its limit.
+	if a, _ := o.ahead(3, 10); a <= 10 {
+		t.Fatalf("ahead past a limit of 10: %v, want above it", a)
+	}
+	o.clear()
+	if _, st := o.ahead(1, 1e18); st != orderUnknown || len(o.nodes) != 0 || len(o.gone) != 0 {
+		t.Fatal("clear left segments")
+	}
+}
+
+// Two requests pinning the same claim hold it until both have ended.
+func TestEvictOrderPinsCount(t *testing.T) {
+	o := newEvictOrder()
+	o.release(segs(10, 7), 1)
+	o.pin([]tree.Key{7})
+	o.pin([]tree.Key{7})
+	o.release([]segment{{key: 7, units: 10, pinned: true}}, 2)
+	if _, st := o.ahead(7, 1e18); st != orderPinned {
+		t.Fatalf("state %d while another request still pins it, want pinned", st)
+	}
+	o.release([]segment{{key: 7, units: 10, pinned: true}}, 3)
+	aheadOf(t, o, 7)
+}
+
+// The order is bounded: past maxOrderNodes segments the front goes, and
+// past maxOrderGone trimmed ones the oldest is forgotten.
+func TestEvictOrderBounds(t *testing.T) {
+	o := newEvictOrder()
+	for i := range maxOrderNodes + 10 {
+		o.release(segs(1, tree.Key(i+1)), int64(i))
+	}
+	if len(o.nodes) != maxOrderNodes || o.queued != maxOrderNodes {
+		t.Fatalf("%d segments (%d queued), want %d", len(o.nodes), o.queued, maxOrderNodes)
+	}
+	if _, st := o.ahead(1, 1e18); st != orderUnknown {
+		t.Fatalf("the first segment past the bound: state %d, want forgotten", st)
+	}
+	o.trim(maxOrderGone + 20)
+	if len(o.gone) != maxOrderGone {
+		t.Fatalf("%d trimmed segments remembered, want %d", len(o.gone), maxOrderGone)
+	}
+	if _, st := o.ahead(tree.Key(maxOrderGone+20), 1e18); st != orderGone {
+		t.Fatalf("the last segment trimmed: state %d, want gone", st)
+	}
+}
+
+func TestOrderRisk(t *testing.T) {
+	for _, c := range []struct{ ahead, need, band, want float64 }{
+		{1000, 100, 100, 0}, {100, 100, 100, 0}, {0, 100, 100, 0.5}, {0, 1000, 100, 1}, {0, 0, 0, 0},
+	} {
+		if got := orderRisk(c.ahead, c.need, c.band); got != c.want {
+			t.Errorf("orderRisk(%v, %v, %v) = %v, want %v", c.ahead, c.need, c.band, got, c.want)
+		}
+	}
+}
