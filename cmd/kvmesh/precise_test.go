@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/kvmesh/kvmesh/router"
 	"github.com/kvmesh/kvmesh/router/kvevents"
 )
@@ -188,6 +190,23 @@ func TestPreciseFlags(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", c.args, err, c.want)
 		}
+	}
+}
+
+// precise.eviction_order reaches the router's eviction-link config; off by
+// default.
+func TestPreciseEvictionOrderSetting(t *testing.T) {
+	p := defaultPrecise()
+	p.Streams = []kvevents.StreamConfig{{Backend: "a", Endpoint: "tcp://10.0.0.1:5557", Model: "m"}}
+	p.Mode = modeEvictions
+	if rc := p.routerConfig(); rc.EvictionOrder || len(rc.EvictionBackends) != 1 {
+		t.Fatalf("default: eviction order %v on %v, want off on [a]", rc.EvictionOrder, rc.EvictionBackends)
+	}
+	if err := yaml.Unmarshal([]byte("eviction_order: true\n"), &p); err != nil {
+		t.Fatal(err)
+	}
+	if rc := p.routerConfig(); !rc.EvictionOrder {
+		t.Fatal("eviction_order: true did not reach the router")
 	}
 }
 
