@@ -95,6 +95,11 @@ type Config struct {
 	// LagSampleEvery is how often the backends' engine lag is sampled (0 =
 	// never). Default 1 s: cheap, and a lag lasts longer than that.
 	LagSampleEvery time.Duration
+	// EvictionOrder has the eviction-link arms (kvmesh+evict) keep the
+	// router's copy of each engine's LRU queue and doubt by it
+	// (router.PreciseConfig.EvictionOrder). Default false, the router's
+	// default.
+	EvictionOrder bool
 	// KeepSamples stores every request's Sample in the results (the JSON
 	// grows by ~150 bytes per request), and the router nodes' counters and
 	// gauges at the end of each run (RunResult.Counters). Default false.

@@ -204,7 +204,7 @@ func deploy(ctx context.Context, cfg *Config, arm Arm, fleet Fleet) (_ *deployme
 			if cfg.ScaleRouterTimes {
 				scale = cfg.TimeScale
 			}
-			deps.Precise = preciseRouterConfig(&rc, TreeConfig(cfg), arm.Evictions, scale)
+			deps.Precise = preciseRouterConfig(&rc, TreeConfig(cfg), arm.Evictions, cfg.EvictionOrder, scale)
 		}
 		ls, sharing := learners[i].(loadSharer)
 		if sharing {

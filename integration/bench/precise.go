@@ -60,10 +60,11 @@ func (c *Config) fleetFor(a Arm) (FleetFactory, error) {
 }
 
 // preciseRouterConfig is the routers' precise mode for every backend, or
-// with evictions eviction-link mode (kvmesh+evict), with engine blocks of
-// the index's size; its eviction lag, about the engines' steps, divided by
-// scale (the time scale, when the router's times are scaled).
-func preciseRouterConfig(rc *router.Config, tc tree.Config, evictions bool, scale float64) *router.PreciseConfig {
+// with evictions eviction-link mode (kvmesh+evict, keeping the eviction
+// order with order), with engine blocks of the index's size; its eviction
+// lag, about the engines' steps, divided by scale (the time scale, when the
+// router's times are scaled).
+func preciseRouterConfig(rc *router.Config, tc tree.Config, evictions, order bool, scale float64) *router.PreciseConfig {
 	pc := router.DefaultPreciseConfig()
 	for _, b := range rc.Backends {
 		if evictions {
@@ -73,6 +74,7 @@ func preciseRouterConfig(rc *router.Config, tc tree.Config, evictions bool, scal
 		}
 	}
 	pc.EngineBlockTokens = tc.BlockTokens
+	pc.EvictionOrder = evictions && order
 	if scale > 1 && pc.EvictionLag > 0 { // about the engines' steps, like scaleRouterTimes' settings
 		pc.EvictionLag = max(time.Duration(float64(pc.EvictionLag)/scale), time.Millisecond)
 	}

@@ -124,7 +124,25 @@ func postJSON(t *testing.T, url string, body []byte) int {
 func TestPreciseRouterConfigScalesTheEvictionLag(t *testing.T) {
 	rc := router.DefaultConfig()
 	rc.Backends = []router.BackendConfig{{Name: "b0", URL: "http://127.0.0.1:1"}}
-	if pc := preciseRouterConfig(&rc, tree.DefaultConfig(), true, 10); pc.EvictionLag != 0 {
+	if pc := preciseRouterConfig(&rc, tree.DefaultConfig(), true, false, 10); pc.EvictionLag != 0 {
 		t.Fatalf("default eviction lag at time scale 10: %v, want 0 (off)", pc.EvictionLag)
+	}
+}
+
+// -eviction-order turns the eviction order on for the eviction-link arms
+// only; off, the router's default stands.
+func TestPreciseRouterConfigEvictionOrder(t *testing.T) {
+	rc := router.DefaultConfig()
+	rc.Backends = []router.BackendConfig{{Name: "b0", URL: "http://127.0.0.1:1"}}
+	for _, c := range []struct{ evictions, order, want bool }{
+		{true, true, true}, {true, false, false}, {false, true, false},
+	} {
+		pc := preciseRouterConfig(&rc, tree.DefaultConfig(), c.evictions, c.order, 10)
+		if pc.EvictionOrder != c.want {
+			t.Errorf("evictions %v, -eviction-order %v: eviction order %v, want %v", c.evictions, c.order, pc.EvictionOrder, c.want)
+		}
+		if err := pc.Validate(tree.DefaultConfig().BlockTokens); err != nil {
+			t.Errorf("evictions %v, -eviction-order %v: %v", c.evictions, c.order, err)
+		}
 	}
 }
