@@ -148,17 +148,22 @@ func (rt *Router) edgeDiscount(st *reqState, b *backend, c *Candidate, m tree.Ma
 	if deep == 0 {
 		return 0
 	}
-	// The deepest claim of the prompt short of m that is safe keeps its
-	// blocks believed; the ones between it and m at their own risk would
-	// take more probes than they are worth: they count at m's.
-	safe := int32(0)
+	return doubtBeyondSafe(st, c, m, deep, func(d int32) bool {
+		ts, ok := rt.ix.ClaimTime(&st.chain, d, b.id, nowMs)
+		return ok && risk(ts) == 0
+	})
+}
+
+// doubtBeyondSafe is the discount of c's trusted match m whose deepest
+// claim is doubted at deep: the deepest claim of the prompt short of m
+// that safe says will last keeps its blocks believed; the ones between it
+// and m at their own risk would take more probes than they are worth: they
+// count at m's. Shared by the eviction edge and the eviction order.
+func doubtBeyondSafe(st *reqState, c *Candidate, m tree.Match, deep float64, safe func(d int32) bool) float64 {
+	kept := int32(0)
 	for i := len(st.chain.Learn) - 1; i >= 0; i-- {
-		d := st.chain.Learn[i]
-		if d >= m.Blocks {
-			continue
-		}
-		if ts, ok := rt.ix.ClaimTime(&st.chain, d, b.id, nowMs); ok && risk(ts) == 0 {
-			safe = d
+		if d := st.chain.Learn[i]; d < m.Blocks && int(d) <= len(st.chain.Keys) && safe(d) {
+			kept = d
 			break
 		}
 	}
@@ -166,6 +171,6 @@ func (rt *Router) edgeDiscount(st *reqState, b *backend, c *Candidate, m tree.Ma
 	if matched <= 0 {
 		return 0
 	}
-	kept := min(float64(st.chain.UnitsAt(int(safe))), matched)
-	return min(deep*(matched-kept)/matched, maxEdgeDiscount)
+	keptUnits := min(float64(st.chain.UnitsAt(int(kept))), matched)
+	return min(deep*(matched-keptUnits)/matched, maxEdgeDiscount)
 }

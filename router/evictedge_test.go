@@ -46,17 +46,8 @@ func TestEvictionEdgeDoubtsClaimsDueToGo(t *testing.T) {
 	b := g.rt.set.Load().listed[0]
 	discount := func() (float64, int, int) {
 		t.Helper()
-		x, aerr := g.rt.Explain("/v1/chat/completions", []byte(older), "")
-		if aerr != nil {
-			t.Fatal(aerr)
-		}
-		for _, c := range x.Candidates {
-			if c.Backend == "a" {
-				return c.Discount, c.MatchedBlocks, c.MatchedUnits
-			}
-		}
-		t.Fatal("no candidate a")
-		return 0, 0, 0
+		c := explainCandidate(t, g, older, "a")
+		return c.Discount, c.MatchedBlocks, c.MatchedUnits
 	}
 	if d, m, _ := discount(); d != 0 || m == 0 {
 		t.Fatalf("before any eviction: discount %v on %d blocks, want 0 on the whole prompt", d, m)
@@ -139,4 +130,21 @@ func TestEdgeRisk(t *testing.T) {
 			t.Errorf("%s: risk %v, want %v", c.name, got, c.want)
 		}
 	}
+}
+
+// explainCandidate is backend's candidate in the router's explanation of
+// a chat request of body.
+func explainCandidate(t *testing.T, g *testRig, body, backend string) CandidateExplanation {
+	t.Helper()
+	x, aerr := g.rt.Explain("/v1/chat/completions", []byte(body), "")
+	if aerr != nil {
+		t.Fatal(aerr)
+	}
+	for _, c := range x.Candidates {
+		if c.Backend == backend {
+			return c
+		}
+	}
+	t.Fatalf("no candidate %s", backend)
+	return CandidateExplanation{}
 }

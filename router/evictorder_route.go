@@ -113,23 +113,7 @@ func (rt *Router) orderDiscount(st *reqState, b *backend, c *Candidate, m tree.M
 	if deep == 0 {
 		return 0
 	}
-	safe := int32(0)
-	for i := len(st.chain.Learn) - 1; i >= 0; i-- {
-		d := st.chain.Learn[i]
-		if d >= m.Blocks || int(d) > len(st.chain.Keys) {
-			continue
-		}
-		if risk(d) == 0 {
-			safe = d
-			break
-		}
-	}
-	matched := float64(c.MatchedUnits(&st.chain))
-	if matched <= 0 {
-		return 0
-	}
-	kept := min(float64(st.chain.UnitsAt(int(safe))), matched)
-	return min(deep*(matched-kept)/matched, maxEdgeDiscount)
+	return doubtBeyondSafe(st, c, m, deep, func(d int32) bool { return risk(d) == 0 }) // evictedge.go
 }
 
 // orderBandBlocks is the least half-width of the band over which the

@@ -65,17 +65,8 @@ func TestEvictionOrderDoubtsWhatTheQueueWillReach(t *testing.T) {
 
 	discount := func() (float64, int) {
 		t.Helper()
-		x, aerr := g.rt.Explain("/v1/chat/completions", []byte(older), "")
-		if aerr != nil {
-			t.Fatal(aerr)
-		}
-		for _, c := range x.Candidates {
-			if c.Backend == "a" {
-				return c.Discount, c.MatchedUnits
-			}
-		}
-		t.Fatal("no candidate a")
-		return 0, 0
+		c := explainCandidate(t, g, older, "a") // evictedge_test.go
+		return c.Discount, c.MatchedUnits
 	}
 	booked := func(units float64) { b.pendingUnits.Store(int64(units)) }
 	defer booked(0)
