@@ -339,7 +339,7 @@ func (rt *Router) EndLinked(blocks []tree.Key, backend tree.BackendID) {
 	if b != nil && pc.cfg.EvictionOrder {
 		b.order.drop(buf) // evictorder.go
 		if newest > 0 {
-			b.order.trim(newest)
+			b.order.trim(newest - pc.cfg.EvictionOrderSlack.Milliseconds())
 		}
 	}
 	if len(buf) > 0 {

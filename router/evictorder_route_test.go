@@ -1,6 +1,7 @@
 package router
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -111,5 +112,69 @@ func TestEvictionOrderDoubtsWhatTheQueueWillReach(t *testing.T) {
 	}
 	if a, _ := b.order.ahead(sysKey, 1e18); a <= 0 || a >= aSys {
 		t.Fatalf("the system prompt after the older conversation's eviction: %v units ahead, want fewer than %v and some (the newer conversation's)", a, aSys)
+	}
+}
+
+// An eviction trims from the order only what was released more than
+// EvictionOrderSlack before the evicted release: answers that end close
+// together may have been released by the engine in either order.
+func TestEvictionOrderTrimsPastTheSlack(t *testing.T) {
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	a := newTokenizingBackend(t, "a")
+	g := newRig(t, func(c *Config, d *Deps) {
+		pc := DefaultPreciseConfig()
+		pc.EngineBlockTokens = 32
+		pc.TokenizeTimeout = 20 * time.Second
+		pc.EvictionBackends = []string{"a"}
+		pc.EvictionOrder = true
+		d.Precise = &pc
+		d.Now = now
+	}, a.fakeBackend)
+	if s := DefaultPreciseConfig().EvictionOrderSlack; s != 200*time.Millisecond {
+		t.Fatalf("default slack %v, want 200ms", s)
+	}
+	older := chat("m1", longText("one system prompt", 2000), longText("an older conversation", 1500))
+	newer := chat("m1", longText("another system prompt", 2000), longText("a newer conversation", 1500))
+	g.post(t, older, 200)
+	waitFor(t, "the older prompt linked", func() bool {
+		return g.counter("kvmesh_router_eviction_link_prompts_total", "outcome", "linked") == 1
+	})
+	clock.Add(int64(100 * time.Millisecond))
+	g.post(t, newer, 200)
+	waitFor(t, "the newer prompt linked", func() bool {
+		return g.counter("kvmesh_router_eviction_link_prompts_total", "outcome", "linked") == 2
+	})
+	b := g.rt.set.Load().listed[0]
+	st := g.rt.getState()
+	defer g.rt.putState(st)
+	if aerr := g.rt.prepare(st, EndpointChat, []byte(older), ""); aerr != nil {
+		t.Fatal(aerr)
+	}
+	olderDeep := st.chain.Keys[st.chain.Learn[len(st.chain.Learn)-1]-1]
+	blocks := engineBlocks(t, g, newer, 0)
+	ended := func() float64 { return g.counter("kvmesh_router_eviction_link_claims_ended_total") }
+	// The newer answer ended 100 ms after the older: within the slack. Its
+	// deepest linked block goes first.
+	i := len(blocks) - 1
+	for ; i >= 0 && ended() == 0; i-- {
+		g.rt.EvictionSink(nil).End(blocks[i:i+1], b.id)
+	}
+	if ended() == 0 || i < 0 {
+		t.Fatal("no eviction of the newer prompt's blocks ended a claim, or only the last one did")
+	}
+	if _, state := b.order.ahead(olderDeep, 1e18); state != orderQueued {
+		t.Fatalf("the older answer's claim after an eviction of the newer's, 100 ms apart: state %d, want still queued", state)
+	}
+	// With a slack of 50 ms the older one was released before.
+	g.rt.precise.cfg.EvictionOrderSlack = 50 * time.Millisecond
+	before := ended()
+	g.rt.EvictionSink(nil).End(blocks[:i+1], b.id)
+	if ended() == before {
+		t.Fatal("the rest of the newer prompt's blocks ended no claim")
+	}
+	if _, state := b.order.ahead(olderDeep, 1e18); state != orderGone {
+		t.Fatalf("the older answer's claim after an eviction of the newer's with a 50 ms slack: state %d, want gone", state)
 	}
 }

@@ -83,6 +83,19 @@ type PreciseConfig struct {
 	// the prefill booked ahead of the request. It replaces EvictionLag's
 	// retention when set.
 	EvictionOrder bool
+	// EvictionOrderSlack is how far apart in time two answers' ends must
+	// be for the eviction order to take the router's order of them for the
+	// engine's: requests that finish in the same engine step are released
+	// in an order the router does not see (their streams end within
+	// milliseconds of each other, in any order). An eviction then trims
+	// from the order only what was released more than this before the
+	// evicted release; the rest goes when the events end it. 200 ms: a few
+	// decode steps, about one long prefill step. Logged on the benchmarks
+	// (time scale 10, so 20 ms there), the exact trim removed segments
+	// that the events evicted later (88% of those trimmed on customers, 51%
+	// on agent, median 1 ms released before the evicted one) and cost agent
+	// two points of hit rate.
+	EvictionOrderSlack time.Duration
 	// LinkTokenizeTimeout bounds the background tokenization of an answered
 	// prompt for its links. It is off the request path, and a link may come
 	// late (the engine evicts a prompt's blocks no sooner than the next
@@ -132,6 +145,7 @@ func DefaultPreciseConfig() PreciseConfig {
 		CacheTokens:         4 << 20,
 		MaxPromptTokens:     1 << 20,
 		TrustEvictionLinks:  true,
+		EvictionOrderSlack:  200 * time.Millisecond,
 		LinkTokenizeTimeout: 2 * time.Second,
 		MaxEvictionLinks:    1 << 18,
 		LinkWorkers:         2,
@@ -182,6 +196,9 @@ func (c *PreciseConfig) Validate(blockTokens int) error {
 	}
 	if c.EvictionLag < 0 {
 		bad("eviction_lag must not be negative, got %v", c.EvictionLag)
+	}
+	if c.EvictionOrderSlack < 0 {
+		bad("eviction_order_slack must not be negative, got %v", c.EvictionOrderSlack)
 	}
 	if len(c.EvictionBackends) > 0 && c.LinkTokenizeTimeout <= 0 {
 		bad("link_tokenize_timeout must be positive, got %v", c.LinkTokenizeTimeout)

@@ -86,6 +86,11 @@ type PreciseConfig struct {
 	// ahead of the request, by the order the router keeps of what it left
 	// on each engine (router.PreciseConfig.EvictionOrder).
 	EvictionOrder bool `yaml:"eviction_order"`
+	// EvictionOrderSlack (with eviction_order): answers that ended within
+	// this of each other may have been released by the engine in either
+	// order (200 ms: about an engine step; router.PreciseConfig.
+	// EvictionOrderSlack).
+	EvictionOrderSlack time.Duration `yaml:"eviction_order_slack"`
 	// MaxEvictionLinks bounds the links from engine blocks to byte claims
 	// a node holds (evictions mode; 256K, about 10 MiB).
 	MaxEvictionLinks int `yaml:"max_eviction_links"`
@@ -120,6 +125,7 @@ func defaultPrecise() PreciseConfig {
 		TrustEvictionLinks:  rp.TrustEvictionLinks,
 		EvictionLag:         rp.EvictionLag,
 		EvictionOrder:       rp.EvictionOrder,
+		EvictionOrderSlack:  rp.EvictionOrderSlack,
 		MaxEvictionLinks:    rp.MaxEvictionLinks,
 		LinkTokenizeTimeout: rp.LinkTokenizeTimeout,
 		LinkWorkers:         rp.LinkWorkers,
@@ -156,6 +162,7 @@ func (p *PreciseConfig) routerConfig() *router.PreciseConfig {
 	rc.TrustEvictionLinks = p.TrustEvictionLinks
 	rc.EvictionLag = p.EvictionLag
 	rc.EvictionOrder = p.EvictionOrder
+	rc.EvictionOrderSlack = p.EvictionOrderSlack
 	rc.MaxEvictionLinks = p.MaxEvictionLinks
 	rc.LinkTokenizeTimeout = p.LinkTokenizeTimeout
 	rc.LinkWorkers = p.LinkWorkers

@@ -78,6 +78,9 @@ func preciseRouterConfig(rc *router.Config, tc tree.Config, evictions, order boo
 	if scale > 1 && pc.EvictionLag > 0 { // about the engines' steps, like scaleRouterTimes' settings
 		pc.EvictionLag = max(time.Duration(float64(pc.EvictionLag)/scale), time.Millisecond)
 	}
+	if scale > 1 { // about the engines' steps too
+		pc.EvictionOrderSlack = time.Duration(float64(pc.EvictionOrderSlack) / scale)
+	}
 	return &pc
 }
 
