@@ -22,10 +22,12 @@ import (
 // its answer ended. It keeps each claim's segment (the prompt's units from
 // the previous claim's depth to its own) in that order, pins the segments
 // a request matched from its first byte to its end, drops the ones the
-// engine's events evicted, and trims everything released before the
-// newest release the events evicted (the queue is first in, first out:
-// what was ahead of an evicted block is gone too; a claim trimmed so is
-// gone, not unknown). What a request sent now finds is then the claims
+// engine's events evicted, and trims everything released more than
+// PreciseConfig.EvictionOrderSlack before the newest release the events
+// evicted (the queue is first in, first out: what was ahead of an evicted
+// block is gone too, and a claim trimmed so is gone, not unknown; but
+// answers that end in the same engine step are released in an order the
+// router does not see). What a request sent now finds is then the claims
 // whose units ahead of them outlast what the engine allocates before it
 // schedules the request: the prefill queued ahead of it (the bookings, in
 // the same units).
