@@ -1,10 +1,6 @@
 package router
 
-import (
-	"time"
-
-	"github.com/kvmesh/kvmesh/tree"
-)
+import "github.com/kvmesh/kvmesh/tree"
 
 // The request path's side of the eviction order (evictorder.go): an
 // attempt pins the claims it matched, its end releases the prompt's claims
@@ -57,7 +53,7 @@ func (st *reqState) orderPinNow() {
 // orderRelease ends an attempt's hold on b: answered, the engine holds
 // every claim of learn and releases them now; otherwise only what it
 // pinned goes back into the order.
-func (rt *Router) orderRelease(st *reqState, b *backend, learn []int32, answered bool, now time.Time) {
+func (rt *Router) orderRelease(st *reqState, b *backend, learn []int32, answered bool) {
 	st.orderB = nil
 	// An answer that broke off after its first byte keeps its claims
 	// (confirmClaims): the engine computed the prompt all the same.
@@ -79,7 +75,7 @@ func (rt *Router) orderRelease(st *reqState, b *backend, learn []int32, answered
 		st.orderSegs = append(st.orderSegs, segment{key: st.chain.Keys[d-1], units: float64(u - prev), pinned: d <= st.orderPinned})
 		prev = u
 	}
-	b.order.release(st.orderSegs, now.UnixMilli())
+	b.order.release(st.orderSegs, rt.now().UnixMilli())
 	st.orderPinned, st.orderB = 0, nil
 }
 

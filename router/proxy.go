@@ -108,7 +108,7 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, st *reqState, 
 		}
 		last = rt.runAttempt(w, r, st, b, d, matched, attempt >= rt.cfg.Retries || len(st.cands) <= 1, start, ep)
 		if st.routed {
-			rt.orderRelease(st, b, learnAll, last.out == outDone && last.ok, rt.now())
+			rt.orderRelease(st, b, learnAll, last.out == outDone && last.ok)
 		}
 		if learn && (last.out == outRetry || last.out == outDone && !last.ok) {
 			// The lookup that routed the attempt is the one before its
