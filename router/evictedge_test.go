@@ -16,15 +16,7 @@ func TestEvictionEdgeDoubtsClaimsDueToGo(t *testing.T) {
 	now := func() time.Time { return time.Unix(0, clock.Load()) }
 	advance := func(d time.Duration) { clock.Add(int64(d)) }
 	a := newTokenizingBackend(t, "a")
-	g := newRig(t, func(c *Config, d *Deps) {
-		pc := DefaultPreciseConfig()
-		pc.EngineBlockTokens = 32
-		pc.TokenizeTimeout = 20 * time.Second
-		pc.EvictionBackends = []string{"a"}
-		pc.EvictionLag = 250 * time.Millisecond
-		d.Precise = &pc
-		d.Now = now
-	}, a.fakeBackend)
+	g := evictRigAt(t, now, func(pc *PreciseConfig) { pc.EvictionLag = 250 * time.Millisecond }, a.fakeBackend) // evictlinks_test.go
 	lag := g.rt.precise.cfg.EvictionLag
 	if DefaultPreciseConfig().EvictionLag != 0 {
 		t.Fatal("the eviction edge's doubt is on by default")
@@ -32,15 +24,9 @@ func TestEvictionEdgeDoubtsClaimsDueToGo(t *testing.T) {
 	sys := longText("system", 3000)
 	older := chat("m1", sys, longText("an older conversation", 1500))
 	newer := chat("m1", sys, longText("a newer conversation", 1500))
-	g.post(t, older, 200)
-	waitFor(t, "the older prompt linked", func() bool {
-		return g.counter("kvmesh_router_eviction_link_prompts_total", "outcome", "linked") == 1
-	})
+	postLinked(t, g, older, 1)
 	advance(4 * lag) // the newer conversation refreshes the system prompt's claim later
-	g.post(t, newer, 200)
-	waitFor(t, "the newer prompt linked", func() bool {
-		return g.counter("kvmesh_router_eviction_link_prompts_total", "outcome", "linked") == 2
-	})
+	postLinked(t, g, newer, 2)
 	t2 := now().UnixMilli()
 	advance(time.Second)
 	b := g.rt.set.Load().listed[0]

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +20,26 @@ func evictRig(t testing.TB, mod func(*PreciseConfig), backends ...*fakeBackend) 
 			mod(pc)
 		}
 	}, backends...)
+}
+
+// evictRigAt is evictRig on the clock now.
+func evictRigAt(t testing.TB, now func() time.Time, mod func(*PreciseConfig), backends ...*fakeBackend) *testRig {
+	return preciseRigDeps(t, func(pc *PreciseConfig) {
+		pc.EvictionBackends, pc.Backends = pc.Backends, nil
+		if mod != nil {
+			mod(pc)
+		}
+	}, func(d *Deps) { d.Now = now }, backends...)
+}
+
+// postLinked posts body to g and waits until its answer's claims are
+// linked: the n-th prompt linked since the router started.
+func postLinked(t *testing.T, g *testRig, body string, n int) {
+	t.Helper()
+	g.post(t, body, 200)
+	waitFor(t, fmt.Sprintf("prompt %d linked", n), func() bool {
+		return g.counter("kvmesh_router_eviction_link_prompts_total", "outcome", "linked") == float64(n)
+	})
 }
 
 // engineBlocks returns the keys the engine's events name body's blocks by

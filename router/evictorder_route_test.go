@@ -13,25 +13,12 @@ import (
 // released since.
 func TestEvictionOrderDoubtsWhatTheQueueWillReach(t *testing.T) {
 	a := newTokenizingBackend(t, "a")
-	g := newRig(t, func(c *Config, d *Deps) {
-		pc := DefaultPreciseConfig()
-		pc.EngineBlockTokens = 32
-		pc.TokenizeTimeout = 20 * time.Second
-		pc.EvictionBackends = []string{"a"}
-		pc.EvictionOrder = true
-		d.Precise = &pc
-	}, a.fakeBackend)
+	g := evictRig(t, func(pc *PreciseConfig) { pc.EvictionOrder = true }, a.fakeBackend) // evictlinks_test.go
 	sys := longText("system", 3000)
 	older := chat("m1", sys, longText("an older conversation", 1500))
 	newer := chat("m1", sys, longText("a newer conversation", 1500))
-	g.post(t, older, 200)
-	waitFor(t, "the older prompt linked", func() bool {
-		return g.counter("kvmesh_router_eviction_link_prompts_total", "outcome", "linked") == 1
-	})
-	g.post(t, newer, 200) // matches the system prompt: pinned, then released after its own turn
-	waitFor(t, "the newer prompt linked", func() bool {
-		return g.counter("kvmesh_router_eviction_link_prompts_total", "outcome", "linked") == 2
-	})
+	postLinked(t, g, older, 1)
+	postLinked(t, g, newer, 2) // matches the system prompt: pinned, then released after its own turn
 	b := g.rt.set.Load().listed[0]
 	if got, want := g.counter("kvmesh_router_backend_eviction_order_segments"), float64(b.order.segments()); got != want || got == 0 {
 		t.Fatalf("order segments gauge %v, want %v (and some)", got, want)
@@ -123,29 +110,15 @@ func TestEvictionOrderTrimsPastTheSlack(t *testing.T) {
 	clock.Store(time.Now().UnixNano())
 	now := func() time.Time { return time.Unix(0, clock.Load()) }
 	a := newTokenizingBackend(t, "a")
-	g := newRig(t, func(c *Config, d *Deps) {
-		pc := DefaultPreciseConfig()
-		pc.EngineBlockTokens = 32
-		pc.TokenizeTimeout = 20 * time.Second
-		pc.EvictionBackends = []string{"a"}
-		pc.EvictionOrder = true
-		d.Precise = &pc
-		d.Now = now
-	}, a.fakeBackend)
+	g := evictRigAt(t, now, func(pc *PreciseConfig) { pc.EvictionOrder = true }, a.fakeBackend) // evictlinks_test.go
 	if s := DefaultPreciseConfig().EvictionOrderSlack; s != 200*time.Millisecond {
 		t.Fatalf("default slack %v, want 200ms", s)
 	}
 	older := chat("m1", longText("one system prompt", 2000), longText("an older conversation", 1500))
 	newer := chat("m1", longText("another system prompt", 2000), longText("a newer conversation", 1500))
-	g.post(t, older, 200)
-	waitFor(t, "the older prompt linked", func() bool {
-		return g.counter("kvmesh_router_eviction_link_prompts_total", "outcome", "linked") == 1
-	})
+	postLinked(t, g, older, 1)
 	clock.Add(int64(100 * time.Millisecond))
-	g.post(t, newer, 200)
-	waitFor(t, "the newer prompt linked", func() bool {
-		return g.counter("kvmesh_router_eviction_link_prompts_total", "outcome", "linked") == 2
-	})
+	postLinked(t, g, newer, 2)
 	b := g.rt.set.Load().listed[0]
 	st := g.rt.getState()
 	defer g.rt.putState(st)

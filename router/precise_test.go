@@ -100,6 +100,11 @@ func (tb *tokenizingBackend) set(block func(), answer func(http.ResponseWriter, 
 // preciseRig is a router whose backends a and b are in precise mode (b
 // unless only a is asked for) with 32-token engine blocks.
 func preciseRig(t testing.TB, mod func(*PreciseConfig), backends ...*fakeBackend) *testRig {
+	return preciseRigDeps(t, mod, nil, backends...)
+}
+
+// preciseRigDeps is preciseRig with depsMod applied to its Deps (a clock).
+func preciseRigDeps(t testing.TB, mod func(*PreciseConfig), depsMod func(*Deps), backends ...*fakeBackend) *testRig {
 	return newRig(t, func(c *Config, d *Deps) {
 		pc := DefaultPreciseConfig()
 		pc.EngineBlockTokens = 32
@@ -111,6 +116,9 @@ func preciseRig(t testing.TB, mod func(*PreciseConfig), backends ...*fakeBackend
 			mod(&pc)
 		}
 		d.Precise = &pc
+		if depsMod != nil {
+			depsMod(d)
+		}
 	}, backends...)
 }
 
