@@ -125,7 +125,7 @@ func (rt *Router) noteEvicted(b *backend, newest int64) {
 // expected to outlive it are doubted.
 func (rt *Router) edgeDiscount(st *reqState, b *backend, c *Candidate, m tree.Match, now time.Time) float64 {
 	pc := rt.precise
-	if pc != nil && pc.cfg.EvictionOrder && rt.peers == nil {
+	if rt.orderKept(b) {
 		return rt.orderDiscount(st, b, c, m) // evictorder_route.go
 	}
 	if pc == nil || pc.cfg.EvictionLag <= 0 || m.Blocks <= 0 {

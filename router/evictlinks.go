@@ -336,7 +336,7 @@ func (rt *Router) EndLinked(blocks []tree.Key, backend tree.BackendID) {
 	if newest > 0 && b != nil {
 		rt.noteEvicted(b, newest) // evictedge.go
 	}
-	if b != nil && pc.cfg.EvictionOrder {
+	if b != nil && rt.orderKept(b) {
 		b.order.drop(buf) // evictorder.go
 		if newest > 0 {
 			b.order.trim(newest - pc.cfg.EvictionOrderSlack.Milliseconds())

@@ -134,6 +134,11 @@ func (o *evictOrder) pushBack(n *orderNode) {
 func (o *evictOrder) remove(n *orderNode) {
 	o.unlink(n)
 	delete(o.nodes, n.key)
+	o.recycle(n)
+}
+
+// recycle puts n, out of the queue and the map, on the spare list.
+func (o *evictOrder) recycle(n *orderNode) {
 	*n = orderNode{next: o.free}
 	o.free = n
 }
@@ -259,14 +264,11 @@ func (o *evictOrder) segments() int {
 func (o *evictOrder) clear() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for o.head != nil {
-		o.remove(o.head)
+	for _, n := range o.nodes {
+		o.recycle(n)
 	}
-	for k, n := range o.nodes {
-		delete(o.nodes, k)
-		*n = orderNode{next: o.free}
-		o.free = n
-	}
+	clear(o.nodes)
+	o.head, o.tail, o.queued = nil, nil, 0
 	clear(o.gone)
 	o.goneRing, o.goneNext = o.goneRing[:0], 0
 }

@@ -7,14 +7,19 @@ import "github.com/kvmesh/kvmesh/tree"
 // into the order, and the eviction edge prices a trusted match by the
 // units queued ahead of its claims.
 
-// orderOn says st's attempts on b feed and read b's eviction order.
+// orderKept says this router keeps b's eviction order.
 //
 // A node of a mesh does not keep the order: it would hold only its own
 // requests' claims, and its peers' requests release and pin the same
 // prefixes (a shared context most of all) in between.
-func (rt *Router) orderOn(st *reqState, b *backend) bool {
+func (rt *Router) orderKept(b *backend) bool {
 	pc := rt.precise
-	return pc != nil && pc.cfg.EvictionOrder && rt.peers == nil && st.routed && !st.precise && pc.linkedOn(b)
+	return pc != nil && pc.cfg.EvictionOrder && rt.peers == nil && pc.linkedOn(b)
+}
+
+// orderOn says st's attempts on b feed and read b's eviction order.
+func (rt *Router) orderOn(st *reqState, b *backend) bool {
+	return st.routed && !st.precise && rt.orderKept(b)
 }
 
 // orderPin readies the pin of the claims of learn (the prompt's learn
@@ -35,7 +40,6 @@ func (rt *Router) orderPin(st *reqState, b *backend, learn []int32, matched int3
 		}
 		st.orderKeys = append(st.orderKeys, st.chain.Keys[d-1])
 	}
-
 	st.orderWant, st.orderB = matched, b
 }
 
@@ -76,7 +80,7 @@ func (rt *Router) orderRelease(st *reqState, b *backend, learn []int32, answered
 		prev = u
 	}
 	b.order.release(st.orderSegs, rt.now().UnixMilli())
-	st.orderPinned, st.orderB = 0, nil
+	st.orderPinned = 0
 }
 
 // orderDiscount is the eviction edge by the order: the share of c's
@@ -93,7 +97,7 @@ func (rt *Router) orderDiscount(st *reqState, b *backend, c *Candidate, m tree.M
 		// before it evicts one the order holds.
 		return 0
 	}
-	need := max(c.Load.PendingPrefill+c.Load.PeerPendingPrefill, 0)
+	need := max(c.Load.PendingPrefill, 0) // kept only without peers (orderKept)
 	band := orderBandShare*need + float64(st.chain.UnitsAt(orderBandBlocks))
 	risk := func(d int32) float64 {
 		ahead, state := b.order.ahead(st.chain.Keys[d-1], need)

@@ -270,7 +270,7 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 		if r, ok := b.edge.retention(); ok {
 			ch <- prometheus.MustNewConstMetric(descRetention, prometheus.GaugeValue, float64(r)/1e3, b.name)
 		}
-		if pc := c.rt.precise; pc != nil && pc.cfg.EvictionOrder && c.rt.peers == nil && pc.linkedOn(b) {
+		if c.rt.orderKept(b) {
 			ch <- prometheus.MustNewConstMetric(descOrderSegments, prometheus.GaugeValue, float64(b.order.segments()), b.name)
 		}
 		if cfg := &c.rt.cfg.Belief; cfg.Enabled {

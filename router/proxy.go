@@ -103,13 +103,9 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, st *reqState, 
 			rt.metrics.learned[0].Inc()
 			st.confirm = b
 		}
-		if st.routed {
-			rt.orderPin(st, b, learnAll, st.cands[d.Index].Matched) // evictorder_route.go
-		}
+		rt.orderPin(st, b, learnAll, st.cands[d.Index].Matched) // evictorder_route.go
 		last = rt.runAttempt(w, r, st, b, d, matched, attempt >= rt.cfg.Retries || len(st.cands) <= 1, start, ep)
-		if st.routed {
-			rt.orderRelease(st, b, learnAll, last.out == outDone && last.ok)
-		}
+		rt.orderRelease(st, b, learnAll, last.out == outDone && last.ok)
 		if learn && (last.out == outRetry || last.out == outDone && !last.ok) {
 			// The lookup that routed the attempt is the one before its
 			// learn: nothing gathers again before the next attempt.
