@@ -16,7 +16,7 @@ func TestEvictionEdgeDoubtsClaimsDueToGo(t *testing.T) {
 	now := func() time.Time { return time.Unix(0, clock.Load()) }
 	advance := func(d time.Duration) { clock.Add(int64(d)) }
 	a := newTokenizingBackend(t, "a")
-	g := evictRigAt(t, now, func(pc *PreciseConfig) { pc.EvictionLag = 250 * time.Millisecond }, a.fakeBackend) // evictlinks_test.go
+	g := evictRigAt(t, now, func(pc *PreciseConfig) { pc.EvictionLag, pc.EvictionOrder = 250*time.Millisecond, false }, a.fakeBackend) // evictlinks_test.go
 	lag := g.rt.precise.cfg.EvictionLag
 	if DefaultPreciseConfig().EvictionLag != 0 {
 		t.Fatal("the eviction edge's doubt is on by default")

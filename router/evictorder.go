@@ -71,7 +71,8 @@ type orderNode struct {
 	key        tree.Key
 	units      float64 // the segment's prompt units
 	at         int64   // released at (Unix ms), when queued
-	pins       int32   // requests in flight that matched it
+	pins       int32   // requests in flight that matched it, scheduled
+	awaits     int32   // requests sent that matched it, not yet scheduled
 	queued     bool
 	prev, next *orderNode
 }
@@ -143,13 +144,44 @@ func (o *evictOrder) recycle(n *orderNode) {
 	o.free = n
 }
 
+// await marks the segments of keys as matched by a request just sent:
+// the engine takes them out of its queue when it schedules the request,
+// which the router learns only at its first byte (pin). Unknown keys are
+// skipped.
+func (o *evictOrder) await(keys []tree.Key) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, k := range keys {
+		if n := o.nodes[k]; n != nil {
+			n.awaits++
+		}
+	}
+}
+
+// unawait ends await's mark for a request that ended before its first
+// byte. A segment trim held out of the queue for it (and no request pins)
+// is forgotten: whether the engine kept it is not known.
+func (o *evictOrder) unawait(keys []tree.Key) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, k := range keys {
+		if n := o.nodes[k]; n != nil && n.awaits > 0 {
+			if n.awaits--; n.awaits == 0 && n.pins == 0 && !n.queued {
+				o.remove(n)
+			}
+		}
+	}
+}
+
 // pin takes the segments of keys that are held out of the queue: a
-// request that matched them is in flight. Unknown keys are skipped.
+// request that matched them (await) is scheduled. Unknown keys are
+// skipped.
 func (o *evictOrder) pin(keys []tree.Key) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for _, k := range keys {
 		if n := o.nodes[k]; n != nil {
+			n.awaits = max(n.awaits-1, 0)
 			n.pins++
 			o.unlink(n)
 		}
@@ -205,10 +237,17 @@ func (o *evictOrder) drop(keys []tree.Key) {
 
 // trim removes the queued segments released before front (Unix ms): the
 // engine evicted one released then, and what was ahead of it went first.
+// A segment a request sent there matched (await) is held out of the queue
+// instead: the engine may have scheduled that request, and then holds it;
+// if it evicted it first its events say so (drop).
 func (o *evictOrder) trim(front int64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for o.head != nil && o.head.at < front {
+		if n := o.head; n.awaits > 0 {
+			o.unlink(n)
+			continue
+		}
 		o.markGone(o.head.key)
 		o.remove(o.head)
 	}

@@ -98,6 +98,42 @@ func TestEvictOrderPinsCount(t *testing.T) {
 	aheadOf(t, o, 7)
 }
 
+// A claim matched by a request sent but not yet scheduled is not trimmed
+// as gone: the engine holds it from the request's scheduling, which the
+// router learns only at the first byte. It leaves the queue (not doubted)
+// until that request ends; one that ends unscheduled forgets it.
+func TestEvictOrderTrimSparesAwaited(t *testing.T) {
+	o := newEvictOrder()
+	o.release(segs(10, 1, 2), 1)
+	o.release(segs(10, 3), 2)
+	o.await([]tree.Key{1})
+	o.await([]tree.Key{2})
+	o.trim(5) // the engine evicted something released at 5
+	if _, st := o.ahead(3, 1e18); st != orderGone {
+		t.Fatalf("claim 3 (no request awaits it): state %d, want gone", st)
+	}
+	for _, k := range []tree.Key{1, 2} {
+		if _, st := o.ahead(k, 1e18); st != orderPinned {
+			t.Fatalf("claim %d awaited by a request in flight: state %d, want held", k, st)
+		}
+	}
+	// Claim 1's request is scheduled, then answered: it queues again.
+	o.pin([]tree.Key{1})
+	o.release([]segment{{key: 1, units: 10, pinned: true}}, 6)
+	if a := aheadOf(t, o, 1); a != 0 {
+		t.Fatalf("claim 1 released after its request: ahead %v, want 0", a)
+	}
+	// Claim 2's request ends before its first byte: the claim is unknown.
+	o.unawait([]tree.Key{2})
+	if _, st := o.ahead(2, 1e18); st != orderUnknown || len(o.nodes) != 1 {
+		t.Fatalf("claim 2 after its request ended unscheduled: state %d (%d segments), want unknown", st, len(o.nodes))
+	}
+	// A queued claim whose request ends unscheduled stays queued.
+	o.await([]tree.Key{1})
+	o.unawait([]tree.Key{1})
+	aheadOf(t, o, 1)
+}
+
 // The order is bounded: past maxOrderNodes segments the front goes, and
 // past maxOrderGone trimmed ones the oldest is forgotten.
 func TestEvictOrderBounds(t *testing.T) {
@@ -126,6 +162,26 @@ func TestOrderRisk(t *testing.T) {
 	} {
 		if got := orderRisk(c.ahead, c.need, c.band); got != c.want {
 			t.Errorf("orderRisk(%v, %v, %v) = %v, want %v", c.ahead, c.need, c.band, got, c.want)
+		}
+	}
+}
+
+// What the engine allocates before a request is scheduled leaves out what
+// it has computed of the head's prefill, never more than its booking.
+func TestOrderNeed(t *testing.T) {
+	for _, c := range []struct {
+		l    LoadView
+		want float64
+	}{
+		{LoadView{}, 0},
+		{LoadView{PendingPrefill: 1000}, 1000},
+		{LoadView{PendingPrefill: 1000, HeadBooked: 600, HeadProgress: 200}, 800},
+		{LoadView{PendingPrefill: 1000, HeadBooked: 600, HeadProgress: 5000}, 400}, // past its booking: the head's rest is its own
+		{LoadView{PendingPrefill: 100, HeadBooked: 600, HeadProgress: 500}, 0},
+		{LoadView{PendingPrefill: 1000, PeerPendingPrefill: 5000}, 1000},
+	} {
+		if got := orderNeed(c.l); got != c.want {
+			t.Errorf("orderNeed(%+v) = %v, want %v", c.l, got, c.want)
 		}
 	}
 }

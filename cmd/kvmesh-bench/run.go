@@ -104,7 +104,7 @@ func parseRunFlags(args []string, stderr io.Writer) (*runFlags, error) {
 	fs.StringVar(&f.label, "label", "external", "with -fronts: the arm name for the runs")
 	fs.StringVar(&f.routerConfig, "router-config", "", "YAML file of router settings for every arm (the `router:` section of kvmesh serve's config, e.g. kvmesh: {cache_weight: 0}); backends and policy are the bench's")
 	fs.BoolVar(&f.keepSamples, "keep-samples", false, "store every request's sample in results.json")
-	fs.BoolVar(&f.evictionOrder, "eviction-order", false, "kvmesh+evict arms keep the router's copy of each engine's LRU queue and doubt by it (precise.eviction_order, off by default)")
+	fs.BoolVar(&f.evictionOrder, "eviction-order", bench.DefaultConfig().EvictionOrder, "kvmesh+evict arms keep the router's copy of each engine's LRU queue and doubt by it (precise.eviction_order, the router's default; -eviction-order=false turns it off)")
 	fs.BoolVar(&f.explainHolders, "explain-holders", false, "with -keep-samples: before each request, ask the router what it thinks of the backend holding the most of the prompt (sample field holder); costs a routing decision per request, so latencies are not comparable")
 	fs.StringVar(&f.logLevel, "log-level", "warn", "log level: debug, info, warn, error, disabled")
 	fs.BoolVar(&f.noProgress, "no-progress", false, "no progress bar")

@@ -193,20 +193,20 @@ func TestPreciseFlags(t *testing.T) {
 	}
 }
 
-// precise.eviction_order reaches the router's eviction-link config; off by
+// precise.eviction_order reaches the router's eviction-link config; on by
 // default.
 func TestPreciseEvictionOrderSetting(t *testing.T) {
 	p := defaultPrecise()
 	p.Streams = []kvevents.StreamConfig{{Backend: "a", Endpoint: "tcp://10.0.0.1:5557", Model: "m"}}
 	p.Mode = modeEvictions
-	if rc := p.routerConfig(); rc.EvictionOrder || len(rc.EvictionBackends) != 1 {
-		t.Fatalf("default: eviction order %v on %v, want off on [a]", rc.EvictionOrder, rc.EvictionBackends)
+	if rc := p.routerConfig(); !rc.EvictionOrder || len(rc.EvictionBackends) != 1 {
+		t.Fatalf("default: eviction order %v on %v, want on on [a]", rc.EvictionOrder, rc.EvictionBackends)
 	}
-	if err := yaml.Unmarshal([]byte("eviction_order: true\n"), &p); err != nil {
+	if err := yaml.Unmarshal([]byte("eviction_order: false\n"), &p); err != nil {
 		t.Fatal(err)
 	}
-	if rc := p.routerConfig(); !rc.EvictionOrder {
-		t.Fatal("eviction_order: true did not reach the router")
+	if rc := p.routerConfig(); rc.EvictionOrder {
+		t.Fatal("eviction_order: false did not reach the router")
 	}
 }
 

@@ -97,8 +97,8 @@ type Config struct {
 	LagSampleEvery time.Duration
 	// EvictionOrder has the eviction-link arms (kvmesh+evict) keep the
 	// router's copy of each engine's LRU queue and doubt by it
-	// (router.PreciseConfig.EvictionOrder). Default false, the router's
-	// default.
+	// (router.PreciseConfig.EvictionOrder). Default the router's default
+	// (on).
 	EvictionOrder bool
 	// KeepSamples stores every request's Sample in the results (the JSON
 	// grows by ~150 bytes per request), and the router nodes' counters and
@@ -125,6 +125,7 @@ func DefaultConfig() Config {
 		Repeats:          3,
 		Replay:           DefaultReplayConfig(),
 		LagSampleEvery:   time.Second,
+		EvictionOrder:    router.DefaultPreciseConfig().EvictionOrder,
 		MaxLag:           100 * time.Millisecond,
 		Retries:          2,
 		Logger:           zerolog.Nop(),

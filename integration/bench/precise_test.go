@@ -129,11 +129,14 @@ func TestPreciseRouterConfigScalesTheEvictionLag(t *testing.T) {
 	}
 }
 
-// -eviction-order turns the eviction order on for the eviction-link arms
-// only; off, the router's default stands.
+// -eviction-order (on by default, as in the router) keeps the eviction
+// order on the eviction-link arms only; -eviction-order=false turns it off.
 func TestPreciseRouterConfigEvictionOrder(t *testing.T) {
 	rc := router.DefaultConfig()
 	rc.Backends = []router.BackendConfig{{Name: "b0", URL: "http://127.0.0.1:1"}}
+	if !DefaultConfig().EvictionOrder || DefaultConfig().EvictionOrder != router.DefaultPreciseConfig().EvictionOrder {
+		t.Fatal("the bench's default eviction order is not the router's (on)")
+	}
 	for _, c := range []struct{ evictions, order, want bool }{
 		{true, true, true}, {true, false, false}, {false, true, false},
 	} {
