@@ -21,7 +21,8 @@ import (
 // one matched, when its first byte came (the engine scheduled it) and when
 // its answer ended. It keeps each claim's segment (the prompt's units from
 // the previous claim's depth to its own) in that order, pins the segments
-// a request matched from its first byte to its end, drops the ones the
+// a request matched from its first byte to its end (and, from its dispatch
+// to its first byte, keeps a trim from taking them), drops the ones the
 // engine's events evicted, and trims everything released more than
 // PreciseConfig.EvictionOrderSlack before the newest release the events
 // evicted (the queue is first in, first out: what was ahead of an evicted

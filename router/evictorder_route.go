@@ -27,7 +27,8 @@ func (rt *Router) orderOn(st *reqState, b *backend) bool {
 // there. The engine takes them out of its LRU when it schedules the
 // request, not when the router sends it: until then they can be evicted
 // like any other, so they are pinned at the answer's first byte
-// (orderPinNow).
+// (orderPinNow), and only awaited until then: a trim holds them instead
+// of taking them as gone (evictOrder.trim).
 func (rt *Router) orderPin(st *reqState, b *backend, learn []int32, matched int32) {
 	st.orderPinned, st.orderWant, st.orderB, st.orderFirst = 0, 0, nil, false
 	if !rt.orderOn(st, b) || matched <= 0 {
