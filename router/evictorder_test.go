@@ -206,3 +206,28 @@ func BenchmarkEvictOrder(b *testing.B) {
 		o.drop([]tree.Key{rel[1].key})
 	}
 }
+
+// BenchmarkEvictOrderLongPrompt is the order's part of the decision at
+// its worst: a prompt of 200 claims (100,000 tokens at a claim every 512)
+// released at the front of an order of 20,000 segments, each claim looked
+// up from the deepest to the shallowest with a booking no claim outlasts
+// (as orderDiscount walks until a claim is safe).
+func BenchmarkEvictOrderLongPrompt(b *testing.B) {
+	o := newEvictOrder()
+	prompt := make([]segment, 200)
+	for i := range prompt {
+		prompt[i] = segment{key: tree.Key(1<<40 + i), units: 3000}
+	}
+	o.release(prompt, 0)
+	for i := range 20000 {
+		o.release(segs(1000, tree.Key(i+1)), int64(i+1))
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		for i := len(prompt) - 1; i >= 0; i-- {
+			if _, st := o.ahead(prompt[i].key, 1e9); st != orderQueued {
+				b.Fatal("not queued")
+			}
+		}
+	}
+}
