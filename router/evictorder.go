@@ -244,13 +244,13 @@ func (o *evictOrder) drop(keys []tree.Key) {
 func (o *evictOrder) trim(front int64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for o.head != nil && o.head.at < front {
-		if n := o.head; n.awaits > 0 {
+	for n := o.head; n != nil && n.at < front; n = o.head {
+		if n.awaits > 0 {
 			o.unlink(n)
 			continue
 		}
-		o.markGone(o.head.key)
-		o.remove(o.head)
+		o.markGone(n.key)
+		o.remove(n)
 	}
 }
 

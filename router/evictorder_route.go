@@ -61,7 +61,7 @@ func (st *reqState) orderPinNow() {
 // pinned goes back into the order.
 func (rt *Router) orderRelease(st *reqState, b *backend, learn []int32, answered bool) {
 	if st.orderB != nil { // sent, never scheduled
-		st.orderB.order.unawait(st.orderKeys)
+		b.order.unawait(st.orderKeys)
 	}
 	st.orderB = nil
 	// An answer that broke off after its first byte keeps its claims
