@@ -148,7 +148,7 @@ func (rt *Router) edgeDiscount(st *reqState, b *backend, c *Candidate, m tree.Ma
 	if deep == 0 {
 		return 0
 	}
-	return doubtBeyondSafe(st, c, m, deep, func(d int32) bool {
+	return doubtBeyondSafe(st, c, m, deep, func(_ int, d int32) bool {
 		ts, ok := rt.ix.ClaimTime(&st.chain, d, b.id, nowMs)
 		return ok && risk(ts) == 0
 	})
@@ -159,10 +159,10 @@ func (rt *Router) edgeDiscount(st *reqState, b *backend, c *Candidate, m tree.Ma
 // that safe says will last keeps its blocks believed; the ones between it
 // and m at their own risk would take more probes than they are worth: they
 // count at m's. Shared by the eviction edge and the eviction order.
-func doubtBeyondSafe(st *reqState, c *Candidate, m tree.Match, deep float64, safe func(d int32) bool) float64 {
+func doubtBeyondSafe(st *reqState, c *Candidate, m tree.Match, deep float64, safe func(i int, d int32) bool) float64 {
 	kept := int32(0)
 	for i := len(st.chain.Learn) - 1; i >= 0; i-- {
-		if d := st.chain.Learn[i]; d < m.Blocks && int(d) <= len(st.chain.Keys) && safe(d) {
+		if d := st.chain.Learn[i]; d < m.Blocks && int(d) <= len(st.chain.Keys) && safe(i, d) {
 			kept = d
 			break
 		}

@@ -74,6 +74,7 @@ type orderNode struct {
 	at         int64   // released at (Unix ms), when queued
 	pins       int32   // requests in flight that matched it, scheduled
 	awaits     int32   // requests sent that matched it, not yet scheduled
+	slot       int32   // during aheadOf: 1 + the index of its place in the answer
 	queued     bool
 	prev, next *orderNode
 }
@@ -90,6 +91,8 @@ type evictOrder struct {
 	gone     map[tree.Key]struct{}
 	goneRing []tree.Key
 	goneNext int
+	// batch is aheadOf's scratch: the queued nodes it looks for.
+	batch []*orderNode
 }
 
 func newEvictOrder() *evictOrder {
@@ -270,27 +273,82 @@ func (o *evictOrder) markGone(k tree.Key) {
 // ahead is where k's segment is and, queued, the units queued ahead of
 // it, counted up to limit (past it, more than limit).
 func (o *evictOrder) ahead(k tree.Key, limit float64) (float64, orderState) {
+	keys, out := [1]tree.Key{k}, [1]orderPlace{}
+	o.aheadOf(keys[:], limit, out[:])
+	return out[0].ahead, out[0].state
+}
+
+// orderPlace is where one segment is in an order (ahead's answer).
+type orderPlace struct {
+	ahead float64
+	state orderState
+}
+
+// aheadOf answers ahead for each of keys into out (as long as keys) in one
+// walk from the front: a decision looks up every claim of a prompt at a
+// backend, and a walk per claim made a long prompt's lookups cost as many
+// walks as it has claims (BenchmarkEvictOrderLongPrompt). The walk stops
+// once every queued segment of keys is found, the units counted pass
+// limit, or it has walked orderWalk segments; the ones it did not reach
+// have more than limit ahead.
+func (o *evictOrder) aheadOf(keys []tree.Key, limit float64, out []orderPlace) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	n := o.nodes[k]
-	if n == nil {
-		if _, ok := o.gone[k]; ok {
-			return 0, orderGone
+	o.batch = o.batch[:0]
+	dups := false
+	for i, k := range keys {
+		n := o.nodes[k]
+		switch {
+		case n == nil:
+			out[i] = orderPlace{state: orderUnknown}
+			if _, ok := o.gone[k]; ok {
+				out[i].state = orderGone
+			}
+		case !n.queued:
+			out[i] = orderPlace{state: orderPinned}
+		case n.slot != 0:
+			dups = true // answered below, as its first copy
+		default:
+			out[i] = orderPlace{state: orderQueued}
+			n.slot = int32(i + 1)
+			o.batch = append(o.batch, n)
 		}
-		return 0, orderUnknown
 	}
-	if !n.queued {
-		return 0, orderPinned
-	}
-	sum := 0.0
-	walked := 0
-	for p := o.head; p != nil && p != n; p = p.next {
+	found, sum, walked := 0, 0.0, 0
+	for p := o.head; p != nil && found < len(o.batch); p = p.next {
+		if p.slot > 0 {
+			out[p.slot-1].ahead = sum
+			p.slot = -p.slot // found
+			found++
+		}
 		sum += p.units
 		if walked++; sum > limit || walked >= orderWalk {
-			return max(sum, limit+1), orderQueued
+			break
 		}
 	}
-	return sum, orderQueued
+	beyond := max(sum, limit+1)
+	for _, n := range o.batch {
+		if n.slot > 0 {
+			out[n.slot-1].ahead = beyond
+		}
+	}
+	if dups { // chained keys never repeat in a prompt; a caller's list might
+		for i, k := range keys {
+			if n := o.nodes[k]; n != nil && n.queued {
+				out[i] = out[abs32(n.slot)-1]
+			}
+		}
+	}
+	for _, n := range o.batch {
+		n.slot = 0
+	}
+}
+
+func abs32(x int32) int32 {
+	if x < 0 {
+		return -x
+	}
+	return x
 }
 
 // segments is how many segments are queued.

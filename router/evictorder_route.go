@@ -1,6 +1,10 @@
 package router
 
-import "github.com/kvmesh/kvmesh/tree"
+import (
+	"slices"
+
+	"github.com/kvmesh/kvmesh/tree"
+)
 
 // The request path's side of the eviction order (evictorder.go): an
 // attempt pins the claims it matched, its end releases the prompt's claims
@@ -108,21 +112,40 @@ func (rt *Router) orderDiscount(st *reqState, b *backend, c *Candidate, m tree.M
 	}
 	need := orderNeed(c.Load)
 	band := orderBandShare*need + float64(st.chain.UnitsAt(orderBandBlocks))
-	risk := func(d int32) float64 {
-		ahead, state := b.order.ahead(st.chain.Keys[d-1], need)
-		switch state {
+	risk := func(p orderPlace) float64 {
+		switch p.state {
 		case orderQueued:
-			return orderRisk(ahead, need, band)
+			return orderRisk(p.ahead, need, band)
 		case orderGone:
 			return 1
 		}
 		return 0
 	}
-	deep := risk(m.Blocks)
+	var p orderPlace
+	p.ahead, p.state = b.order.ahead(st.chain.Keys[m.Blocks-1], need)
+	deep := risk(p)
 	if deep == 0 {
 		return 0
 	}
-	return doubtBeyondSafe(st, c, m, deep, func(d int32) bool { return risk(d) == 0 }) // evictedge.go
+	// The shallower claims (Learn is ascending: a prefix of it), in one
+	// walk of the order; doubtBeyondSafe asks for them by index.
+	st.orderLook = st.orderLook[:0]
+	for _, d := range st.chain.Learn {
+		if d >= m.Blocks || int(d) > len(st.chain.Keys) {
+			break
+		}
+		st.orderLook = append(st.orderLook, st.chain.Keys[d-1])
+	}
+	st.orderPlaces = slices.Grow(st.orderPlaces[:0], len(st.orderLook))[:len(st.orderLook)]
+	b.order.aheadOf(st.orderLook, need, st.orderPlaces)
+	return doubtBeyondSafe(st, c, m, deep, func(i int, d int32) bool { // evictedge.go
+		if i >= len(st.orderPlaces) { // not reached while Learn ascends
+			var p orderPlace
+			p.ahead, p.state = b.order.ahead(st.chain.Keys[d-1], need)
+			return risk(p) == 0
+		}
+		return risk(st.orderPlaces[i]) == 0
+	})
 }
 
 // orderNeed is what the engine allocates before it schedules a request

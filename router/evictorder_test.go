@@ -1,6 +1,7 @@
 package router
 
 import (
+	"math/rand/v2"
 	"testing"
 
 	"github.com/kvmesh/kvmesh/tree"
@@ -85,6 +86,76 @@ func TestEvictOrderQueuesInReleaseOrder(t *testing.T) {
 }
 
 // Two requests pinning the same claim hold it until both have ended.
+// refAhead is ahead as one walk per claim: the units queued before k's
+// segment, more than limit once they pass it or the walk passes orderWalk.
+func refAhead(o *evictOrder, k tree.Key, limit float64) (float64, orderState) {
+	n := o.nodes[k]
+	switch {
+	case n == nil:
+		if _, ok := o.gone[k]; ok {
+			return 0, orderGone
+		}
+		return 0, orderUnknown
+	case !n.queued:
+		return 0, orderPinned
+	}
+	sum, walked := 0.0, 0
+	for p := o.head; p != n; p = p.next {
+		sum += p.units
+		if walked++; sum > limit || walked >= orderWalk {
+			return max(sum, limit+1), orderQueued
+		}
+	}
+	return sum, orderQueued
+}
+
+// One walk answers every claim of a prompt as a walk per claim would:
+// queued (within and past the limit, and past orderWalk segments), pinned,
+// trimmed, unknown, and a key asked twice.
+func TestEvictOrderAheadOfWalksOnce(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(1, 2))
+	o := newEvictOrder()
+	for i := range 1500 {
+		o.release(segs(float64(1+rnd.IntN(100)), tree.Key(i+1)), int64(i))
+	}
+	o.pin([]tree.Key{7, 900})
+	o.drop([]tree.Key{3})
+	o.trim(2) // claims 1 and 2 are gone
+	for _, limit := range []float64{0, 50, 5000, 30000, 1e18} {
+		keys := []tree.Key{1, 2, 3, 7, 900, 5000, 10, 600, 10, 1200, 1499, 4, 513, 514}
+		for range 20 {
+			keys = append(keys, tree.Key(1+rnd.IntN(1500)))
+		}
+		out := make([]orderPlace, len(keys))
+		o.aheadOf(keys, limit, out)
+		for i, k := range keys {
+			a, st := refAhead(o, k, limit)
+			if out[i].state != st {
+				t.Fatalf("limit %v, claim %d: state %d, want %d", limit, k, out[i].state, st)
+			}
+			if a <= limit && out[i].ahead != a || a > limit && out[i].ahead <= limit {
+				t.Fatalf("limit %v, claim %d: ahead %v, want %v", limit, k, out[i].ahead, a)
+			}
+		}
+		for _, n := range o.nodes {
+			if n.slot != 0 {
+				t.Fatalf("claim %d keeps slot %d after the walk", n.key, n.slot)
+			}
+		}
+	}
+	if st := refAheadState(o, 1); st != orderGone {
+		t.Fatalf("trimmed claim 1: state %d, want gone (the test's premise)", st)
+	}
+	if a, _ := refAhead(o, 1400, 1e18); a <= 0 {
+		t.Fatalf("claim 1400: nothing ahead (the test's premise: a walk past orderWalk)")
+	}
+}
+
+func refAheadState(o *evictOrder, k tree.Key) orderState {
+	_, st := refAhead(o, k, 1e18)
+	return st
+}
+
 func TestEvictOrderPinsCount(t *testing.T) {
 	o := newEvictOrder()
 	o.release(segs(10, 7), 1)
@@ -209,25 +280,33 @@ func BenchmarkEvictOrder(b *testing.B) {
 
 // BenchmarkEvictOrderLongPrompt is the order's part of the decision at
 // its worst: a prompt of 200 claims (100,000 tokens at a claim every 512)
-// released at the front of an order of 20,000 segments, each claim looked
-// up from the deepest to the shallowest with a booking no claim outlasts
-// (as orderDiscount walks until a claim is safe).
+// released at the front of an order of 20,000 segments, with a booking no
+// claim outlasts, so every claim is looked up as orderDiscount does: the
+// deepest alone, then the others in one walk (aheadOf). A walk per claim
+// took 22.4 us here.
 func BenchmarkEvictOrderLongPrompt(b *testing.B) {
 	o := newEvictOrder()
 	prompt := make([]segment, 200)
+	keys := make([]tree.Key, len(prompt)-1)
 	for i := range prompt {
 		prompt[i] = segment{key: tree.Key(1<<40 + i), units: 3000}
+		if i < len(keys) {
+			keys[i] = prompt[i].key
+		}
 	}
 	o.release(prompt, 0)
 	for i := range 20000 {
 		o.release(segs(1000, tree.Key(i+1)), int64(i+1))
 	}
+	out := make([]orderPlace, len(keys))
 	b.ReportAllocs()
 	for b.Loop() {
-		for i := len(prompt) - 1; i >= 0; i-- {
-			if _, st := o.ahead(prompt[i].key, 1e9); st != orderQueued {
-				b.Fatal("not queued")
-			}
+		if _, st := o.ahead(prompt[len(prompt)-1].key, 1e9); st != orderQueued {
+			b.Fatal("not queued")
+		}
+		o.aheadOf(keys, 1e9, out)
+		if out[0].state != orderQueued || out[0].ahead != 3000*199 {
+			b.Fatalf("shallowest claim: %+v", out[0])
 		}
 	}
 }

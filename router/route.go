@@ -67,6 +67,8 @@ type reqState struct {
 	// (evictorder_route.go); orderPinned is the depth this attempt pinned,
 	// orderWant the depth it pins at its first byte on orderB.
 	orderKeys   []tree.Key
+	orderLook   []tree.Key   // orderDiscount's scratch: the claims it asks the order of
+	orderPlaces []orderPlace // and the answers
 	orderSegs   []segment
 	orderPinned int32
 	orderWant   int32
