@@ -9,12 +9,13 @@ import (
 )
 
 // holdRig is a router over two gated backends whose kvmesh policy holds
-// any prompt while both have prefill queued, for at most holdMax.
+// any prompt while both have prefill queued (any), for at most holdMax.
 func holdRig(t *testing.T, holdMax time.Duration) (*testRig, *gatedBackend, *gatedBackend) {
 	b1, b2 := newGatedBackend(t, "b1"), newGatedBackend(t, "b2")
 	g := newRig(t, func(c *Config, _ *Deps) {
 		c.ProbeInterval = 0
 		c.KVMesh.HoldMinPrompts = 0.001 // every prompt of the test is long enough
+		c.KVMesh.HoldQueuePrompts = 0   // any prefill queued is busy
 		c.KVMesh.HoldMax = holdMax
 		c.KVMesh.HoldMaxReuse = 0 // the fake backends answer no usage: reuse stays unknown
 	}, b1.fakeBackend, b2.fakeBackend)

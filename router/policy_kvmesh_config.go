@@ -422,8 +422,9 @@ type KVMeshConfig struct {
 	// of the queue that looked shortest when it came. 0 (HoldMinPrompts):
 	// off. 0.5: the prompts held are the upper half of the prefill work
 	// (on Mooncake, fresh prefills over ~6,500 tokens); HoldQueuePrompts
-	// 0: held only while no backend is without prefill queued, so a
-	// fleet with an idle backend never holds; HoldMax 3 s: a held prompt
+	// 0.3: a backend with less than a third of an average prompt queued
+	// is as good as idle for a long prompt (with HoldSpareShare, the
+	// number of such backends kept for the short ones); HoldMax 3 s: a held prompt
 	// is one of the longest, seconds of prefill itself, and 3 s bounds
 	// what it can lose when no queue empties.
 	//
@@ -445,10 +446,24 @@ type KVMeshConfig struct {
 	HoldMaxPrompts float64 `yaml:"hold_max_prompts"`
 	// HoldSpareShare keeps backends free for short prompts: a long one is
 	// held unless more than this share of the candidates (rounded down)
-	// have at most HoldQueuePrompts queued. 0: held only while none has.
-	// At 1/8 with HoldQueuePrompts 0.3 Mooncake 3x's p50 gained less and
-	// 2x's p50 and p99 were slower (1 pair); an offline model of the
-	// engines had promised more.
+	// have at most HoldQueuePrompts average prompts queued. 0: held only
+	// while none has. 1/8 with HoldQueuePrompts 0.3: of 8 backends, one
+	// with less than a third of an average prompt queued is left to the
+	// short prompts; a long prompt waits for a second (for HoldMax at
+	// most). Fewer than 8 backends keep none spare (the share rounds down
+	// to 0) and hold while every queue has more than HoldQueuePrompts.
+	//
+	// Measured against 0 and 0 (kvmesh+evict arm, 8 backends, runs
+	// alternating, one each; docs/bench/HISTORY.md, "A backend kept for
+	// short prompts"): Mooncake 3x, 4 against 4: TTFT p50 0.594, 0.571,
+	// 0.586, 0.575 s against 0.663, 0.682, 0.694, 0.682 (0.86x), p99 5.93
+	// against 5.87 s (medians), hit rate 14.83% against 14.93%; Mooncake
+	// 2x, 3 against 3: p50 0.426, 0.435, 0.428 s against 0.445, 0.434,
+	// 0.438, p99 and hit rate level. With HoldMax 1.5 s the p50 gain went
+	// (0.701, 0.642, 0.679 s at 3x): the held prompts wait longer for a
+	// second free backend. An offline model of the engines had promised
+	// this (docs/bench/model/qsim.py); a first try, 1 pair, had said the
+	// opposite.
 	HoldSpareShare float64 `yaml:"hold_spare_share"`
 	// HoldMaxReuse turns late binding on only while the share of prompt
 	// tokens the backends answered were cached (Request.Reuse; 0.5 before
@@ -499,6 +514,8 @@ func DefaultKVMeshConfig() KVMeshConfig {
 		HotSlots:           4096,
 		BlockWindow:        time.Minute,
 		HoldMinPrompts:     0.5,
+		HoldQueuePrompts:   0.3,
+		HoldSpareShare:     0.125,
 		HoldMaxPrompts:     3,
 		HoldMax:            3 * time.Second,
 		HoldMaxReuse:       0.3,

@@ -12,6 +12,7 @@ import (
 func TestKVMeshHoldsLongPromptsWhileEveryQueueIsBusy(t *testing.T) {
 	cfg := DefaultKVMeshConfig()
 	cfg.HoldMinPrompts = 0.5
+	cfg.HoldQueuePrompts = 0      // any prefill queued is busy
 	cfg.InitialPromptUnits = 2000 // avg: a 40-block prompt (2,570 units) is 1.3 of it
 	hold := func(pc *policyCase, ok bool) Decision {
 		t.Helper()
@@ -77,9 +78,19 @@ func TestKVMeshHeldPromptCountsOnce(t *testing.T) {
 // candidates and a share of 1/8, a long prompt is held while at most one
 // has a short queue, sent once two have.
 func TestKVMeshHoldKeepsASpareBackend(t *testing.T) {
+	// By default one of 8 is kept, and a backend with under 0.3 average
+	// prompts queued counts as free.
+	def := DefaultKVMeshConfig()
+	if floor, spare := def.HoldFree(1000, 8); floor != 300 || spare != 1 {
+		t.Fatalf("default HoldFree(avg 1000, 8 candidates) = %v, %d; want 300, 1", floor, spare)
+	}
+	if _, spare := def.HoldFree(1000, 7); spare != 0 {
+		t.Fatalf("default spare of 7 candidates = %d, want 0 (the share rounds down)", spare)
+	}
 	cfg := DefaultKVMeshConfig()
 	cfg.HoldMinPrompts = 0.5
 	cfg.HoldSpareShare = 0.125
+	cfg.HoldQueuePrompts = 0 // idle: nothing queued
 	cfg.InitialPromptUnits = 2000
 	pc := newPolicyCase(40, 1, "a", "b", "c", "d", "e", "f", "g", "h").pending(900, 0, 800, 700, 600, 500, 400, 300)
 	pc.req.HoldOK, pc.req.Held = true, 1
@@ -101,7 +112,7 @@ func TestKVMeshHoldKeepsASpareBackend(t *testing.T) {
 func TestKVMeshHoldOffWhileMostIsCached(t *testing.T) {
 	cfg := DefaultKVMeshConfig()
 	cfg.InitialPromptUnits = 2000
-	pc := newPolicyCase(40, 1, "a", "b").pending(500, 800)
+	pc := newPolicyCase(40, 1, "a", "b").pending(1500, 1800)
 	pc.req.HoldOK, pc.req.Held = true, 1
 	for _, c := range []struct {
 		reuse float64
