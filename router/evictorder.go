@@ -271,7 +271,7 @@ func (o *evictOrder) markGone(k tree.Key) {
 }
 
 // ahead is where k's segment is and, queued, the units queued ahead of
-// it, counted up to limit (past it, more than limit).
+// it, counted up to limit (past it, limit+1).
 func (o *evictOrder) ahead(k tree.Key, limit float64) (float64, orderState) {
 	keys, out := [1]tree.Key{k}, [1]orderPlace{}
 	o.aheadOf(keys[:], limit, out[:])
@@ -290,7 +290,7 @@ type orderPlace struct {
 // walks as it has claims (BenchmarkEvictOrderLongPrompt). The walk stops
 // once every queued segment of keys is found, the units counted pass
 // limit, or it has walked orderWalk segments; the ones it did not reach
-// have more than limit ahead.
+// have more than limit ahead (answered as limit+1).
 func (o *evictOrder) aheadOf(keys []tree.Key, limit float64, out []orderPlace) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -309,7 +309,7 @@ func (o *evictOrder) aheadOf(keys []tree.Key, limit float64, out []orderPlace) {
 		case n.slot != 0:
 			dups = true // answered below, as its first copy
 		default:
-			out[i] = orderPlace{state: orderQueued}
+			out[i] = orderPlace{state: orderQueued, ahead: limit + 1} // unless the walk reaches it
 			n.slot = int32(i + 1)
 			o.batch = append(o.batch, n)
 		}
@@ -318,7 +318,6 @@ func (o *evictOrder) aheadOf(keys []tree.Key, limit float64, out []orderPlace) {
 	for p := o.head; p != nil && found < len(o.batch); p = p.next {
 		if p.slot > 0 {
 			out[p.slot-1].ahead = sum
-			p.slot = -p.slot // found
 			found++
 		}
 		sum += p.units
@@ -326,29 +325,16 @@ func (o *evictOrder) aheadOf(keys []tree.Key, limit float64, out []orderPlace) {
 			break
 		}
 	}
-	beyond := max(sum, limit+1)
-	for _, n := range o.batch {
-		if n.slot > 0 {
-			out[n.slot-1].ahead = beyond
-		}
-	}
 	if dups { // chained keys never repeat in a prompt; a caller's list might
 		for i, k := range keys {
 			if n := o.nodes[k]; n != nil && n.queued {
-				out[i] = out[abs32(n.slot)-1]
+				out[i] = out[n.slot-1]
 			}
 		}
 	}
 	for _, n := range o.batch {
 		n.slot = 0
 	}
-}
-
-func abs32(x int32) int32 {
-	if x < 0 {
-		return -x
-	}
-	return x
 }
 
 // segments is how many segments are queued.
