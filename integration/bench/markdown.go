@@ -140,6 +140,7 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	writeEngineTTFT(ew, r)
 	writeBySize(ew, r)
 	writeMultiNode(ew, r)
+	writeHeld(ew, r)
 
 	writeDecisions(ew, r)
 

@@ -108,6 +108,8 @@ type RunResult struct {
 	// LoadBytesPerRequestPeer is the load channel's cost: bytes the nodes
 	// sent on it per request they routed, per peer (mesh arms).
 	LoadBytesPerRequestPeer float64 `json:"load_bytes_per_request_peer,omitempty"`
+	// Held is late binding's figures (held.go).
+	Held HeldSummary `json:"held,omitzero"`
 	// OracleMisses counts oracle decisions made without the body.
 	OracleMisses uint64 `json:"oracle_misses,omitempty"`
 
@@ -147,6 +149,9 @@ type ArmSummary struct {
 	LoadBytesPerRequestPeer Spread `json:"load_bytes_per_request_peer,omitzero"`
 	// BySize: RunResult.BySize's classes over the repeats (bysize.go).
 	BySize []SizeSpread `json:"by_size,omitempty"`
+	// Held: RunResult.Held over the repeats that held anything; nil when
+	// none did (held.go).
+	Held *HeldSpread `json:"held,omitempty"`
 }
 
 // WorkloadInfo describes the replayed workload and how it compares with the
@@ -303,7 +308,7 @@ func Summarize(arms []Arm, runs []RunResult) []ArmSummary {
 			DoubtPrecision: SpreadOf(dprec),
 			Reach:          SpreadOf(rch), RegretTokens: SpreadOf(rgt),
 			Moved: SpreadOf(mv), MoveRegret: SpreadOf(mvr),
-			BySize: sizeSpreads(mine),
+			BySize: sizeSpreads(mine), Held: heldSpreads(mine),
 		})
 	}
 	return out

@@ -123,6 +123,7 @@ func RunOnce(ctx context.Context, cfg *Config, w *workload.Workload, arm Arm, re
 		return nil, err
 	}
 	fillResult(res, samples, counters, wall, cfg.TimeScale, func(i int) int { return w.Requests[i].Conversation })
+	res.Held = heldSummary(samples, cfg.TimeScale, RouterConfig(cfg, arm.Policy, nil).KVMesh.HoldMax)
 	switch max := cfg.MaxLag.Seconds(); {
 	case max <= 0:
 	case res.MaxEngineLag > max:
