@@ -10,8 +10,9 @@ import (
 // and decides it when a queue frees, for hold_max at most. How many
 // requests it held, how long, and how many waited the whole hold_max
 // (decided then wherever they went) say whether it worked as meant: on
-// Mooncake at 3x the 8-node mesh's held requests ran out hold_max 4-6
-// times as often as one router's (docs/bench/HISTORY.md, stop 73).
+// Mooncake at 3x the 8-node mesh's held requests ran out hold_max about
+// four times as often as one router's (129 against 33 in one run;
+// docs/bench/HISTORY.md, stop 73).
 
 // HeldSummary is late binding's figures in one run, from the requests'
 // x-kvmesh-route held_ms. N is the requests held (0: none; the rest is
