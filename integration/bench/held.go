@@ -1,9 +1,6 @@
 package bench
 
-import (
-	"sort"
-	"time"
-)
+import "time"
 
 // Late binding in a run: the kvmesh policy holds a long prompt at the
 // router while every backend is busy (router.KVMeshConfig.HoldMinPrompts)
@@ -49,9 +46,9 @@ func heldSummary(samples []Sample, scale float64, holdMax time.Duration) HeldSum
 	if len(held) == 0 {
 		return HeldSummary{}
 	}
-	sort.Float64s(held)
-	return HeldSummary{N: len(held), Share: float64(len(held)) / float64(len(samples)),
-		P50: Percentile(held, 50), P90: Percentile(held, 90), RanOut: float64(ranOut) / float64(len(held))}
+	q := summarizeLatency(held)
+	return HeldSummary{N: q.N, Share: float64(q.N) / float64(len(samples)),
+		P50: q.P50, P90: q.P90, RanOut: float64(ranOut) / float64(q.N)}
 }
 
 // HeldSpread is an arm's HeldSummary over its repeats, of the runs that
