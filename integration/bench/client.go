@@ -46,6 +46,11 @@ type Sample struct {
 	CachedTokens int `json:"cached"`
 	// PromptTokens is the answer's usage.prompt_tokens (0 if absent).
 	PromptTokens int `json:"prompt,omitempty"`
+	// EngineTTFT is the simulated engine's own time to first token for
+	// this request (simulated time, from its arrival at the engine;
+	// "kvmesh_sim":{"engine_ttft_us":N} after the usage), 0 when the
+	// backend did not say (a real engine, or no usage asked for).
+	EngineTTFT time.Duration `json:"engine_ttft_ns,omitempty"`
 	// Matched is the share of the prompt the router believed the backend
 	// held (matched/total of x-kvmesh-route), 0 when it said none.
 	Matched float64 `json:"matched,omitempty"`
@@ -220,6 +225,7 @@ var (
 	completionKy = []byte(`"completion_tokens":`)
 	cachedKey    = []byte(`"cached_tokens":`)
 	promptKey    = []byte(`"prompt_tokens":`)
+	engineKey    = []byte(`"engine_ttft_us":`)
 	errorName    = []byte(`"error"`)
 )
 
@@ -299,6 +305,7 @@ func readStream(br *bufio.Reader, t0 time.Time, s *Sample) error {
 				s.OutputTokens = intAfter(ev[i:], completionKy)
 				s.CachedTokens = intAfter(ev[i:], cachedKey)
 				s.PromptTokens = intAfter(ev[i:], promptKey)
+				s.EngineTTFT = time.Duration(intAfter(ev[i:], engineKey)) * time.Microsecond
 			}
 		}
 		if err != nil {
@@ -334,6 +341,7 @@ func readJSON(br *bufio.Reader, t0 time.Time, s *Sample) error {
 		s.OutputTokens = intAfter(body[i:], completionKy)
 		s.CachedTokens = intAfter(body[i:], cachedKey)
 		s.PromptTokens = intAfter(body[i:], promptKey)
+		s.EngineTTFT = time.Duration(intAfter(body[i:], engineKey)) * time.Microsecond
 	}
 	return nil
 }

@@ -32,8 +32,13 @@ func TestReadStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.TTFT <= 0 || s.OutputTokens != 2 || s.CachedTokens != 64 {
-		t.Errorf("sample = %+v, want TTFT > 0, 2 output tokens, 64 cached", s)
+	if s.TTFT <= 0 || s.OutputTokens != 2 || s.CachedTokens != 64 || s.EngineTTFT != 0 {
+		t.Errorf("sample = %+v, want TTFT > 0, 2 output tokens, 64 cached, no engine TTFT", s)
+	}
+	// The simulator's engine TTFT follows the usage (µs, simulated).
+	s, err = readCanned(t, tokenEvent+`data: {"choices":[],"usage":{"prompt_tokens":70,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":64}},"kvmesh_sim":{"engine_ttft_us":1250}}`+"\n\n"+doneEvent)
+	if err != nil || s.EngineTTFT != 1250*time.Microsecond || s.CachedTokens != 64 {
+		t.Errorf("usage with the simulator's engine TTFT: %+v, %v", s, err)
 	}
 
 	// The role event's empty content is not the first token.

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 func TestEngineTTFTIsTheEnginesOwnPartOfTheClients(t *testing.T) {
 	w, sc := prefixHeavy(t)
 	cfg := e2eConfig(t, sc, "kvmesh")
+	cfg.KeepSamples = true
 	res, err := RunOnce(context.Background(), &cfg, w, cfg.Arms[0], 0, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -27,6 +29,38 @@ func TestEngineTTFTIsTheEnginesOwnPartOfTheClients(t *testing.T) {
 	}
 	if e.P50 <= 0 || e.P50 > res.TTFT.P50*1.006 || e.P99 > res.TTFT.P99*1.006 {
 		t.Errorf("engine TTFT p50 %v p99 %v, client's %v %v: the engines' must be the smaller", e.P50, e.P99, res.TTFT.P50, res.TTFT.P99)
+	}
+	// Request by request too: every answer carried its engine's TTFT,
+	// which is part of the client's (within the µs it is rounded to).
+	if res.Outside.N != res.OK {
+		t.Fatalf("per-request outside time over %d requests, %d succeeded", res.Outside.N, res.OK)
+	}
+	for _, s := range res.Samples {
+		if s.EngineTTFT <= 0 || s.EngineTTFT.Seconds() > s.TTFT.Seconds()*cfg.TimeScale+1e-6 {
+			t.Fatalf("request %d: engine TTFT %v, client's %v at time scale %v", s.Index, s.EngineTTFT, s.TTFT, cfg.TimeScale)
+		}
+	}
+	if res.Outside.P50 < 0 || res.Outside.P50 > res.TTFT.P50 {
+		t.Errorf("outside p50 %v, client TTFT p50 %v", res.Outside.P50, res.TTFT.P50)
+	}
+}
+
+// outside counts the answered requests whose engine said its TTFT, each
+// less its engine's TTFT and its hold, in simulated time.
+func TestOutsidePerRequest(t *testing.T) {
+	ms := time.Millisecond
+	samples := []Sample{
+		{Status: 200, TTFT: 10 * ms, EngineTTFT: 60 * ms},                // 0.1 s - 0.06 s
+		{Status: 200, TTFT: 30 * ms, Held: 20 * ms, EngineTTFT: 80 * ms}, // 0.3 - 0.2 - 0.08
+		{Status: 200, TTFT: 50 * ms},                                     // no engine TTFT: not counted
+		{Status: 500, Err: "http-500", EngineTTFT: ms},                   // failed: not counted
+	}
+	got := outside(samples, 10)
+	if got.N != 2 || math.Abs(got.Mean-0.03) > 1e-9 || math.Abs(got.Max-0.04) > 1e-9 {
+		t.Errorf("outside = %+v, want 2 requests, 0.02 and 0.04 s", got)
+	}
+	if got := outside(samples[2:3], 10); got.N != 0 {
+		t.Errorf("no engine TTFT: %+v, want none", got)
 	}
 }
 
@@ -56,8 +90,23 @@ func TestWriteMarkdownEngineTTFT(t *testing.T) {
 		t.Fatal(err)
 	}
 	md := b.String()
-	if !strings.Contains(md, "| kvmesh | 0.450 (0.400–0.500) | 0.350 (0.300–0.400) | 0.100 | 1.350 (1.200–1.500) | 1.000 (1.000–1.000) |") {
+	if !strings.Contains(md, "| kvmesh | 0.450 (0.400–0.500) | 0.350 (0.300–0.400) | 0.100 | – | – | 1.350 (1.200–1.500) | 1.000 (1.000–1.000) |") {
 		t.Errorf("no engine TTFT row for kvmesh:\n%s", md)
+	}
+	// With the engines' TTFT per request, the outside time's median and p90.
+	for i := range r.Runs {
+		if r.Runs[i].Arm == "kvmesh" {
+			r.Runs[i].Outside = LatencySummary{P50: 0.02 + float64(i)*0.01, P90: 0.05, N: 100}
+		}
+	}
+	r.Arms = Summarize(sampleArms(r), r.Runs)
+	b.Reset()
+	if err := WriteMarkdown(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	md = b.String()
+	if !strings.Contains(md, "| 0.100 | 0.") || !strings.Contains(md, " | 0.050 (0.050–0.050) | 1.350 (1.200–1.500) |") {
+		t.Errorf("no per-request outside time for kvmesh:\n%s", md)
 	}
 	if strings.Contains(md, "| round_robin | 1.100 (1.000–1.200) | ") {
 		t.Errorf("an arm without engine TTFT has a row:\n%s", md)

@@ -32,6 +32,11 @@ type RunResult struct {
 	// EngineTTFT is the engines' own time to first token, from arrival at
 	// the engine (engine_ttft.go); N 0 when the fleet does not measure it.
 	EngineTTFT QuantileSummary `json:"engine_ttft_s,omitzero"`
+	// Outside is, request by request, the client's TTFT less the engine's
+	// own and less the router's hold: the router's work, the HTTP hops and
+	// any wait for a CPU (simulated s; engine_ttft.go). N 0 when the
+	// backends do not report their TTFT per request.
+	Outside LatencySummary `json:"outside_s,omitzero"`
 	// BySize is the TTFT and cached share of each fifth of the answered
 	// requests by prompt length (bysize.go).
 	BySize []SizeClass    `json:"by_size,omitempty"`
@@ -129,8 +134,12 @@ type ArmSummary struct {
 	TTFTP99 Spread `json:"ttft_p99_s"`
 	// EngineTTFTP50 and EngineTTFTP99: RunResult.EngineTTFT's, over the
 	// runs that measured it.
-	EngineTTFTP50      Spread `json:"engine_ttft_p50_s,omitzero"`
-	EngineTTFTP99      Spread `json:"engine_ttft_p99_s,omitzero"`
+	EngineTTFTP50 Spread `json:"engine_ttft_p50_s,omitzero"`
+	EngineTTFTP99 Spread `json:"engine_ttft_p99_s,omitzero"`
+	// OutsideP50 and OutsideP90: RunResult.Outside's, over the runs that
+	// measured it.
+	OutsideP50         Spread `json:"outside_p50_s,omitzero"`
+	OutsideP90         Spread `json:"outside_p90_s,omitzero"`
 	E2EP50             Spread `json:"e2e_p50_s"`
 	E2EP99             Spread `json:"e2e_p99_s"`
 	RequestsPerSec     Spread `json:"requests_per_s"`
@@ -247,7 +256,7 @@ type Report struct {
 func Summarize(arms []Arm, runs []RunResult) []ArmSummary {
 	out := make([]ArmSummary, 0, len(arms))
 	for _, a := range arms {
-		var hit, t50, t90, t99, g50, g99, e50, e99, rps, tps, wcv, rcv, errs, agree, lbytes, prec, dprec, rch, rgt, mv, mvr []float64
+		var hit, t50, t90, t99, g50, g99, o50, o90, e50, e99, rps, tps, wcv, rcv, errs, agree, lbytes, prec, dprec, rch, rgt, mv, mvr []float64
 		var mine []*RunResult
 		for i := range runs {
 			r := &runs[i]
@@ -266,6 +275,10 @@ func Summarize(arms []Arm, runs []RunResult) []ArmSummary {
 			if r.EngineTTFT.N > 0 {
 				g50 = append(g50, r.EngineTTFT.P50)
 				g99 = append(g99, r.EngineTTFT.P99)
+			}
+			if r.Outside.N > 0 {
+				o50 = append(o50, r.Outside.P50)
+				o90 = append(o90, r.Outside.P90)
 			}
 			if r.E2E.N > 0 {
 				e50 = append(e50, r.E2E.P50)
@@ -301,6 +314,7 @@ func Summarize(arms []Arm, runs []RunResult) []ArmSummary {
 			Arm: a, HitRate: SpreadOf(hit),
 			TTFTP50: SpreadOf(t50), TTFTP90: SpreadOf(t90), TTFTP99: SpreadOf(t99),
 			EngineTTFTP50: SpreadOf(g50), EngineTTFTP99: SpreadOf(g99),
+			OutsideP50: SpreadOf(o50), OutsideP90: SpreadOf(o90),
 			E2EP50: SpreadOf(e50), E2EP99: SpreadOf(e99),
 			RequestsPerSec: SpreadOf(rps), OutputTokensPerSec: SpreadOf(tps),
 			WorkCV: SpreadOf(wcv), RequestsCV: SpreadOf(rcv), Errors: SpreadOf(errs),

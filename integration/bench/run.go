@@ -198,6 +198,7 @@ func fillResult(res *RunResult, samples []Sample, counters []BackendCounters, wa
 	}
 	res.TTFT = summarizeLatency(ttft)
 	res.EngineTTFT = engineTTFT(counters)
+	res.Outside = outside(samples, scale)
 	res.BySize = bySize(samples, scale)
 	res.E2E = summarizeLatency(e2e)
 	res.Late = summarizeLatency(late)

@@ -81,7 +81,11 @@
 // (a fully cached prompt recomputes its last block, as in vLLM). The same
 // number is the reply's usage.prompt_tokens_details.cached_tokens and what
 // CachedPrefix predicts. Unlike vLLM, a request that waits several steps for
-// blocks, or is preempted and readmitted, is counted once.
+// blocks, or is preempted and readmitted, is counted once. After the usage a
+// reply carries one field of the simulator's own, "kvmesh_sim":
+// {"engine_ttft_us":N}: that request's engine TTFT (simulated µs, the
+// histogram's figure), which the benchmark subtracts from the client's TTFT
+// request by request; clients ignore unknown fields.
 //
 // # Time
 //

@@ -128,6 +128,7 @@ func (in *Instance) reply(w http.ResponseWriter, r *http.Request, s *seq, meta *
 		return
 	}
 	meta.cached = int(s.cached.Load())
+	meta.engineTTFT = s.ttftV.Load()
 	if orca != orcaNone {
 		running, waiting, kv := in.eng.load()
 		w.Header().Set(ORCAResponseHeader, formatORCA(orca, kv, waiting, running))
@@ -202,6 +203,7 @@ func (in *Instance) stream(w http.ResponseWriter, r *http.Request, s *seq, meta 
 		}
 		if meta.withUsage {
 			meta.cached = int(s.cached.Load())
+			meta.engineTTFT = s.ttftV.Load()
 			buf = meta.appendUsageEvent(buf)
 			if !send() {
 				return

@@ -97,7 +97,13 @@ type chatReply struct {
 		Text         string `json:"text"`
 		FinishReason string `json:"finish_reason"`
 	} `json:"choices"`
-	Usage usage `json:"usage"`
+	Usage usage   `json:"usage"`
+	Sim   simPart `json:"kvmesh_sim"`
+}
+
+// simPart is the simulator's own figures after a reply's usage.
+type simPart struct {
+	EngineTTFTUs int64 `json:"engine_ttft_us"`
 }
 
 // post sends body to path and returns the response with its body read.

@@ -66,6 +66,21 @@ type replyMeta struct {
 	cached    int
 	maxOut    int
 	withUsage bool // streaming: send a final usage chunk
+	// engineTTFT is the engine's time to first token (simulated ns; 0
+	// unknown), sent after the usage as "kvmesh_sim":{"engine_ttft_us":N}
+	// so that the benchmark can tell, request by request, the time spent
+	// in the engine from the time spent before and after it.
+	engineTTFT int64
+}
+
+// appendSim appends the reply's simulator-only figures (after the usage).
+func (m *replyMeta) appendSim(dst []byte) []byte {
+	if m.engineTTFT <= 0 {
+		return dst
+	}
+	dst = append(dst, `,"kvmesh_sim":{"engine_ttft_us":`...)
+	dst = strconv.AppendInt(dst, (m.engineTTFT+500)/1000, 10)
+	return append(dst, '}')
 }
 
 func (m *replyMeta) appendHead(dst []byte, object string) []byte {
@@ -108,6 +123,7 @@ func (m *replyMeta) appendResponse(dst []byte) []byte {
 	}
 	dst = append(dst, `,"logprobs":null,"finish_reason":"length"}],`...)
 	dst = m.appendUsage(dst, m.maxOut)
+	dst = m.appendSim(dst)
 	return append(dst, "}\n"...)
 }
 
@@ -152,6 +168,7 @@ func (m *replyMeta) appendUsageEvent(dst []byte) []byte {
 	}
 	dst = append(dst, `,"choices":[],`...)
 	dst = m.appendUsage(dst, m.maxOut)
+	dst = m.appendSim(dst)
 	return append(dst, "}\n\n"...)
 }
 

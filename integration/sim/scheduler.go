@@ -152,6 +152,7 @@ func (e *engine) apply() {
 		}
 		if s.generated == 0 {
 			e.hooks.ttft(e.v - s.arrivalV)
+			s.ttftV.Store(max(int64((e.v-s.arrivalV)*1e9), 1))
 			e.ctr.promptTokens.Add(uint64(s.promptLen))
 		}
 		s.tokens = append(s.tokens, fillerID(s.generated))

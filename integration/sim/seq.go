@@ -49,11 +49,14 @@ type seq struct {
 	arrivalV   float64 // simulated arrival time
 
 	// Shared with the handler.
-	progress atomic.Int64  // tokens sampled so far (handler side)
-	cached   atomic.Int64  // prompt tokens served from the cache at first admission
-	notify   chan struct{} // cap 1: progress moved
-	done     chan struct{} // closed when the sequence ends; err is set before
-	err      error
+	progress atomic.Int64 // tokens sampled so far (handler side)
+	cached   atomic.Int64 // prompt tokens served from the cache at first admission
+	// ttftV is the engine's time to first token, simulated ns (0 until
+	// the first token): the same figure as the TTFT histogram's.
+	ttftV  atomic.Int64
+	notify chan struct{} // cap 1: progress moved
+	done   chan struct{} // closed when the sequence ends; err is set before
+	err    error
 }
 
 func newSeq(id uint64, req *request, maxOut int, blockSize int) *seq {

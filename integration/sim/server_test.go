@@ -22,6 +22,10 @@ func TestChatUsageAndCachedTokens(t *testing.T) {
 		r.Usage.PromptTokensDetails.CachedTokens != 0 {
 		t.Fatalf("first usage %+v, want prompt %d completion 7 cached 0", r.Usage, wantPrompt)
 	}
+	// The engine's own TTFT, at least the one prefill step it took.
+	if r.Sim.EngineTTFTUs <= 0 {
+		t.Fatalf("no engine TTFT after the usage: %+v", r.Sim)
+	}
 	if r.Object != "chat.completion" || r.Model != "m" || len(r.Choices) != 1 || r.Choices[0].Message.Role != "assistant" ||
 		r.Choices[0].FinishReason != "length" || r.Choices[0].Message.Content != FillerText(7) {
 		t.Fatalf("reply %+v", r)
@@ -98,7 +102,8 @@ type chunk struct {
 		Text         string  `json:"text"`
 		FinishReason *string `json:"finish_reason"`
 	} `json:"choices"`
-	Usage *usage `json:"usage"`
+	Usage *usage   `json:"usage"`
+	Sim   *simPart `json:"kvmesh_sim"`
 }
 
 func TestStreamingFormat(t *testing.T) {
@@ -135,7 +140,8 @@ func TestStreamingFormat(t *testing.T) {
 			}
 			if c.Usage != nil {
 				sawUsage = true
-				if len(c.Choices) != 0 || c.Usage.PromptTokens != 5 || c.Usage.CompletionTokens != 40 || c.Usage.TotalTokens != 45 {
+				if len(c.Choices) != 0 || c.Usage.PromptTokens != 5 || c.Usage.CompletionTokens != 40 || c.Usage.TotalTokens != 45 ||
+					c.Sim == nil || c.Sim.EngineTTFTUs <= 0 {
 					t.Fatalf("usage event %s", ev)
 				}
 				continue
