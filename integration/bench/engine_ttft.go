@@ -15,6 +15,12 @@ import "github.com/kvmesh/kvmesh/integration/sim"
 // than one node by the client's measure but not by the engines', the
 // difference is the harness (eight routers sharing the benchmark's
 // cores), not where the requests went.
+//
+// The simulated engines also say each request's engine TTFT in its answer
+// (after the usage), so the split is made request by request too
+// (outside), and a fleet of simulators in processes of their own, whose
+// counters carry no sketch (the demo's), gets its engine TTFT from the
+// answers (sampledEngineTTFT).
 
 // QuantileSummary is a latency distribution known by its quantiles only.
 type QuantileSummary struct {
@@ -39,6 +45,22 @@ func engineTTFT(counters []BackendCounters) QuantileSummary {
 		return QuantileSummary{}
 	}
 	return QuantileSummary{P50: all.Quantile(0.5), P90: all.Quantile(0.9), P99: all.Quantile(0.99), N: int(n)}
+}
+
+// sampledEngineTTFT is the engines' TTFT from the answers themselves
+// (Sample.EngineTTFT), for a fleet whose counters carry no sketch: the
+// simulators run as processes of their own (the demo's) and say each
+// request's engine TTFT after its usage. Zero when no answer did (real
+// engines).
+func sampledEngineTTFT(samples []Sample) QuantileSummary {
+	var v []float64
+	for i := range samples {
+		if s := &samples[i]; s.OK() && s.EngineTTFT > 0 {
+			v = append(v, s.EngineTTFT.Seconds())
+		}
+	}
+	l := summarizeLatency(v)
+	return QuantileSummary{P50: l.P50, P90: l.P90, P99: l.P99, N: l.N}
 }
 
 // outside is, over the answered requests whose backend reported its own

@@ -70,6 +70,32 @@ func TestEngineTTFTAbsentWithoutSketches(t *testing.T) {
 	}
 }
 
+// Without sketches (simulators in processes of their own), the engine TTFT
+// comes from the answers; from real engines, which say nothing, there is
+// none.
+func TestEngineTTFTFromAnswers(t *testing.T) {
+	ms := time.Millisecond
+	samples := []Sample{
+		{Status: 200, TTFT: 5 * ms, EngineTTFT: 30 * ms},
+		{Status: 200, TTFT: 6 * ms, EngineTTFT: 10 * ms},
+		{Status: 200, TTFT: 7 * ms, EngineTTFT: 20 * ms},
+		{Status: 502, Err: "http-502", EngineTTFT: 900 * ms}, // failed: not counted
+	}
+	var res RunResult
+	fillResult(&res, samples, []BackendCounters{{Name: "b0", PrefixCacheQueries: 10}}, time.Second, 10, func(i int) int { return i })
+	if e := res.EngineTTFT; e.N != 3 || math.Abs(e.P50-0.02) > 1e-9 || math.Abs(e.P99-0.03) > 0.0005 {
+		t.Errorf("engine TTFT from the answers: %+v, want 3 requests, p50 0.02 s, p99 ~0.03 s", e)
+	}
+	for i := range samples {
+		samples[i].EngineTTFT = 0
+	}
+	res = RunResult{}
+	fillResult(&res, samples, []BackendCounters{{Name: "b0", PrefixCacheQueries: 10}}, time.Second, 10, func(i int) int { return i })
+	if res.EngineTTFT.N != 0 || res.Outside.N != 0 {
+		t.Errorf("answers without engine TTFT: %+v, %+v, want none", res.EngineTTFT, res.Outside)
+	}
+}
+
 func TestWriteMarkdownEngineTTFT(t *testing.T) {
 	r := sampleReport()
 	var b bytes.Buffer

@@ -198,6 +198,9 @@ func fillResult(res *RunResult, samples []Sample, counters []BackendCounters, wa
 	}
 	res.TTFT = summarizeLatency(ttft)
 	res.EngineTTFT = engineTTFT(counters)
+	if res.EngineTTFT.N == 0 {
+		res.EngineTTFT = sampledEngineTTFT(samples) // simulators in processes of their own
+	}
 	res.Outside = outside(samples, scale)
 	res.BySize = bySize(samples, scale)
 	res.E2E = summarizeLatency(e2e)
