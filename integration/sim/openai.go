@@ -79,7 +79,7 @@ func (m *replyMeta) appendSim(dst []byte) []byte {
 		return dst
 	}
 	dst = append(dst, `,"kvmesh_sim":{"engine_ttft_us":`...)
-	dst = strconv.AppendInt(dst, (m.engineTTFT+500)/1000, 10)
+	dst = strconv.AppendInt(dst, max((m.engineTTFT+500)/1000, 1), 10) // 0 would read as unknown
 	return append(dst, '}')
 }
 
