@@ -19,10 +19,11 @@ func FuzzReadStream(f *testing.F) {
 	f.Add([]byte(`data: {"error":{"message":"x"}}` + "\n\n"))
 	f.Add([]byte("data: {\"usage\":{\"completion_tokens\":99999999999999999999}}\n"))
 	f.Add([]byte(": comment\r\nevent: x\r\ndata: {\"choices\":[{\"text\":\"a\"}]}\r\n\r\n"))
+	f.Add([]byte("data: {\"usage\":{\"prompt_tokens\":3},\"kvmesh_sim\":{\"engine_ttft_us\":99999999999999999999}}\n\ndata: [DONE]\n\n"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		var s Sample
 		err := readStream(bufio.NewReaderSize(bytes.NewReader(in), 16), time.Now(), &s)
-		if s.OutputTokens < 0 || s.CachedTokens < 0 {
+		if s.OutputTokens < 0 || s.CachedTokens < 0 || s.EngineTTFT < 0 {
 			t.Errorf("negative usage %+v", s)
 		}
 		if err == nil && !bytes.Contains(in, doneMarker) {
@@ -30,7 +31,7 @@ func FuzzReadStream(f *testing.F) {
 		}
 		var j Sample
 		_ = readJSON(bufio.NewReader(bytes.NewReader(in)), time.Now(), &j)
-		if j.OutputTokens < 0 || j.CachedTokens < 0 {
+		if j.OutputTokens < 0 || j.CachedTokens < 0 || j.EngineTTFT < 0 {
 			t.Errorf("negative usage %+v", j)
 		}
 	})
