@@ -48,43 +48,39 @@ func (n *Node) publishAnswers(src LoadSource, now int64) {
 	if !ok {
 		return
 	}
+	p := &n.lp
 	var a answerTotals
 	a.N, a.Prompt, a.Cached = as.LocalAnswers()
-	n.sendTotals(&n.lp.answers, a, a.N > 0, loadMsg{Answers: true}, now)
+	changed := a != p.answersLast && now-p.answersAt >= n.cfg.LoadLazyDelay.Milliseconds()
+	if !changed && (a.N == 0 || p.answersAt >= p.lastSnap) {
+		return
+	}
+	p.answersLast, p.answersAt = a, now
+	m := &p.answersOut
+	*m = loadMsg{Answers: true, Answered: a, Entries: m.Entries[:0]}
+	n.sendLoad(m)
 }
 
 // publishPrompts sends this node's routed prompt totals in a prompts
-// message, by publishAnswers' rule. Caller holds loadMu.
+// message, by publishAnswers' rule: when they changed and the last send is
+// LoadLazyDelay old, and again after every snapshot while they are not
+// zero. Caller holds loadMu.
 func (n *Node) publishPrompts(src LoadSource, now int64) {
 	ps, ok := src.(PromptSource)
 	if !ok {
 		return
 	}
+	p := &n.lp
 	var a answerTotals
 	a.Routed, a.RoutedUnits = ps.LocalPrompts()
-	n.sendTotals(&n.lp.prompts, a, a.Routed > 0, loadMsg{Prompts: true}, now)
-}
-
-// totalsOut is what the peers were last told of one kind of totals
-// (answers or prompts) and when (ms), and the message being built.
-type totalsOut struct {
-	last answerTotals
-	at   int64
-	out  loadMsg
-}
-
-// sendTotals sends a, in a message of kind's flags, when it changed and
-// the last send is LoadLazyDelay old, or when any is set and a snapshot
-// went out since the last send. Caller holds loadMu.
-func (n *Node) sendTotals(o *totalsOut, a answerTotals, any bool, kind loadMsg, now int64) {
-	changed := a != o.last && now-o.at >= n.cfg.LoadLazyDelay.Milliseconds()
-	if !changed && (!any || o.at >= n.lp.lastSnap) {
+	changed := a != p.promptsLast && now-p.promptsAt >= n.cfg.LoadLazyDelay.Milliseconds()
+	if !changed && (a.Routed == 0 || p.promptsAt >= p.lastSnap) {
 		return
 	}
-	o.last, o.at = a, now
-	kind.Answered, kind.Entries = a, o.out.Entries[:0]
-	o.out = kind
-	n.sendLoad(&o.out)
+	p.promptsLast, p.promptsAt = a, now
+	m := &p.promptsOut
+	*m = loadMsg{Prompts: true, Answered: a, Entries: m.Entries[:0]}
+	n.sendLoad(m)
 }
 
 // PeerAnswers returns the totals of every answer the other nodes, present

@@ -185,9 +185,16 @@ type loadPublisher struct {
 	lessonLast map[tree.BackendID]lessonWire
 	lessonOut  loadMsg
 	lostOut    loadMsg // the lost message being built (lost.go)
-	// answers and prompts: the answer and routed prompt totals last sent
-	// (answers.go).
-	answers, prompts totalsOut
+	// answersLast is the answer totals last sent, answersAt when (ms);
+	// answersOut the message being built (answers.go).
+	answersLast answerTotals
+	answersAt   int64
+	answersOut  loadMsg
+	// promptsLast, promptsAt and promptsOut: the same for the routed
+	// prompt totals (answers.go).
+	promptsLast answerTotals
+	promptsAt   int64
+	promptsOut  loadMsg
 	// routed counter at the last snapshot, when, and the moving rate.
 	routed, routedAt int64
 	rate             float64
