@@ -43,7 +43,7 @@ type Request struct {
 	MeshShare float64
 	// PeerPrompts is the prompts the other nodes of the mesh have routed
 	// and their units (PeerPrompts; zero alone): the kvmesh policy folds
-	// them into late binding's average prompt (promptavg.go).
+	// them into its average prompt.
 	PeerPrompts PromptTotals
 	// Reuse is the share of prompt tokens the backends answered they had
 	// cached, over this router's recent answers (a moving average weighted
