@@ -11,14 +11,6 @@ import "sync/atomic"
 // since the sender started, so a lost message is corrected by the next one,
 // and a peer that restarts or leaves has its last totals kept (retired), so
 // the mesh's sums never go back.
-//
-// Prompts: the kvmesh policy prices load in average prompts, a moving
-// average over the prompts routed. A node of 8 sees an eighth of them, and
-// an average over its own few swings with each long one (Mooncake: 8 nodes'
-// TTFT p50 1.15x one router's). Each node's count of routed prompts and
-// their units rides the load channel the same way, in a prompts message
-// (loadwire.go), and every node folds its peers' prompts into its average
-// (router.PeerPrompts).
 
 // AnswerSource is a LoadSource that also counts its answers (the router
 // implements it).
@@ -26,14 +18,6 @@ type AnswerSource interface {
 	// LocalAnswers returns how many answers this node has counted since it
 	// started and their prompt and cached tokens.
 	LocalAnswers() (n, prompt, cached uint64)
-}
-
-// PromptSource is a LoadSource that also counts the prompts it routes (the
-// router implements it).
-type PromptSource interface {
-	// LocalPrompts returns how many prompts this node has routed (first
-	// attempts) since it started and their units.
-	LocalPrompts() (n, units uint64)
 }
 
 // publishAnswers sends this node's answer totals when they changed and the
@@ -60,28 +44,6 @@ func (n *Node) publishAnswers(src LoadSource, now int64) {
 	n.sendLoad(m)
 }
 
-// publishPrompts sends this node's routed prompt totals in a prompts
-// message, by publishAnswers' rule: when they changed and the last send is
-// LoadLazyDelay old, and again after every snapshot while they are not
-// zero. Caller holds loadMu.
-func (n *Node) publishPrompts(src LoadSource, now int64) {
-	ps, ok := src.(PromptSource)
-	if !ok {
-		return
-	}
-	p := &n.lp
-	var a answerTotals
-	a.Routed, a.RoutedUnits = ps.LocalPrompts()
-	changed := a != p.promptsLast && now-p.promptsAt >= n.cfg.LoadLazyDelay.Milliseconds()
-	if !changed && (a.Routed == 0 || p.promptsAt >= p.lastSnap) {
-		return
-	}
-	p.promptsLast, p.promptsAt = a, now
-	m := &p.promptsOut
-	*m = loadMsg{Prompts: true, Answered: a, Entries: m.Entries[:0]}
-	n.sendLoad(m)
-}
-
 // PeerAnswers returns the totals of every answer the other nodes, present
 // and departed, have counted: how many, and their prompt and cached tokens.
 // They never decrease. It implements the router's PeerAnswers; it takes no
@@ -91,27 +53,14 @@ func (n *Node) PeerAnswers() (count, prompt, cached uint64) {
 	return s.n.Load(), s.prompt.Load(), s.cached.Load()
 }
 
-// PeerPrompts returns how many prompts the other nodes, present and
-// departed, have routed and their units. They never decrease. It
-// implements the router's PeerPrompts; it takes no lock.
-func (n *Node) PeerPrompts() (count, units uint64) {
-	s := &n.loads.answered
-	return s.routed.Load(), s.routedUnits.Load()
-}
+// answerSums is the published sum of the peers' answer totals.
+type answerSums struct{ n, prompt, cached atomic.Uint64 }
 
-// answerSums is the published sum of the peers' answer and prompt totals.
-type answerSums struct{ n, prompt, cached, routed, routedUnits atomic.Uint64 }
-
-// applyAnswers keeps a peer's newest answer totals from an answers message,
-// or its prompt totals from a prompts message (the caller checked the
+// applyAnswers keeps a peer's newest totals (the caller checked the
 // message's sequence and the peer's incarnation).
 func (t *loadTable) applyAnswers(p *peerLoad, m *loadMsg) {
-	a, o := &m.Answered, &p.answers
-	if m.Prompts {
-		o.Routed, o.RoutedUnits = max(o.Routed, a.Routed), max(o.RoutedUnits, a.RoutedUnits)
-		return
-	}
-	o.N, o.Prompt, o.Cached = max(o.N, a.N), max(o.Prompt, a.Prompt), max(o.Cached, a.Cached)
+	a := &m.Answered
+	p.answers = answerTotals{N: max(p.answers.N, a.N), Prompt: max(p.answers.Prompt, a.Prompt), Cached: max(p.answers.Cached, a.Cached)}
 }
 
 // add adds b's counts to a's, saturating (addSat): the sums never wrap,
@@ -120,8 +69,6 @@ func (a *answerTotals) add(b answerTotals) {
 	a.N = addSat(a.N, b.N)
 	a.Prompt = addSat(a.Prompt, b.Prompt)
 	a.Cached = addSat(a.Cached, b.Cached)
-	a.Routed = addSat(a.Routed, b.Routed)
-	a.RoutedUnits = addSat(a.RoutedUnits, b.RoutedUnits)
 }
 
 // sub takes b's counts out of a's (b was added to a before).
@@ -129,8 +76,6 @@ func (a *answerTotals) sub(b answerTotals) {
 	a.N -= min(b.N, a.N)
 	a.Prompt -= min(b.Prompt, a.Prompt)
 	a.Cached -= min(b.Cached, a.Cached)
-	a.Routed -= min(b.Routed, a.Routed)
-	a.RoutedUnits -= min(b.RoutedUnits, a.RoutedUnits)
 }
 
 // retireAnswers moves a peer's totals into the retired ones (it left, fell
@@ -149,6 +94,4 @@ func (t *loadTable) publishAnswers() {
 	t.answered.n.Store(sum.N)
 	t.answered.prompt.Store(sum.Prompt)
 	t.answered.cached.Store(sum.Cached)
-	t.answered.routed.Store(sum.Routed)
-	t.answered.routedUnits.Store(sum.RoutedUnits)
 }

@@ -190,11 +190,6 @@ type loadPublisher struct {
 	answersLast answerTotals
 	answersAt   int64
 	answersOut  loadMsg
-	// promptsLast, promptsAt and promptsOut: the same for the routed
-	// prompt totals (answers.go).
-	promptsLast answerTotals
-	promptsAt   int64
-	promptsOut  loadMsg
 	// routed counter at the last snapshot, when, and the moving rate.
 	routed, routedAt int64
 	rate             float64
@@ -257,7 +252,6 @@ func (n *Node) publishLoad(src LoadSource, now int64) {
 	n.publishLessons(src, n.publishBookings(src, now))
 	n.publishLost(src)
 	n.publishAnswers(src, now)
-	n.publishPrompts(src, now)
 }
 
 // publishBookings is publishLoad's part for bookings; it reports whether
