@@ -22,8 +22,9 @@ import (
 // everything goes out every LoadRefresh), and a peer's part is dropped
 // when it leaves, fails or falls silent for LoadMaxAge. Nothing is
 // acknowledged or retransmitted. The transport does not order messages:
-// each carries a sequence number, and a receiver applies only messages
-// newer than the last it applied. The numbers grow across a node's
+// each carries a sequence number, and a receiver keeps each backend's
+// figures with the number of the message that set them, so the newest
+// figures win whatever order messages arrive in (loadbook.go). The numbers grow across a node's
 // restarts too (loadSeqBase), so a late message of a process that has
 // since restarted is dropped rather than taken over the new one's.
 //

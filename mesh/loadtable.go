@@ -87,17 +87,20 @@ type peerSum struct {
 
 // peerLoad is one peer's last-known bookings.
 type peerLoad struct {
-	name  string
-	inc   uint64 // the incarnation of its last snapshot; 0 before one
-	seq   uint64 // the last applied message
-	heard int64  // ms: the last message applied (or when the entry was made)
+	name string
+	inc  uint64 // the incarnation of its last snapshot; 0 before one
+	seq  uint64 // the highest applied message
+	// start numbers the snapshot that began the session (inc); snapSeq
+	// the newest snapshot applied, namesSeq the newest that carried names.
+	start, snapSeq, namesSeq uint64
+	heard                    int64 // ms: the last message applied (or when the entry was made)
 	// names maps the peer's backend indexes to names, learnt from
 	// snapshots with names, valid for inc; ids caches the names resolved
 	// to this node's ids (a name this node does not know yet, because its
 	// router registers its backends later, is tried again when used).
 	names map[uint32]string
 	ids   map[uint32]tree.BackendID
-	book  map[tree.BackendID]booking
+	book  map[tree.BackendID]peerBooking
 	// written is the peer's cumulative units written per backend in this
 	// incarnation (kept when its bookings go to zero).
 	written map[tree.BackendID]uint64
@@ -111,7 +114,7 @@ type peerLoad struct {
 	rate             float64 // requests per second it routes (moving average)
 
 	msgs, bytes   uint64 // received
-	stale, unsync uint64 // dropped: older than applied, or before a snapshot
+	stale, unsync uint64 // dropped: an earlier session's or all superseded, or before a snapshot
 	unknown       uint64 // entries naming a backend index or name not known here
 	future        uint64 // lessons dropped for a stamp beyond lessonMaxAhead
 }
@@ -149,7 +152,7 @@ type loadApplied uint8
 
 const (
 	loadApplyOK       loadApplied = iota
-	loadApplyStale                // not newer than what was applied
+	loadApplyStale                // an earlier session's, or all of it superseded by later messages
 	loadApplyUnsynced             // a delta before any snapshot of its incarnation
 )
 
@@ -163,12 +166,24 @@ const (
 // nothing for fresh ms is such a snapshot taken as a new session: the peer
 // restarted with its clock stepped back, or runs an earlier release whose
 // sequences start at 1. Then the switch waits at most fresh (LoadFresh) of
-// silence. Only applied messages make a peer heard: one whose every message
-// is dropped expires at maxAge and starts over.
+// silence. A message numbered below the snapshot that began the current
+// session is an earlier session's too (only snapshots say their
+// incarnation), and is dropped.
+//
+// Within a session the order of arrival does not matter: bookings are kept
+// per backend with the sequence of the message that set them, so a delta
+// overtaken by a later message still applies what that one did not change
+// (applyBookings), and the totals (answers, lessons) merge by their own
+// order. Before, a receiver applied only messages numbered above the last
+// it applied, and over QUIC, where each message has a stream of its own,
+// a lesson or answers message sent right after a bookings delta could
+// overtake it and get that delta dropped. Only applied messages make a
+// peer heard: one whose every message is dropped expires at maxAge and
+// starts over.
 func (t *loadTable) apply(peer string, m *loadMsg, size int, now int64) loadApplied {
 	p := t.peers[peer]
 	if p == nil {
-		p = &peerLoad{name: peer, heard: now, book: make(map[tree.BackendID]booking), written: make(map[tree.BackendID]uint64),
+		p = &peerLoad{name: peer, heard: now, book: make(map[tree.BackendID]peerBooking), written: make(map[tree.BackendID]uint64),
 			lessons: make(map[tree.BackendID]lessonWire), fresh: make(map[tree.BackendID]lessonWire)}
 		t.peers[peer] = p
 	}
@@ -183,6 +198,7 @@ func (t *loadTable) apply(peer string, m *loadMsg, size int, now int64) loadAppl
 		// A new load session (the peer restarted, or this is its first
 		// snapshot): its indexes start over, and it may not know ours.
 		p.inc, p.seq, p.ids, p.names = m.Incarnation, 0, nil, nil
+		p.start, p.snapSeq, p.namesSeq = m.Seq, 0, 0
 		p.routedAt = 0
 		clear(p.book)
 		t.retire(p)
@@ -193,54 +209,25 @@ func (t *loadTable) apply(peer string, m *loadMsg, size int, now int64) loadAppl
 	case p.inc == 0 || (!m.Snapshot && p.names == nil && len(m.Entries) > 0):
 		p.unsync++
 		return loadApplyUnsynced
-	case m.Seq <= p.seq:
+	case m.Seq < p.start:
 		p.stale++
 		return loadApplyStale
 	}
-	p.heard = now
-	p.seq = m.Seq
-	if m.Lessons {
+	switch {
+	case m.Lessons:
 		t.applyLessons(p, m, now)
-		return loadApplyOK
-	}
-	if m.Lost {
+	case m.Lost:
 		t.applyLost(p, m)
-		return loadApplyOK
-	}
-	if m.Answers {
+	case m.Answers:
 		t.applyAnswers(p, m)
-		return loadApplyOK
-	}
-	if m.Names {
-		if t.namedAt.Load() == 0 {
-			t.namedAt.Store(now)
-		}
-		if p.names == nil {
-			p.names = make(map[uint32]string, len(m.Entries))
-			p.ids = make(map[uint32]tree.BackendID, len(m.Entries))
-		}
-		for i := range m.Entries {
-			e := &m.Entries[i]
-			if old, ok := p.names[e.Idx]; ok && old != e.Name {
-				// The peer gave this index to another backend (it forgot a
-				// removed one's name, tree.Index.ForgetRemoved): resolve again.
-				delete(p.ids, e.Idx)
-			}
-			p.names[e.Idx] = e.Name
+	default:
+		if !t.applyBookings(p, m, now) {
+			p.stale++
+			return loadApplyStale
 		}
 	}
-	if m.Snapshot {
-		clear(p.book)
-		t.observeRouted(p, int64(min(m.Routed, math.MaxInt64)), now)
-	}
-	t.eachEntry(p, m, func(id tree.BackendID, e *loadEntry) {
-		p.written[id] = max(p.written[id], e.Written)
-		if e.Units == 0 && e.Requests == 0 && e.InFlight == 0 {
-			delete(p.book, id)
-			return
-		}
-		p.book[id] = booking{units: e.Units, requests: e.Requests, inFlight: e.InFlight}
-	})
+	p.heard = now
+	p.seq = max(p.seq, m.Seq)
 	return loadApplyOK
 }
 
@@ -572,6 +559,9 @@ func (t *loadTable) view(now int64, name func(tree.BackendID) string) []LoadPeer
 			UnknownBackends: p.unknown, FutureLessons: p.future, Answers: p.answers.N, AnswerPromptTokens: p.answers.Prompt,
 			AnswerCachedTokens: p.answers.Cached, Bookings: make([]BookingView, 0, len(p.book))}
 		for id, b := range p.book {
+			if b.zero() {
+				continue // kept only for its sequence (applyBookings)
+			}
 			v.Bookings = append(v.Bookings, BookingView{Backend: name(id), PendingUnits: b.units,
 				PendingRequests: b.requests, InFlight: b.inFlight})
 		}

@@ -72,7 +72,7 @@ func newMetrics(n *Node, reg prometheus.Registerer) (*metrics, error) {
 			[]string{"type"}),
 		loadDrops: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvmesh_mesh_load_dropped_messages_total",
-			Help: "Load-channel messages dropped: queue_full or send_error (outgoing), decode_error, stale (older than one applied), unsynced (before the sender's first snapshot) or key_scheme (lost marks from a member of another key scheme) (incoming)."},
+			Help: "Load-channel messages dropped: queue_full or send_error (outgoing), decode_error, stale (of an earlier session of the sender, or every figure in it superseded by a later message), unsynced (before the sender's first snapshot) or key_scheme (lost marks from a member of another key scheme) (incoming)."},
 			[]string{"reason"}),
 		lostMarks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvmesh_mesh_lost_marks_total",
