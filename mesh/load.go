@@ -186,11 +186,9 @@ type loadPublisher struct {
 	lessonLast map[tree.BackendID]lessonWire
 	lessonOut  loadMsg
 	lostOut    loadMsg // the lost message being built (lost.go)
-	// answersLast is the answer totals last sent, answersAt when (ms);
-	// answersOut the message being built (answers.go).
-	answersLast answerTotals
-	answersAt   int64
-	answersOut  loadMsg
+	// answers and prompts: the answer and routed prompt totals last sent
+	// (answers.go).
+	answers, prompts totalsOut
 	// routed counter at the last snapshot, when, and the moving rate.
 	routed, routedAt int64
 	rate             float64
@@ -253,6 +251,7 @@ func (n *Node) publishLoad(src LoadSource, now int64) {
 	n.publishLessons(src, n.publishBookings(src, now))
 	n.publishLost(src)
 	n.publishAnswers(src, now)
+	n.publishPrompts(src, now)
 }
 
 // publishBookings is publishLoad's part for bookings; it reports whether

@@ -17,7 +17,10 @@ type fakeLoad struct {
 	written  [4]atomic.Int64
 	routed   atomic.Uint64
 	answers  [3]atomic.Uint64 // count, prompt, cached
+	prompts  [2]atomic.Uint64 // routed, units
 }
+
+func (f *fakeLoad) LocalPrompts() (n, units uint64) { return f.prompts[0].Load(), f.prompts[1].Load() }
 
 func (f *fakeLoad) LocalAnswers() (n, prompt, cached uint64) {
 	return f.answers[0].Load(), f.answers[1].Load(), f.answers[2].Load()
@@ -125,8 +128,8 @@ func TestLoadChannelSharesBookings(t *testing.T) {
 	}
 }
 
-// Each node's answer totals reach every other node, which sums its
-// peers' (its own never count).
+// Each node's answer and routed prompt totals reach every other node,
+// which sums its peers' (its own never count).
 func TestLoadChannelSharesAnswers(t *testing.T) {
 	c, srcs := startLoadCluster(t, 3, nil)
 	for range 10 {
@@ -135,6 +138,10 @@ func TestLoadChannelSharesAnswers(t *testing.T) {
 	for range 5 {
 		srcs[2].answer(100, 20)
 	}
+	srcs[1].prompts[0].Store(7)
+	srcs[1].prompts[1].Store(70_000)
+	srcs[2].prompts[0].Store(3)
+	srcs[2].prompts[1].Store(900)
 	for _, want := range []struct {
 		node              string
 		n, prompt, cached uint64
@@ -144,10 +151,22 @@ func TestLoadChannelSharesAnswers(t *testing.T) {
 			return n == want.n && p == want.prompt && c == want.cached
 		})
 	}
+	for _, want := range []struct {
+		node     string
+		n, units uint64
+	}{{"n00", 10, 70_900}, {"n01", 3, 900}, {"n02", 7, 70_000}} {
+		waitFor(t, 10*time.Second, want.node+" to hear its peers' prompts", func() bool {
+			n, u := c.node(want.node).n.PeerPrompts()
+			return n == want.n && u == want.units
+		})
+	}
 	// The admin view shows each peer's totals.
 	for _, v := range c.node("n01").n.Admin().Load.Peers {
 		if v.Peer == "n00" && (v.Answers != 10 || v.AnswerPromptTokens != 1000 || v.AnswerCachedTokens != 600) {
 			t.Fatalf("n01's admin view of n00: %+v, want 10 answers, 1000 prompt and 600 cached tokens", v)
+		}
+		if v.Peer == "n02" && (v.PromptsRouted != 3 || v.PromptUnitsRouted != 900) {
+			t.Fatalf("n01's admin view of n02: %+v, want 3 prompts of 900 units routed", v)
 		}
 	}
 }

@@ -104,7 +104,8 @@ type peerLoad struct {
 	// written is the peer's cumulative units written per backend in this
 	// incarnation (kept when its bookings go to zero).
 	written map[tree.BackendID]uint64
-	// answers is the peer's newest answer totals in this incarnation.
+	// answers is the peer's newest answer and routed prompt totals in this
+	// incarnation.
 	answers answerTotals
 	// lessons is the peer's newest lesson per backend; fresh holds those
 	// not published yet.
@@ -218,7 +219,7 @@ func (t *loadTable) apply(peer string, m *loadMsg, size int, now int64) loadAppl
 		t.applyLessons(p, m, now)
 	case m.Lost:
 		t.applyLost(p, m)
-	case m.Answers:
+	case m.Answers || m.Prompts:
 		t.applyAnswers(p, m)
 	default:
 		if !t.applyBookings(p, m, now) {
@@ -537,6 +538,10 @@ type LoadPeerView struct {
 	Answers            uint64 `json:"answers"`
 	AnswerPromptTokens uint64 `json:"answer_prompt_tokens"`
 	AnswerCachedTokens uint64 `json:"answer_cached_tokens"`
+	// PromptsRouted and PromptUnitsRouted are the peer's routed prompt
+	// totals as it last sent them: its average prompt is their ratio.
+	PromptsRouted     uint64 `json:"prompts_routed"`
+	PromptUnitsRouted uint64 `json:"prompt_units_routed"`
 	// Bookings are the peer's bookings by backend name.
 	Bookings []BookingView `json:"bookings"`
 }
@@ -557,7 +562,8 @@ func (t *loadTable) view(now int64, name func(tree.BackendID) string) []LoadPeer
 		v := LoadPeerView{Peer: p.name, AgeMs: now - p.heard, Weight: t.weight(p.heard, now), Seq: p.seq,
 			RoutedPerSecond: p.rate, Messages: p.msgs, Bytes: p.bytes, Stale: p.stale, Unsynced: p.unsync,
 			UnknownBackends: p.unknown, FutureLessons: p.future, Answers: p.answers.N, AnswerPromptTokens: p.answers.Prompt,
-			AnswerCachedTokens: p.answers.Cached, Bookings: make([]BookingView, 0, len(p.book))}
+			AnswerCachedTokens: p.answers.Cached, PromptsRouted: p.answers.Routed, PromptUnitsRouted: p.answers.RoutedUnits,
+			Bookings: make([]BookingView, 0, len(p.book))}
 		for id, b := range p.book {
 			if b.zero() {
 				continue // kept only for its sequence (applyBookings)

@@ -10,7 +10,8 @@ import (
 
 // loadWatch checks what a load table publishes, input after input: every
 // sum finite and not negative, the share in [0, 1], and the written
-// totals (PeerWritten), the answer totals (PeerAnswers) and the published
+// totals (PeerWritten), the answer and prompt totals (PeerAnswers,
+// PeerPrompts) and the published
 // lessons' stamps never going back, nor a published lesson going away.
 type loadWatch struct {
 	written []float64
@@ -50,8 +51,10 @@ func (w *loadWatch) check(lt *loadTable) error {
 	if s := math.Float64frombits(lt.share.Load()); math.IsNaN(s) || s < 0 || s > 1 {
 		return fmt.Errorf("share %v", s)
 	}
-	a := answerTotals{lt.answered.n.Load(), lt.answered.prompt.Load(), lt.answered.cached.Load()}
-	if a.N < w.answers.N || a.Prompt < w.answers.Prompt || a.Cached < w.answers.Cached {
+	s := &lt.answered
+	a := answerTotals{N: s.n.Load(), Prompt: s.prompt.Load(), Cached: s.cached.Load(), Routed: s.routed.Load(), RoutedUnits: s.routedUnits.Load()}
+	if a.N < w.answers.N || a.Prompt < w.answers.Prompt || a.Cached < w.answers.Cached ||
+		a.Routed < w.answers.Routed || a.RoutedUnits < w.answers.RoutedUnits {
 		return fmt.Errorf("answer totals %+v, were %+v", a, w.answers)
 	}
 	w.answers = a
@@ -116,6 +119,9 @@ func (p *loadProgram) history(lt *loadTable, i int) error {
 		p.seq[i]++
 		lt.apply(fuzzPeers[i], &loadMsg{Seq: p.seq[i], Answers: true,
 			Answered: answerTotals{N: maxLoadValue, Prompt: maxLoadValue, Cached: maxLoadValue}}, 0, p.now)
+		p.seq[i]++
+		lt.apply(fuzzPeers[i], &loadMsg{Seq: p.seq[i], Prompts: true,
+			Answered: answerTotals{Routed: maxLoadValue, RoutedUnits: maxLoadValue}}, 0, p.now)
 		if k%50 == 49 {
 			lt.publish(p.now, 1)
 			if err := p.watch.check(lt); err != nil {
@@ -155,10 +161,14 @@ func (p *loadProgram) next(lt *loadTable) (peer string, m *loadMsg) {
 		m.Lessons = true
 	case 4:
 		m.Lost = true
-	case 5:
-		m.Answers = true
+	case 5: // answers, op&0x80 prompts
 		n := p.value(maxLoadValue)
 		prompt := p.value(maxLoadValue)
+		if op&0x80 != 0 {
+			m.Prompts, m.Answered = true, answerTotals{Routed: n, RoutedUnits: prompt}
+			break
+		}
+		m.Answers = true
 		m.Answered = answerTotals{N: n, Prompt: prompt, Cached: min(p.value(maxLoadValue), prompt)}
 	case 6: // time passes
 		c := int64(p.byte())
@@ -234,6 +244,7 @@ func FuzzLoadTable(f *testing.F) {
 		3, 3, 2, 1, 0xff, 0xff, 0x80, 0x40, 9, 0x10, // a lesson
 		4, 3, 1, 1, 5, 6, // a lost mark
 		5, 0xff, 0xff, 0xfe, 3, // answers
+		0x85, 7, 9, 3, // prompts
 		6, 40, 7, 3, // time, expire, publish
 		1, 0, 9, 1, 200, 2, 0, 4, 3, 1, 0xff, // a restart with a later base
 		1, 1, 9, 0, 3, 1, 0, 0, 0, 0, 0, 0xff, // a late snapshot of the incarnation before

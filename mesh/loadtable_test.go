@@ -226,35 +226,47 @@ func TestLoadTableSkippingPublishesTheSame(t *testing.T) {
 	}
 }
 
-// A peer's answer totals count once its incarnation is known, keep their
-// newest value, and stay in the sums (retired) when it restarts or leaves:
-// the mesh's totals never go back.
+// A peer's answer and prompt totals count once its incarnation is known,
+// keep their newest value (an answers message leaves the prompt totals
+// alone, and a prompts message the answer totals), and stay in the sums
+// (retired) when it restarts or leaves: the mesh's totals never go back.
 func TestLoadTableAnswers(t *testing.T) {
 	lt := testLoadTable()
 	answers := func(seq, n, prompt, cached uint64) *loadMsg {
 		return &loadMsg{Seq: seq, Answers: true, Answered: answerTotals{N: n, Prompt: prompt, Cached: cached}}
 	}
+	prompts := func(seq, n, units uint64) *loadMsg {
+		return &loadMsg{Seq: seq, Prompts: true, Answered: answerTotals{Routed: n, RoutedUnits: units}}
+	}
 	total := func() answerTotals {
-		n, p, c := lt.answered.n.Load(), lt.answered.prompt.Load(), lt.answered.cached.Load()
-		return answerTotals{n, p, c}
+		a := &lt.answered
+		return answerTotals{N: a.n.Load(), Prompt: a.prompt.Load(), Cached: a.cached.Load(), Routed: a.routed.Load(), RoutedUnits: a.routedUnits.Load()}
 	}
 	if got := lt.apply("p", answers(1, 10, 1000, 500), 10, 0); got != loadApplyUnsynced {
 		t.Fatalf("answers before any snapshot: %v, want unsynced", got)
 	}
+	if got := lt.apply("p", prompts(1, 10, 1000), 10, 0); got != loadApplyUnsynced {
+		t.Fatalf("prompts before any snapshot: %v, want unsynced", got)
+	}
 	lt.apply("p", snapshot(2, 1, true, 0), 40, 0)
 	lt.apply("p", answers(3, 10, 1000, 500), 10, 0)
+	lt.apply("p", prompts(4, 12, 3000), 10, 0)
 	lt.apply("q", snapshot(1, 7, true, 0), 40, 0)
-	lt.apply("q", answers(2, 4, 400, 100), 10, 0)
+	lt.apply("q", prompts(2, 5, 900), 10, 0)
+	lt.apply("q", answers(3, 4, 400, 100), 10, 0)
 	lt.publish(1, 0)
-	if got := total(); got != (answerTotals{14, 1400, 600}) {
-		t.Fatalf("two peers' totals: %+v, want 14 1400 600", got)
+	want := answerTotals{N: 14, Prompt: 1400, Cached: 600, Routed: 17, RoutedUnits: 3900}
+	if got := total(); got != want {
+		t.Fatalf("two peers' totals: %+v, want %+v", got, want)
 	}
-	lt.apply("p", snapshot(4, 2, true, 0), 40, 2) // p restarted: its totals start over
-	lt.apply("p", answers(5, 1, 100, 100), 10, 2)
+	lt.apply("p", snapshot(5, 2, true, 0), 40, 2) // p restarted: its totals start over
+	lt.apply("p", answers(6, 1, 100, 100), 10, 2)
+	lt.apply("p", prompts(7, 2, 50), 10, 2)
 	lt.expire(3, map[string]struct{}{"p": {}}) // q left
 	lt.publish(3, 0)
-	if got := total(); got != (answerTotals{15, 1500, 700}) {
-		t.Fatalf("after a restart and a departure: %+v, want 15 1500 700 (nothing lost)", got)
+	want = answerTotals{N: 15, Prompt: 1500, Cached: 700, Routed: 19, RoutedUnits: 3950}
+	if got := total(); got != want {
+		t.Fatalf("after a restart and a departure: %+v, want %+v (nothing lost)", got, want)
 	}
 }
 

@@ -66,6 +66,16 @@ import (
 // alone, together (a combination no other message uses, which a node of an
 // earlier release rejects, dropping only it). It shares the sequence.
 //
+// A prompts message (loadFlagPrompts, alone) carries how many prompts the
+// sender's router has routed since it started and their units (answers.go),
+// so that every node averages the mesh's prompt sizes as one router would:
+//
+//	loadMagic, version<<4 | loadFlagPrompts, uvarint seq,
+//	uvarint prompts routed, uvarint prompt units routed
+//
+// Its flags are the answers message's and names: names outside a snapshot,
+// which a node of an earlier release rejects, dropping only it.
+//
 // The backend index is the sender's own tree.BackendID; a snapshot with
 // names (sent at a new incarnation, to new peers and now and then) tells
 // the receiver which name each index stands for. The sender's name is not
@@ -83,6 +93,9 @@ const (
 	// loadFlagAnswers marks an answers message: no entries, the sender's
 	// answer totals. Both alone-flags at once: the nibble has no bit left.
 	loadFlagAnswers = loadFlagLessons | loadFlagLost
+	// loadFlagPrompts marks a prompts message: no entries, the sender's
+	// routed prompt totals.
+	loadFlagPrompts = loadFlagNames | loadFlagAnswers
 )
 
 // Decoder limits: a peer cannot make a node allocate much or loop long.
@@ -115,15 +128,18 @@ type loadMsg struct {
 	Lessons bool
 	// Lost says the entries are lost marks (Idx, Key and Age only).
 	Lost bool
-	// Answers says the message carries Answered (and no entries).
+	// Answers says the message carries Answered's answer totals, Prompts
+	// its routed prompt totals (and no entries).
 	Answers  bool
+	Prompts  bool
 	Answered answerTotals
 	Entries  []loadEntry
 }
 
 // answerTotals counts a router's answers since it started: how many, and
-// their prompt and cached tokens (usage).
-type answerTotals struct{ N, Prompt, Cached uint64 }
+// their prompt and cached tokens (usage); and the prompts it has routed
+// (first attempts) and their units.
+type answerTotals struct{ N, Prompt, Cached, Routed, RoutedUnits uint64 }
 
 // loadEntry is one backend's bookings at the sender.
 type loadEntry struct {
@@ -173,9 +189,15 @@ func appendLoad(dst []byte, m *loadMsg) []byte {
 		flags = loadFlagLost
 	case m.Answers:
 		flags = loadFlagAnswers
+	case m.Prompts:
+		flags = loadFlagPrompts
 	}
 	dst = append(dst, loadMagic, loadVersion<<4|flags)
 	dst = binary.AppendUvarint(dst, m.Seq)
+	if m.Prompts {
+		dst = binary.AppendUvarint(dst, min(m.Answered.Routed, maxLoadValue))
+		return binary.AppendUvarint(dst, min(m.Answered.RoutedUnits, maxLoadValue))
+	}
 	if m.Answers {
 		a := &m.Answered
 		dst = binary.AppendUvarint(dst, min(a.N, maxLoadValue))
@@ -245,23 +267,35 @@ func decodeLoad(data []byte, m *loadMsg) error {
 	if flags&^loadFlagsKnown != 0 {
 		return fmt.Errorf("mesh: load message has unknown flags %#x", flags)
 	}
-	if flags&loadFlagNames != 0 && flags&loadFlagSnapshot == 0 {
+	prompts := flags == loadFlagPrompts
+	if !prompts && flags&loadFlagNames != 0 && flags&loadFlagSnapshot == 0 {
 		return errors.New("mesh: load message carries names outside a snapshot")
 	}
 	answers := flags == loadFlagAnswers
-	if !answers && flags&loadFlagLessons != 0 && flags != loadFlagLessons {
+	if !answers && !prompts && flags&loadFlagLessons != 0 && flags != loadFlagLessons {
 		return fmt.Errorf("mesh: lesson message has other flags %#x", flags)
 	}
-	if !answers && flags&loadFlagLost != 0 && flags != loadFlagLost {
+	if !answers && !prompts && flags&loadFlagLost != 0 && flags != loadFlagLost {
 		return fmt.Errorf("mesh: lost message has other flags %#x", flags)
 	}
 	r := loadReader{b: data[2:]}
-	*m = loadMsg{Entries: m.Entries[:0], Answers: answers}
-	if !answers {
+	*m = loadMsg{Entries: m.Entries[:0], Answers: answers, Prompts: prompts}
+	if !answers && !prompts {
 		m.Snapshot, m.Names = flags&loadFlagSnapshot != 0, flags&loadFlagNames != 0
 		m.Lessons, m.Lost = flags&loadFlagLessons != 0, flags&loadFlagLost != 0
 	}
 	m.Seq = r.uvarint()
+	if m.Prompts {
+		a := &m.Answered
+		a.Routed, a.RoutedUnits = r.value(), r.value()
+		switch {
+		case r.err != nil:
+			return r.err
+		case len(r.b) != 0:
+			return fmt.Errorf("mesh: %d bytes after the prompts message", len(r.b))
+		}
+		return nil
+	}
 	if m.Answers {
 		a := &m.Answered
 		a.N, a.Prompt, a.Cached = r.value(), r.value(), r.value()

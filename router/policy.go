@@ -41,6 +41,10 @@ type Request struct {
 	// alone): what it counts itself, divided by this, estimates the mesh's
 	// count.
 	MeshShare float64
+	// PeerPrompts is the prompts the other nodes of the mesh have routed
+	// and their units (PeerPrompts; zero alone): the kvmesh policy folds
+	// them into late binding's average prompt (promptavg.go).
+	PeerPrompts PromptTotals
 	// Reuse is the share of prompt tokens the backends answered they had
 	// cached, over this router's recent answers (a moving average weighted
 	// by tokens); negative before any answer said.

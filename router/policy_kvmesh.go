@@ -14,6 +14,10 @@ type kvmeshPolicy struct {
 	hot       *hotCounter
 	fleet     fleetLoad     // the fleet's decayed mean load (KVMeshConfig.BlockFleetLoad)
 	avgPrompt atomic.Uint64 // float64 bits: moving average of prompt units
+	// holdAvg is late binding's average prompt: the mesh's, this node's
+	// prompts and its peers' (promptavg.go); avgPrompt alone, the same
+	// figure.
+	holdAvg *promptAverage
 }
 
 // maxReuseRatio caps r/(1-r) (at r = 0.95); initialReuse is r before any
@@ -58,6 +62,7 @@ func perShare(w, limit, share float64) float64 {
 func newKVMeshPolicy(cfg KVMeshConfig) *kvmeshPolicy {
 	p := &kvmeshPolicy{cfg: cfg, hot: newHotCounter(cfg.HotSlots, int64(cfg.HotWindow))}
 	p.avgPrompt.Store(math.Float64bits(cfg.InitialPromptUnits))
+	p.holdAvg = newPromptAverage(cfg.InitialPromptUnits)
 	return p
 }
 
@@ -102,9 +107,12 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 	n := len(cands)
 	total := float64(req.Units())
 	avg := math.Float64frombits(p.avgPrompt.Load())
+	own := 0.0 // a prompt counts in the averages once, at its first decision
 	if !req.Explain && req.Attempt == 0 && req.Held == 0 && total > 0 {
+		own = total
 		p.avgPrompt.Store(math.Float64bits(avg + (total-avg)*promptWeight(req.MeshShare)))
 	}
+	holdAvg := p.holdAvg.observe(req.PeerPrompts, own, req.MeshShare)
 	scratch := req.scratch
 	if cap(scratch) < 2*n { // a caller outside this package cannot set it
 		scratch = make([]float64, 2*n)
@@ -179,7 +187,7 @@ func (p *kvmeshPolicy) Choose(req *Request, cands []Candidate, scores []float64)
 		}
 	}
 
-	if req.HoldOK && cfg.holds(req, cands, best, total, avg) {
+	if req.HoldOK && cfg.holds(req, cands, best, total, holdAvg) {
 		return Decision{Index: best, Reason: ReasonCost, Hold: true}
 	}
 

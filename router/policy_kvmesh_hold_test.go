@@ -1,6 +1,7 @@
 package router
 
 import (
+	"math"
 	"strings"
 	"testing"
 )
@@ -53,6 +54,42 @@ func TestKVMeshHoldsLongPromptsWhileEveryQueueIsBusy(t *testing.T) {
 	cfg.HoldMinPrompts = 0
 	if d := hold(newPolicyCase(40, 1, "a", "b").pending(1500, 1800), true); d.Hold {
 		t.Errorf("hold_min_prompts 0 (off) held: %+v", d)
+	}
+}
+
+// In a mesh, late binding prices a prompt at the mesh's average (its
+// peers' prompts folded in), the costs at the node's own: a node whose own
+// prompts were short holds a prompt that is long for the mesh's, and
+// exempts one that is past hold_max_prompts of the mesh's, while its
+// costs' average stays its own.
+func TestKVMeshHoldsAtTheMeshAverage(t *testing.T) {
+	cfg := DefaultKVMeshConfig()
+	cfg.HoldQueuePrompts = 0      // any prefill queued is busy
+	cfg.InitialPromptUnits = 2000 // a 40-block prompt (2,570 units) is 1.3 of it
+	p := newKVMeshPolicy(cfg)
+	decide := func(blocks int, peers PromptTotals) Decision {
+		t.Helper()
+		pc := newPolicyCase(blocks, 1, "a", "b").pending(500, 800)
+		pc.req.HoldOK, pc.req.Held, pc.req.MeshShare, pc.req.PeerPrompts = true, 1, 0.125, peers
+		_, d := pc.choose(p)
+		return d
+	}
+	// 200 blocks (12,810 units) is past 3 of the node's averages: sent.
+	if d := decide(200, PromptTotals{}); d.Hold {
+		t.Fatalf("no peers' prompts: a 200-block prompt held: %+v", d)
+	}
+	decide(10, PromptTotals{N: 1, Units: 1}) // the peers' baseline
+	// The peers routed 640 prompts of 8,000 units: the mesh's average is
+	// near 8,000, and 12,810 units is 1.6 of it.
+	if d := decide(200, PromptTotals{N: 641, Units: 1 + 640*8000}); !d.Hold {
+		t.Fatalf("the mesh's average near 8,000 units: a 12,810-unit prompt not held: %+v", d)
+	}
+	// 40 blocks (2,570 units) is under hold_min_prompts (0.5) of it: sent.
+	if d := decide(40, PromptTotals{N: 641, Units: 1 + 640*8000}); d.Hold {
+		t.Errorf("a 2,570-unit prompt held at the mesh's average of ~8,000: %+v", d)
+	}
+	if got := math.Float64frombits(p.avgPrompt.Load()); got != cfg.InitialPromptUnits {
+		t.Errorf("the costs' average moved to %v with only held decisions and peers' prompts, want %v", got, cfg.InitialPromptUnits)
 	}
 }
 

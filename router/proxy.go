@@ -196,10 +196,11 @@ func routedUnits(c *Candidate, ch *tree.Chain, d Decision) int {
 // record counts and logs a decision.
 func (rt *Router) record(st *reqState, b *backend, d Decision, matched int) {
 	rt.metrics.decisionByWhy[d.Reason].Inc()
+	total := st.chain.Units
 	if st.routed && d.Reason != ReasonRetry {
 		rt.routed.Add(1)
+		rt.routedUnits.Add(uint64(max(total, 0)))
 	}
-	total := st.chain.Units
 	if st.routed {
 		ratio := 0.0
 		if total > 0 {

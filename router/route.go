@@ -413,7 +413,7 @@ func (rt *Router) decide(st *reqState, ep Endpoint, now time.Time, attempt int, 
 		deepest = max(deepest, st.cands[i].Matched)
 	}
 	st.req = Request{Model: st.model, Endpoint: ep, Chain: &st.chain, Seed: st.seed, Deepest: deepest,
-		MeshShare: rt.meshShare(), Reuse: rt.reuseShare(), Attempt: attempt, Explain: explain, Now: now, scratch: st.scratch[:cap(st.scratch)],
+		MeshShare: rt.meshShare(), PeerPrompts: rt.peerPromptTotals(), Reuse: rt.reuseShare(), Attempt: attempt, Explain: explain, Now: now, scratch: st.scratch[:cap(st.scratch)],
 		HoldOK: st.holdOK && attempt == 0, Held: st.held}
 	if !st.routed {
 		// No prompt to match: the least-loaded policy chooses, under its

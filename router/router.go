@@ -77,20 +77,23 @@ type Router struct {
 	peers   PeerLoad    // nil without a mesh
 	lessons PeerLessons // peers, when it carries lessons; nil otherwise
 	peerAns PeerAnswers // peers, when it carries their answer totals; nil otherwise
+	peerPr  PeerPrompts // peers, when it carries their routed prompt totals; nil otherwise
 	gate    LessonGate  // peers, when they say whether to author lessons yet; nil: always
 	// doubtPool is the fleet's doubted-claim worth per range
 	// (BeliefConfig.DoubtPool), which every backend's belief points at.
 	doubtPool doubtCurve
 	routed    atomic.Uint64
-	upt       atomic.Uint64  // float64 bits: estimated prompt units per token (belief)
-	spans     spanCurve      // what doubted spans proved worth by length (belief.doubt_span_curve)
-	idle      atomic.Uint64  // float64 bits: share of recent decisions with an idle candidate (belief.doubt_span_min_idle)
-	lost      lostSet        // prompts whose answers showed a believed match lost (lostprefix.go)
-	lostOut   lostOutbox     // this node's marks for the mesh (lostshare.go)
-	reuse     reuseAverage   // share of prompt tokens answered cached (Request.Reuse)
-	answers   answerCounters // this node's answer totals (LocalAnswers)
-	log       zerolog.Logger
-	policy    Policy
+	// routedUnits is the units of the prompts routed counts (LocalPrompts).
+	routedUnits atomic.Uint64
+	upt         atomic.Uint64  // float64 bits: estimated prompt units per token (belief)
+	spans       spanCurve      // what doubted spans proved worth by length (belief.doubt_span_curve)
+	idle        atomic.Uint64  // float64 bits: share of recent decisions with an idle candidate (belief.doubt_span_min_idle)
+	lost        lostSet        // prompts whose answers showed a believed match lost (lostprefix.go)
+	lostOut     lostOutbox     // this node's marks for the mesh (lostshare.go)
+	reuse       reuseAverage   // share of prompt tokens answered cached (Request.Reuse)
+	answers     answerCounters // this node's answer totals (LocalAnswers)
+	log         zerolog.Logger
+	policy      Policy
 	// forwardPolicy chooses for forwarded requests, which have no prompt.
 	forwardPolicy leastLoadedPolicy
 	tokenizer     Tokenizer
@@ -182,6 +185,9 @@ func New(cfg Config, deps Deps) (*Router, error) {
 	}
 	if pa, ok := deps.Peers.(PeerAnswers); ok {
 		rt.peerAns = pa
+	}
+	if pp, ok := deps.Peers.(PeerPrompts); ok {
+		rt.peerPr = pp
 	}
 	if rt.learner == nil {
 		l := NewLocalLearner(deps.Index, "local")
