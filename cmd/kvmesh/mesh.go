@@ -103,8 +103,10 @@ func hostPort(addr, defaultHost string) (string, int, error) {
 }
 
 // The router is everything the mesh's load channel reads and feeds: its
-// bookings, its lessons and its lost marks.
+// bookings, its lessons, its lost marks, its answers and routed prompts.
 var (
 	_ mesh.LessonSource = (*router.Router)(nil)
 	_ mesh.LostSource   = (*router.Router)(nil)
+	_ mesh.AnswerSource = (*router.Router)(nil)
+	_ mesh.PromptSource = (*router.Router)(nil)
 )
