@@ -24,9 +24,10 @@ import (
 // acknowledged or retransmitted. The transport does not order messages:
 // each carries a sequence number, and a receiver keeps each backend's
 // figures with the number of the message that set them, so the newest
-// figures win whatever order messages arrive in (loadbook.go). The numbers grow across a node's
-// restarts too (loadSeqBase), so a late message of a process that has
-// since restarted is dropped rather than taken over the new one's.
+// figures win whatever order messages arrive in (loadbook.go). The
+// numbers grow across a node's restarts too (loadSeqBase), so a late
+// message of a process that has since restarted is dropped rather than
+// taken over the new one's.
 //
 // Goroutines: the load loop (loadLoop) reads the source every
 // LoadInterval and sends what changed; received messages are applied by
