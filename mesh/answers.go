@@ -108,8 +108,9 @@ func (n *Node) PeerPrompts() (count, units uint64) {
 type answerSums struct{ n, prompt, cached, routed, routedUnits atomic.Uint64 }
 
 // applyAnswers keeps a peer's newest answer totals from an answers message,
-// or its prompt totals from a prompts message (the caller checked the
-// message's sequence and the peer's incarnation).
+// or its prompt totals from a prompts message, by the larger of each count,
+// so in any order of arrival (the caller checked that the message is of the
+// peer's current session).
 func (t *loadTable) applyAnswers(p *peerLoad, m *loadMsg) {
 	a, o := &m.Answered, &p.answers
 	if m.Prompts {

@@ -89,8 +89,10 @@ func toLessonWire(stamp int64, scale, learned, doubt float64, doubtN uint64) les
 // is overtaken within that minute.
 const lessonMaxAhead = 60_000
 
-// applyLessons records a lesson message's entries (the caller checked its
-// sequence and that the peer's indexes are known).
+// applyLessons records a lesson message's entries, each where it is newer
+// than the peer's last lesson there, so in any order of arrival (the caller
+// checked that the message is of the peer's current session and that its
+// indexes are known).
 func (t *loadTable) applyLessons(p *peerLoad, m *loadMsg, now int64) {
 	t.eachEntry(p, m, func(id tree.BackendID, e *loadEntry) {
 		if e.Lesson.Stamp > uint64(max(now, 0))+lessonMaxAhead {

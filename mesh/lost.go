@@ -62,8 +62,8 @@ func (n *Node) publishLost(src LoadSource) {
 }
 
 // applyLost keeps a lost message's marks whose backends resolve, for the
-// receive loop to hand to the router (the caller checked its sequence and
-// that the peer's indexes are known).
+// receive loop to hand to the router (the caller checked that the message
+// is of the peer's current session and that its indexes are known).
 func (t *loadTable) applyLost(p *peerLoad, m *loadMsg) {
 	t.eachEntry(p, m, func(id tree.BackendID, e *loadEntry) {
 		t.lostIn = append(t.lostIn, lostIn{key: tree.Key(e.Key), id: id, age: int64(min(e.Age, maxLoadValue))})

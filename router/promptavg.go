@@ -78,13 +78,6 @@ func (a *promptAverage) observe(peers PromptTotals, own, share float64) float64 
 	return avg
 }
 
-// load returns the average without counting anything.
-func (a *promptAverage) load() float64 {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.avg
-}
-
 // LocalPrompts returns how many prompts this router has routed (first
 // attempts) since it started and their units, for the mesh's load channel.
 func (rt *Router) LocalPrompts() (n, units uint64) {
